@@ -1,0 +1,70 @@
+"""A workload: which model, on what input, at what batch, trained how.
+
+Together with a cluster and a strategy it is everything a prediction needs. The
+strategy never names a GPU and the cluster never names a model (style.md, section 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import SimdlError, unknown
+from .table import WorkloadTable
+
+OPTIMIZERS = ("sgd", "momentum", "adam")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16-amp")
+
+# Optimizer state kept per parameter element, in parameter-sized copies.
+# torch/optim/sgd.py keeps one momentum buffer when momentum > 0; torch/optim/adam.py
+# keeps exp_avg and exp_avg_sq (plus a scalar step per tensor, negligible).
+OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+
+# Defaults, each from a public source. The studies simdl grew from do not state them.
+DEFAULT_BATCH_SIZE = 32  # torchvision references/classification/train.py: --batch-size 32 "images per gpu"
+DEFAULT_OPTIMIZER = "momentum"  # same script: SGD with momentum 0.9
+DEFAULT_PRECISION = "fp32"  # same script: AMP off unless --amp
+DEFAULT_EPOCHS = 10  # study 1, experiment 1 (origins.md)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Model table + per-rank batch + dataset size + epochs + optimizer + precision."""
+
+    table: WorkloadTable
+    batch_size: int = DEFAULT_BATCH_SIZE
+    train_samples: int = 50_000
+    epochs: int = DEFAULT_EPOCHS
+    optimizer: str = DEFAULT_OPTIMIZER
+    precision: str = DEFAULT_PRECISION
+    grad_accumulation: int = 1  # micro-steps per optimizer step (DDP no_sync)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+            raise SimdlError(f"batch size {self.batch_size!r} must be an integer >= 1")
+        if not isinstance(self.epochs, (int, float)) or self.epochs <= 0:
+            raise SimdlError(f"epochs {self.epochs!r} must be > 0")
+        if not isinstance(self.train_samples, int) or self.train_samples < 1:
+            raise SimdlError(f"train samples {self.train_samples!r} must be an integer >= 1")
+        if self.optimizer not in OPTIMIZERS:
+            raise unknown("optimizer", self.optimizer, OPTIMIZERS)
+        if self.precision not in PRECISIONS:
+            raise unknown("precision", self.precision, PRECISIONS)
+        if not isinstance(self.grad_accumulation, int) or self.grad_accumulation < 1:
+            raise SimdlError(f"gradient accumulation {self.grad_accumulation!r} must be an integer >= 1")
+
+    @property
+    def model(self) -> str:
+        return self.table.model
+
+    @property
+    def mixed_precision(self) -> bool:
+        return self.precision in ("bf16", "fp16-amp")
+
+    @property
+    def param_bytes(self) -> float:
+        """Parameters are kept in fp32 in every supported precision (AMP keeps fp32 masters)."""
+        return float(self.table.param_bytes)
+
+    @property
+    def optimizer_state_copies(self) -> int:
+        return OPTIMIZER_STATE_COPIES[self.optimizer]

@@ -1,0 +1,262 @@
+"""The model zoo: names users can ask for, and how each is built and adapted to an input.
+
+Importing this module does not import torch (``simdl predict`` on a shipped table must
+stay torch-free); :func:`build_model` imports torch and torchvision when called.
+
+Adaptation follows what a user would do to train the model on a dataset it was not
+designed for, and is described in the returned note (stored in the table):
+
+* 1-channel input: the model's first convolution is replaced by an identical one with
+  ``in_channels=1`` (the usual recipe for MNIST on ImageNet architectures).
+* Input too small: VGG16, DenseNet, ConvNeXt and EfficientNet shrink 28x28 below one
+  pixel. The input is padded symmetrically (like ``torchvision.transforms.Pad(p)``)
+  to the smallest size that runs; the padded shape becomes the table's input shape.
+* ViT: built with ``image_size=H`` (torchvision's ``VisionTransformer`` accepts any
+  size divisible by the patch size); other sizes are padded up to the next multiple.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any, Callable
+
+from ..errors import SimdlError, unknown
+
+# Zoo name -> torchvision builder name (torchvision.models.get_model), or a
+# ``module:factory`` spec for models torchvision does not have.
+MODELS: dict[str, str] = {
+    "vgg16": "vgg16",
+    "resnet18": "resnet18",
+    "resnet50": "resnet50",
+    "densenet121": "densenet121",
+    "efficientnet_v2_s": "efficientnet_v2_s",
+    "efficientnet_v2_l": "efficientnet_v2_l",
+    "convnext_tiny": "convnext_tiny",
+    "convnext_large": "convnext_large",
+    "vit_b_16": "vit_b_16",
+    "vit_b_32": "vit_b_32",
+    "mobilenet_v3_large": "mobilenet_v3_large",
+    "mnist_cnn": "simdl.workload.zoo:mnist_cnn",
+}
+
+# Patch size of the ViT models: input H and W must be multiples of it.
+VIT_PATCH = {"vit_b_16": 16, "vit_b_32": 32}
+
+# Module class names FSDP wraps as units by default (an ``auto_wrap_policy`` by type).
+DEFAULT_WRAP_TYPES: dict[str, tuple[str, ...]] = {
+    # No blocks: every layer with weights is its own unit (conv and fc layers).
+    "vgg16": ("Conv2d", "Linear"),
+    # A residual block is the repeated unit (torchvision.models.resnet.BasicBlock).
+    "resnet18": ("BasicBlock",),
+    # Same, with torchvision.models.resnet.Bottleneck blocks.
+    "resnet50": ("Bottleneck",),
+    # The dense layer (BN-ReLU-conv1x1-BN-ReLU-conv3x3) repeats 58 times in 4 blocks.
+    "densenet121": ("_DenseLayer",),
+    # Early stages use FusedMBConv, later ones MBConv (torchvision.models.efficientnet).
+    "efficientnet_v2_s": ("MBConv", "FusedMBConv"),
+    "efficientnet_v2_l": ("MBConv", "FusedMBConv"),
+    # The ConvNeXt block (depthwise 7x7 conv, LayerNorm, MLP) is the repeated unit.
+    "convnext_tiny": ("CNBlock",),
+    "convnext_large": ("CNBlock",),
+    # One transformer layer per unit, as torchtitan and the FSDP tutorials wrap.
+    "vit_b_16": ("EncoderBlock",),
+    "vit_b_32": ("EncoderBlock",),
+    # The inverted-residual bottleneck (torchvision.models.mobilenetv3.InvertedResidual).
+    "mobilenet_v3_large": ("InvertedResidual",),
+    # Two convs and two fc layers: no blocks, so each weighted layer is a unit.
+    "mnist_cnn": ("Conv2d", "Linear"),
+}
+
+_MAX_PAD = 64  # give up padding beyond this many pixels per side
+
+
+def mnist_cnn(num_classes: int = 10, input_shape: tuple[int, ...] = (1, 28, 28)) -> Any:
+    """The classic CNN of pytorch/examples mnist/main.py (``Net``), sized for any input.
+
+    conv(C->32, 3) relu conv(32->64, 3) relu maxpool2 dropout(0.25) flatten
+    fc(->128) relu dropout(0.5) fc(->classes); the first fc's input size follows from
+    the input shape ((H-4)//2 * (W-4)//2 * 64; 9216 for 28x28).
+    """
+    from torch import nn
+
+    c, h, w = input_shape
+    if h < 6 or w < 6:
+        raise SimdlError(f"mnist_cnn needs inputs of at least 6x6, got {h}x{w}")
+    flat = 64 * ((h - 4) // 2) * ((w - 4) // 2)
+    return nn.Sequential(
+        nn.Conv2d(c, 32, 3, 1),
+        nn.ReLU(),
+        nn.Conv2d(32, 64, 3, 1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Dropout(0.25),
+        nn.Flatten(1),
+        nn.Linear(flat, 128),
+        nn.ReLU(),
+        nn.Dropout(0.5),
+        nn.Linear(128, num_classes),
+    )
+
+
+def check_model_name(name: str) -> None:
+    """Raise the unknown-model error unless ``name`` is a zoo name or a factory spec."""
+    if name not in MODELS and ":" not in name:
+        raise unknown("model", name, MODELS)
+
+
+def load_factory(spec: str) -> Callable[..., Any]:
+    """Import ``package.module:factory`` and return the callable."""
+    module_name, _, attr = spec.partition(":")
+    if not module_name or not attr:
+        raise SimdlError(f"bad model factory {spec!r}; expected package.module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise SimdlError(f"cannot import model factory module {module_name!r}: {e}") from None
+    factory = module
+    for part in attr.split("."):
+        factory = getattr(factory, part, None)
+        if factory is None:
+            raise SimdlError(f"model factory {spec!r}: {module_name} has no attribute {attr!r}")
+    if not callable(factory):
+        raise SimdlError(f"model factory {spec!r} is not callable")
+    return factory
+
+
+def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> Any:
+    from torch import nn
+
+    factory = load_factory(spec)
+    try:
+        accepted = inspect.signature(factory).parameters
+    except (TypeError, ValueError):  # builtins without a signature
+        accepted = {}
+    kwargs: dict[str, Any] = {}
+    if "num_classes" in accepted:
+        kwargs["num_classes"] = num_classes
+    if "input_shape" in accepted:
+        kwargs["input_shape"] = tuple(input_shape)
+    model = factory(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise SimdlError(
+            f"model factory {spec!r} returned {type(model).__name__}, expected a torch.nn.Module"
+        )
+    return model
+
+
+def _first_conv(model: Any) -> tuple[str, Any] | tuple[None, None]:
+    from torch import nn
+
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Conv2d):
+            return name, m
+    return None, None
+
+
+def _set_in_channels(model: Any, channels: int) -> str:
+    """Replace the first Conv2d by an identical one reading ``channels`` channels."""
+    from torch import nn
+
+    name, conv = _first_conv(model)
+    if conv is None or conv.in_channels == channels:
+        return ""
+    if conv.groups != 1:
+        raise SimdlError(
+            f"cannot adapt first conv {name} (groups={conv.groups}) to {channels} channels")
+    new = nn.Conv2d(
+        channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
+        conv.dilation, conv.groups, conv.bias is not None, conv.padding_mode,
+        device=conv.weight.device, dtype=conv.weight.dtype,
+    )
+    parent_name, _, attr = name.rpartition(".")
+    setattr(model.get_submodule(parent_name), attr, new)
+    return f"first conv {name} rebuilt with in_channels={channels} (was {conv.in_channels})"
+
+
+def _runs(model: Any, shape: tuple[int, ...]) -> bool:
+    """Does a batch of 2 at ``shape`` go through the model? (meta tensors: no compute)."""
+    import torch
+
+    try:
+        with torch.no_grad():
+            model(torch.empty((2, *shape), device="meta"))
+        return True
+    except RuntimeError:
+        return False
+
+
+def _construct(name_or_spec: str, shape: tuple[int, ...], num_classes: int) -> Any:
+    if name_or_spec in MODELS and ":" not in MODELS[name_or_spec]:
+        import torchvision
+
+        extra: dict[str, Any] = {}
+        if name_or_spec in VIT_PATCH:
+            extra["image_size"] = shape[1]
+        return torchvision.models.get_model(
+            MODELS[name_or_spec], weights=None, num_classes=num_classes, **extra
+        )
+    spec = MODELS.get(name_or_spec, name_or_spec)
+    return _call_factory(spec, shape, num_classes)
+
+
+def build_model(
+    name_or_spec: str, input_shape: tuple[int, ...], num_classes: int, device: str = "meta"
+) -> tuple[Any, str]:
+    """Build a zoo model or a ``module:factory`` model for ``input_shape`` and classes.
+
+    Returns ``(model, adaptation_note)``; see :func:`build_adapted` for the input shape
+    the model actually takes after padding.
+    """
+    model, note, _ = build_adapted(name_or_spec, input_shape, num_classes, device)
+    return model, note
+
+
+def build_adapted(
+    name_or_spec: str, input_shape: tuple[int, ...], num_classes: int, device: str = "meta"
+) -> tuple[Any, str, tuple[int, ...]]:
+    """Like :func:`build_model`, also returning the (possibly padded) input shape used.
+
+    Built on the meta device by default: no memory, no initialisation cost.
+    """
+    import torch
+
+    check_model_name(name_or_spec)
+    shape = tuple(int(s) for s in input_shape)
+    if len(shape) != 3:
+        raise SimdlError(f"input shape must be CxHxW, got {'x'.join(map(str, shape))}")
+    c, h, w = shape
+    notes = []
+    if name_or_spec in VIT_PATCH:
+        p = VIT_PATCH[name_or_spec]
+        # torchvision's VisionTransformer takes one square image_size.
+        size = -(-max(h, w) // p) * p
+        if (h, w) != (size, size):
+            shape = (c, size, size)
+            notes.append(f"input padded to {size}x{size} (multiple of the {p}-pixel patch)")
+    with torch.device(device):
+        model = _construct(name_or_spec, shape, num_classes)
+        note = _set_in_channels(model, c)
+    if note:
+        notes.insert(0, note)
+    if name_or_spec in VIT_PATCH and shape[1] != 224:
+        notes.append(f"built with image_size={shape[1]}")
+    model.train()
+    # Pad symmetrically (transforms.Pad(p) adds p on every side) to the smallest size
+    # that runs; only tried on meta, where a failed try costs nothing.
+    if device == "meta" and not _runs(model, shape):
+        for pad in range(1, _MAX_PAD + 1):
+            padded = (c, h + 2 * pad, w + 2 * pad)
+            if _runs(model, padded):
+                notes.append(
+                    f"input padded by {pad} px per side to {padded[1]}x{padded[2]} "
+                    f"(transforms.Pad({pad})): {h}x{w} shrinks below 1 pixel"
+                )
+                shape = padded
+                break
+        else:
+            raise SimdlError(
+                f"model {name_or_spec!r} does not run on input {'x'.join(map(str, input_shape))}"
+                f" even padded by {_MAX_PAD} px"
+            )
+    return model, "; ".join(notes), shape
