@@ -1,0 +1,740 @@
+"""GPU and cluster descriptions, loaded from the YAML files in ``simdl/cluster/data``.
+
+A *GPU file* (``data/gpus/<name>.yaml``) describes one device type: memory,
+memory bandwidth, dense peak FLOP/s per precision and optional measured
+efficiency priors. A *cluster preset* (``data/clusters/<name>.yaml``) names a
+GPU and describes how many sit in a node, how they are linked inside the node
+and across nodes, optional parameter-server nodes, efficiency factors, memory
+overheads and the host CPU.
+
+Every hardware number in these files is ``{value, kind, source}`` with the unit
+in the key (see :mod:`simdl.provenance`); this module converts them once, on
+load, to SI (:class:`~simdl.provenance.Sourced` values in bytes, seconds,
+bytes/s, FLOP/s) and validates them. Any problem is one
+:class:`~simdl.errors.SimdlError` line that names the file, the key, the value
+and what is accepted.
+
+Only the *shape* of a preset (``gpus_per_node``, ``nodes``, ``max_nodes``,
+``ps_servers.count``) and the NVLink mesh wiring (``intra_node.mesh.links``) are
+plain integers: they describe configuration, not a measured quantity. Counts
+that are hardware facts with possible doubt (``nics_per_node``, ``cpu_cores``)
+are sourced like any other number.
+
+A preset file may start with ``extends: <preset>`` and give only the keys that
+differ (mappings merge key by key); the variants of the study-2 cluster use it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+from ..errors import SimdlError, unknown
+from ..provenance import Sourced, read
+
+DATA_DIR = Path(__file__).resolve().parent / "data"
+GPU_DIR = DATA_DIR / "gpus"
+CLUSTER_DIR = DATA_DIR / "clusters"
+
+#: Precisions a GPU file gives a dense peak for (key ``peak_<p>_TFLOP_per_s``).
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+#: Intra-node link types. ``nvlink``: direct GPU-GPU NVLink bundles (a mesh);
+#: ``nvswitch``: every GPU has one port bundle to a non-blocking switch;
+#: ``pcie``: GPUs talk through a PCIe switch; ``shm``: processes on one host.
+LINK_TYPES = ("nvlink", "nvswitch", "pcie", "shm")
+#: Measured efficiency priors a GPU file may carry (fractions of its peaks).
+PRIOR_KEYS = (
+    "gemm_fp32_fraction",
+    "gemm_tf32_fraction",
+    "gemm_bf16_fraction",
+    "gemm_fp16_fraction",
+    "memory_bandwidth_fraction",
+)
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+class FrozenMap(Mapping[str, Any]):
+    """A read-only, hashable mapping, so that frozen dataclasses holding one hash."""
+
+    __slots__ = ("_d", "_h")
+
+    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+        self._d = dict(items or {})
+        self._h: int | None = None
+
+    def __getitem__(self, key: str) -> Any:
+        return self._d[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._d)
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def __hash__(self) -> int:
+        if self._h is None:
+            self._h = hash(tuple(sorted(self._d.items())))
+        return self._h
+
+    def __repr__(self) -> str:
+        return f"FrozenMap({self._d!r})"
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _load_yaml(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = yaml.safe_load(fh)
+    except FileNotFoundError:
+        raise SimdlError(f"{path}: no such file") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SimdlError(_one_line(f"{path}: malformed YAML{at}: {problem}")) from None
+    if not isinstance(data, dict):
+        raise SimdlError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
+    return data
+
+
+def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str) -> None:
+    for key in section:
+        if key not in allowed:
+            raise SimdlError(f"{where}: {unknown('key', key, allowed)}")
+
+
+def _section(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> dict[str, Any] | None:
+    if key not in raw or raw[key] is None:
+        if required:
+            raise SimdlError(f"{where}: missing key {key!r}")
+        return None
+    value = raw[key]
+    if not isinstance(value, Mapping):
+        raise SimdlError(f"{where}: {key} must be a mapping, got {value!r}")
+    return dict(value)
+
+
+def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = 1,
+           default: int | None = None, allow_null: bool = False) -> int | None:
+    """A plain integer count (preset shape, not a measured number)."""
+    if key not in raw:
+        if default is not None or allow_null:
+            return default
+        raise SimdlError(f"{where}: missing key {key!r}")
+    value = raw[key]
+    if value is None and allow_null:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        null = " or null (unlimited)" if allow_null else ""
+        raise SimdlError(f"{where}: {key} = {value!r}; accepted: an integer >= {minimum}{null}")
+    if value < minimum:
+        raise SimdlError(f"{where}: {key} = {value} must be >= {minimum}")
+    return value
+
+
+def _sourced_count(raw: Mapping[str, Any], key: str, where: str) -> Sourced:
+    """A sourced count (``{value, kind, source}``) that must be a positive integer."""
+    s = read(raw, key, where=where, strictly_positive=True)
+    if not float(s.value).is_integer():
+        raise SimdlError(f"{where}: {key} = {s.value} must be a whole number")
+    return s
+
+
+def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = False,
+              required: bool = True) -> Sourced | None:
+    if key not in raw and not required:
+        return None
+    s = read(raw, key, where=where)
+    ok = (0.0 <= s.value < 1.0) if allow_zero else (0.0 < s.value <= 1.0)
+    if not ok:
+        accepted = "0 <= value < 1" if allow_zero else "0 < value <= 1"
+        raise SimdlError(f"{where}: {key} = {s.value}; accepted: a fraction, {accepted}")
+    return s
+
+
+def _positive(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> Sourced | None:
+    if key not in raw and not required:
+        return None
+    return read(raw, key, where=where, strictly_positive=True)
+
+
+def _nonneg(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> Sourced | None:
+    if key not in raw and not required:
+        return None
+    return read(raw, key, where=where, minimum=0.0)
+
+
+def _put(out: dict[str, Any], key: str, value: Sourced | None) -> None:
+    if value is not None:
+        out[key] = value.to_dict(key)
+
+
+def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tuple[str, ...]) -> Path:
+    """A preset name (case-insensitive) or a path to a YAML file."""
+    text = os.fspath(name_or_path)
+    path = Path(text)
+    if text.endswith((".yaml", ".yml")) or os.sep in text or path.is_file():
+        if not path.is_file():
+            raise SimdlError(f"{what} file {text!r} does not exist")
+        return path
+    lowered = {n.lower(): n for n in names}
+    if text.lower() not in lowered:
+        raise unknown(what, text, names)
+    return folder / f"{lowered[text.lower()]}.yaml"
+
+
+# --------------------------------------------------------------------------- GPU
+
+_GPU_KEYS = ("name", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
+             *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors")
+
+
+@dataclass(frozen=True)
+class GPU:
+    """One device type. Numbers are SI: bytes, bytes/s, FLOP/s."""
+
+    name: str
+    memory_bytes: Sourced
+    memory_bandwidth: Sourced
+    peak_flops: FrozenMap  # precision ('fp32','tf32','bf16','fp16') -> Sourced FLOP/s (dense)
+    priors: FrozenMap = field(default_factory=FrozenMap)  # PRIOR_KEYS -> Sourced fraction
+    description: str = ""
+    source_path: str = ""
+
+    def peak(self, precision: str) -> float:
+        """Dense peak FLOP/s for ``precision``."""
+        try:
+            return self.peak_flops[precision].value
+        except KeyError:
+            raise unknown("precision", precision, PRECISIONS) from None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.description:
+            out["description"] = self.description
+        _put(out, "memory_GiB", self.memory_bytes)
+        _put(out, "memory_bandwidth_GB_per_s", self.memory_bandwidth)
+        for p in PRECISIONS:
+            _put(out, f"peak_{p}_TFLOP_per_s", self.peak_flops[p])
+        if self.priors:
+            out["priors"] = {k: v.to_dict(k) for k, v in self.priors.items()}
+        return out
+
+
+def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
+    _check_keys(raw, _GPU_KEYS, where)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SimdlError(f"{where}: name must be a non-empty string, got {name!r}")
+    peaks = {p: read(raw, f"peak_{p}_TFLOP_per_s", where=where, strictly_positive=True) for p in PRECISIONS}
+    priors_raw = _section(raw, "priors", where, required=False) or {}
+    _check_keys(priors_raw, PRIOR_KEYS, f"{where}: priors")
+    priors = {k: _fraction(priors_raw, k, f"{where}: priors") for k in priors_raw}
+    return GPU(
+        name=name,
+        memory_bytes=read(raw, "memory_GiB", where=where, strictly_positive=True),
+        memory_bandwidth=read(raw, "memory_bandwidth_GB_per_s", where=where, strictly_positive=True),
+        peak_flops=FrozenMap(peaks),
+        priors=FrozenMap(priors),
+        description=str(raw.get("description", "") or ""),
+        source_path=source_path,
+    )
+
+
+def gpu_names() -> tuple[str, ...]:
+    """Names of the shipped GPU files."""
+    return tuple(sorted(p.stem for p in GPU_DIR.glob("*.yaml")))
+
+
+@lru_cache(maxsize=None)
+def _load_gpu_file(path: str) -> GPU:
+    return _parse_gpu(_load_yaml(Path(path)), path, path)
+
+
+def load_gpu(name_or_path: str | os.PathLike) -> GPU:
+    """Load a shipped GPU by name (case-insensitive) or a GPU YAML file by path."""
+    path = _resolve(name_or_path, GPU_DIR, "gpu", gpu_names())
+    if path.parent.resolve() == GPU_DIR:
+        return _load_gpu_file(str(path))  # shipped files are memoised; user files are re-read
+    return _parse_gpu(_load_yaml(path), str(path), str(path))
+
+
+# --------------------------------------------------------------------------- cluster parts
+
+_INTRA_KEYS = ("link", "bandwidth_GB_per_s", "latency_us", "pcie_GB_per_s", "pcie_latency_us", "mesh")
+_MESH_KEYS = ("per_link_GB_per_s", "links", "source")
+
+
+@dataclass(frozen=True)
+class Mesh:
+    """Wiring of an NVLink mesh: bonded link counts between local GPU pairs."""
+
+    per_link: Sourced  # bytes/s per direction of one NVLink
+    links: tuple[tuple[int, int, int], ...]  # (local gpu a, local gpu b, number of links), a < b
+    source: str
+
+    def pair_links(self, a: int, b: int) -> int:
+        lo, hi = min(a, b), max(a, b)
+        for x, y, n in self.links:
+            if (x, y) == (lo, hi):
+                return n
+        return 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "per_link_GB_per_s": self.per_link.to_dict("per_link_GB_per_s"),
+            "links": [list(t) for t in self.links],
+            "source": self.source,
+        }
+
+
+@dataclass(frozen=True)
+class Link:
+    """The intra-node interconnect. ``bandwidth`` is per GPU per direction: the rate a
+    ring step out of one GPU can use (for a mesh: the GPU's total NVLink egress)."""
+
+    link: str
+    bandwidth: Sourced  # bytes/s
+    latency: Sourced  # s, one GPU-to-GPU transfer inside the node
+    pcie_bandwidth: Sourced  # bytes/s per direction of each GPU's PCIe link (to host and NICs)
+    pcie_latency: Sourced  # s, GPU to NIC (or host) across PCIe
+    mesh: Mesh | None = None  # only for link == 'nvlink'; None = fully connected, equal shares
+
+    def pair_bandwidth(self, a: int, b: int, gpus_per_node: int) -> float:
+        """Direct bandwidth between local GPUs ``a`` and ``b`` (mesh only; else the port rate)."""
+        if self.link != "nvlink":
+            return self.bandwidth.value
+        if self.mesh is None:
+            return self.bandwidth.value / max(1, gpus_per_node - 1)
+        return self.mesh.pair_links(a, b) * self.mesh.per_link.value
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"link": self.link}
+        _put(out, "bandwidth_GB_per_s", self.bandwidth)
+        _put(out, "latency_us", self.latency)
+        if self.link not in ("pcie", "shm"):
+            _put(out, "pcie_GB_per_s", self.pcie_bandwidth)
+            _put(out, "pcie_latency_us", self.pcie_latency)
+        if self.mesh is not None:
+            out["mesh"] = self.mesh.to_dict()
+        return out
+
+
+_INTER_KEYS = ("nic_Gb_per_s", "nics_per_node", "latency_us")
+
+
+@dataclass(frozen=True)
+class Network:
+    """The inter-node network as seen from one node (the ``inter_node`` section)."""
+
+    nic_bandwidth: Sourced  # bytes/s per NIC per direction
+    nics_per_node: Sourced  # count
+    latency: Sourced  # s, NIC to NIC through the network
+
+    @property
+    def nics(self) -> int:
+        return int(self.nics_per_node.value)
+
+    @property
+    def node_bandwidth(self) -> float:
+        """All NICs of one node together, bytes/s per direction."""
+        return self.nic_bandwidth.value * self.nics
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        _put(out, "nic_Gb_per_s", self.nic_bandwidth)
+        _put(out, "nics_per_node", self.nics_per_node)
+        _put(out, "latency_us", self.latency)
+        return out
+
+
+_PS_KEYS = ("count", "nic_Gb_per_s", "latency_us", "cpu_cores", "update_bandwidth_GB_per_s")
+
+
+@dataclass(frozen=True)
+class PSServers:
+    """CPU parameter-server nodes (one NIC each)."""
+
+    count: int
+    nic_bandwidth: Sourced  # bytes/s per direction
+    latency: Sourced  # s, one-way worker-to-server latency
+    cpu_cores: Sourced
+    update_bandwidth: Sourced  # bytes/s of host memory traffic the optimizer update streams through
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"count": self.count}
+        _put(out, "nic_Gb_per_s", self.nic_bandwidth)
+        _put(out, "latency_us", self.latency)
+        _put(out, "cpu_cores", self.cpu_cores)
+        _put(out, "update_bandwidth_GB_per_s", self.update_bandwidth)
+        return out
+
+
+_EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandwidth_intra",
+             "collective_bandwidth_inter", "collective_latency_intra_us", "collective_latency_inter_us",
+             "collective_overhead_us")
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """Fractions of peak that real kernels and collectives reach, and fixed overheads (s)."""
+
+    matmul: Sourced
+    memory_bandwidth: Sourced
+    kernel_launch: Sourced  # s per kernel
+    collective_bandwidth_intra: Sourced  # bus bandwidth / intra link bandwidth
+    collective_latency_intra: Sourced  # s per ring step inside a node
+    collective_bandwidth_inter: Sourced | None = None  # bus bandwidth / NIC bandwidth per node
+    collective_latency_inter: Sourced | None = None  # s per ring step when the ring crosses nodes
+    collective_overhead: Sourced | None = None  # s fixed per collective call (a 0-byte collective)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for attr, key in (("matmul", "matmul"), ("memory_bandwidth", "memory_bandwidth"),
+                          ("kernel_launch", "kernel_launch_us"),
+                          ("collective_bandwidth_intra", "collective_bandwidth_intra"),
+                          ("collective_bandwidth_inter", "collective_bandwidth_inter"),
+                          ("collective_latency_intra", "collective_latency_intra_us"),
+                          ("collective_latency_inter", "collective_latency_inter_us"),
+                          ("collective_overhead", "collective_overhead_us")):
+            _put(out, key, getattr(self, attr))
+        return out
+
+
+_MEM_KEYS = ("context_MiB", "allocator_fragmentation", "workspace_MiB")
+
+
+@dataclass(frozen=True)
+class MemoryOverheads:
+    """Per-process device memory that is not tensors of the model."""
+
+    context_bytes: Sourced  # CUDA context + library handles (for the CPU device: process baseline)
+    allocator_fragmentation: Sourced  # fraction of reserved memory lost to fragmentation
+    workspace_bytes: Sourced  # cuBLAS workspace kept per handle/stream
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        _put(out, "context_MiB", self.context_bytes)
+        _put(out, "allocator_fragmentation", self.allocator_fragmentation)
+        _put(out, "workspace_MiB", self.workspace_bytes)
+        return out
+
+
+_HOST_KEYS = ("cpu_cores", "dataloader_sample_us")
+
+
+@dataclass(frozen=True)
+class Host:
+    """The host CPU of one node."""
+
+    cpu_cores: Sourced
+    dataloader_sample: Sourced  # s of one CPU core to load and augment one sample
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        _put(out, "cpu_cores", self.cpu_cores)
+        _put(out, "dataloader_sample_us", self.dataloader_sample)
+        return out
+
+
+_CLUSTER_KEYS = ("name", "description", "extends", "gpu", "gpus_per_node", "nodes", "max_nodes",
+                 "shared_device", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
+                 "host", "notes")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """A cluster preset: a GPU type, the node shape, links, and efficiency factors."""
+
+    name: str
+    description: str
+    gpu: GPU
+    gpus_per_node: int
+    nodes: int  # default number of nodes
+    max_nodes: int | None  # None = unlimited
+    intra_node: Link
+    inter_node: Network | None
+    ps_servers: PSServers | None
+    efficiency: Efficiency
+    memory: MemoryOverheads
+    host: Host
+    shared_device: bool = False  # True: the ranks of a node share one device (cpu-local)
+    notes: str = ""
+    source_path: str = ""
+    gpu_ref: str = ""  # the ``gpu`` value as written in the file
+
+    @property
+    def default_gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    @property
+    def multi_node(self) -> bool:
+        return self.inter_node is not None and (self.max_nodes is None or self.max_nodes > 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The YAML form (full, without ``extends``); ``load_cluster`` of it gives this spec back."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "gpu": self.gpu_ref or self.gpu.name,
+            "gpus_per_node": self.gpus_per_node,
+            "nodes": self.nodes,
+            "max_nodes": self.max_nodes,
+        }
+        if self.shared_device:
+            out["shared_device"] = True
+        out["intra_node"] = self.intra_node.to_dict()
+        if self.inter_node is not None:
+            out["inter_node"] = self.inter_node.to_dict()
+        if self.ps_servers is not None:
+            out["ps_servers"] = self.ps_servers.to_dict()
+        out["efficiency"] = self.efficiency.to_dict()
+        out["memory"] = self.memory.to_dict()
+        out["host"] = self.host.to_dict()
+        if self.notes:
+            out["notes"] = self.notes
+        return out
+
+
+# --------------------------------------------------------------------------- cluster parsing
+
+
+def _parse_mesh(raw: Mapping[str, Any], where: str, gpus_per_node: int) -> Mesh:
+    _check_keys(raw, _MESH_KEYS, where)
+    per_link = read(raw, "per_link_GB_per_s", where=where, strictly_positive=True)
+    links_raw = raw.get("links")
+    if not isinstance(links_raw, list) or not links_raw:
+        raise SimdlError(f"{where}: links must be a non-empty list of [gpu_a, gpu_b, n_links], got {links_raw!r}")
+    seen: set[tuple[int, int]] = set()
+    links: list[tuple[int, int, int]] = []
+    for item in links_raw:
+        ok = (isinstance(item, list) and len(item) == 3
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in item))
+        if not ok:
+            raise SimdlError(f"{where}: links entry {item!r}; accepted: [gpu_a, gpu_b, n_links] integers")
+        a, b, n = item
+        if not (0 <= a < gpus_per_node and 0 <= b < gpus_per_node) or a == b:
+            raise SimdlError(f"{where}: links entry {item!r}: GPUs must be distinct and in 0..{gpus_per_node - 1}")
+        if n < 1:
+            raise SimdlError(f"{where}: links entry {item!r}: n_links must be >= 1")
+        pair = (min(a, b), max(a, b))
+        if pair in seen:
+            raise SimdlError(f"{where}: links entry {item!r}: pair {pair} listed twice")
+        seen.add(pair)
+        links.append((pair[0], pair[1], n))
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise SimdlError(f"{where}: source must say where the wiring comes from")
+    return Mesh(per_link, tuple(sorted(links)), source.strip())
+
+
+def _parse_intra(raw: Mapping[str, Any], where: str, gpus_per_node: int) -> Link:
+    _check_keys(raw, _INTRA_KEYS, where)
+    link = raw.get("link")
+    if link not in LINK_TYPES:
+        raise SimdlError(f"{where}: link = {link!r}; accepted: {', '.join(LINK_TYPES)}")
+    bandwidth = read(raw, "bandwidth_GB_per_s", where=where, strictly_positive=True)
+    latency = read(raw, "latency_us", where=where, minimum=0.0)
+    if link in ("pcie", "shm"):
+        # The fabric is PCIe (or host memory) itself: its bandwidth and latency are the PCIe figures.
+        for key in ("pcie_GB_per_s", "pcie_latency_us"):
+            if key in raw:
+                raise SimdlError(f"{where}: {key} is not accepted with link: {link} (the fabric is the PCIe "
+                                 "link itself); give bandwidth_GB_per_s and latency_us only")
+        pcie, pcie_latency = bandwidth, latency
+    else:
+        for key in ("pcie_GB_per_s", "pcie_latency_us"):
+            if key not in raw:
+                raise SimdlError(f"{where}: missing key {key!r} (each GPU's PCIe link to host and NICs; "
+                                 f"required for link {link})")
+        pcie = read(raw, "pcie_GB_per_s", where=where, strictly_positive=True)
+        pcie_latency = read(raw, "pcie_latency_us", where=where, minimum=0.0)
+    mesh = None
+    if "mesh" in raw:
+        if link != "nvlink":
+            raise SimdlError(f"{where}: mesh is only accepted with link: nvlink, not {link!r}")
+        mesh = _parse_mesh(_section(raw, "mesh", where), f"{where}: mesh", gpus_per_node)
+        # The declared per-GPU bandwidth must be what the wiring gives every GPU.
+        for g in range(gpus_per_node):
+            egress = sum(n for a, b, n in mesh.links if g in (a, b)) * mesh.per_link.value
+            if not math.isclose(egress, bandwidth.value, rel_tol=0.01):
+                raise SimdlError(
+                    f"{where}: mesh gives GPU {g} {egress / 1e9:g} GB/s of NVLink but bandwidth_GB_per_s "
+                    f"is {bandwidth.value / 1e9:g}; accepted: every GPU's links x per_link = bandwidth")
+    return Link(link, bandwidth, latency, pcie, pcie_latency, mesh)
+
+
+def _parse_inter(raw: Mapping[str, Any], where: str) -> Network:
+    _check_keys(raw, _INTER_KEYS, where)
+    return Network(
+        nic_bandwidth=read(raw, "nic_Gb_per_s", where=where, strictly_positive=True),
+        nics_per_node=_sourced_count(raw, "nics_per_node", where),
+        latency=read(raw, "latency_us", where=where, minimum=0.0),
+    )
+
+
+def _parse_ps(raw: Mapping[str, Any], where: str) -> PSServers:
+    _check_keys(raw, _PS_KEYS, where)
+    return PSServers(
+        count=_count(raw, "count", where),
+        nic_bandwidth=read(raw, "nic_Gb_per_s", where=where, strictly_positive=True),
+        latency=read(raw, "latency_us", where=where, minimum=0.0),
+        cpu_cores=_sourced_count(raw, "cpu_cores", where),
+        update_bandwidth=read(raw, "update_bandwidth_GB_per_s", where=where, strictly_positive=True),
+    )
+
+
+def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> Efficiency:
+    _check_keys(raw, _EFF_KEYS, where)
+    eff = Efficiency(
+        matmul=_fraction(raw, "matmul", where),
+        memory_bandwidth=_fraction(raw, "memory_bandwidth", where),
+        kernel_launch=_nonneg(raw, "kernel_launch_us", where),
+        collective_bandwidth_intra=_fraction(raw, "collective_bandwidth_intra", where),
+        collective_latency_intra=_nonneg(raw, "collective_latency_intra_us", where),
+        collective_bandwidth_inter=_fraction(raw, "collective_bandwidth_inter", where, required=multi_node),
+        collective_latency_inter=_nonneg(raw, "collective_latency_inter_us", where, required=multi_node),
+        collective_overhead=_nonneg(raw, "collective_overhead_us", where, required=False),
+    )
+    return eff
+
+
+def _parse_memory(raw: Mapping[str, Any], where: str) -> MemoryOverheads:
+    _check_keys(raw, _MEM_KEYS, where)
+    return MemoryOverheads(
+        context_bytes=_nonneg(raw, "context_MiB", where),
+        allocator_fragmentation=_fraction(raw, "allocator_fragmentation", where, allow_zero=True),
+        workspace_bytes=_nonneg(raw, "workspace_MiB", where),
+    )
+
+
+def _parse_host(raw: Mapping[str, Any], where: str) -> Host:
+    _check_keys(raw, _HOST_KEYS, where)
+    return Host(cpu_cores=_sourced_count(raw, "cpu_cores", where),
+                dataloader_sample=_nonneg(raw, "dataloader_sample_us", where))
+
+
+def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge ``over`` into a copy of ``base``; a ``{value, kind, source}`` entry is replaced whole."""
+    out = copy.deepcopy(base)
+    for key, value in over.items():
+        if (isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
+                and "value" not in value):
+            out[key] = _merge(dict(out[key]), value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
+    raw = _load_yaml(path)
+    base_name = raw.get("extends")
+    if base_name is None:
+        return raw
+    where = str(path)
+    if not isinstance(base_name, str):
+        raise SimdlError(f"{where}: extends = {base_name!r}; accepted: a cluster preset name")
+    if base_name in chain:
+        raise SimdlError(f"{where}: extends = {base_name!r} makes a cycle ({' -> '.join(chain + (base_name,))})")
+    base_path = _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
+    base = _raw_cluster(base_path, chain + (base_name,))
+    base.pop("name", None)
+    base.pop("description", None)
+    merged = _merge(base, {k: v for k, v in raw.items() if k != "extends"})
+    return merged
+
+
+def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
+    where = str(path)
+    _check_keys(raw, _CLUSTER_KEYS, where)
+    name = raw.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise SimdlError(f"{where}: name must be a non-empty string, got {name!r}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise SimdlError(f"{where}: description must be a string")
+
+    gpu_ref = raw.get("gpu")
+    if not isinstance(gpu_ref, str) or not gpu_ref.strip():
+        raise SimdlError(f"{where}: gpu = {gpu_ref!r}; accepted: one of {', '.join(gpu_names())} or a .yaml path")
+    if gpu_ref.endswith((".yaml", ".yml")):
+        gpu_path = Path(gpu_ref) if Path(gpu_ref).is_absolute() else path.parent / gpu_ref
+        gpu = load_gpu(gpu_path)
+    else:
+        try:
+            gpu = load_gpu(gpu_ref)
+        except SimdlError as exc:
+            raise SimdlError(f"{where}: gpu: {exc}") from None
+
+    gpus_per_node = _count(raw, "gpus_per_node", where)
+    nodes = _count(raw, "nodes", where, default=1)
+    if "max_nodes" not in raw:
+        raise SimdlError(f"{where}: missing key 'max_nodes' (an integer >= 1, or null for unlimited)")
+    max_nodes = _count(raw, "max_nodes", where, allow_null=True)
+    if max_nodes is not None and nodes > max_nodes:
+        raise SimdlError(f"{where}: nodes = {nodes} exceeds max_nodes = {max_nodes}")
+    shared = raw.get("shared_device", False)
+    if not isinstance(shared, bool):
+        raise SimdlError(f"{where}: shared_device = {shared!r}; accepted: true or false")
+
+    intra = _parse_intra(_section(raw, "intra_node", where), f"{where}: intra_node", gpus_per_node)
+    inter_raw = _section(raw, "inter_node", where, required=False)
+    inter = _parse_inter(inter_raw, f"{where}: inter_node") if inter_raw is not None else None
+    if inter is None and (max_nodes is None or max_nodes > 1):
+        raise SimdlError(f"{where}: max_nodes = {max_nodes} needs an inter_node section (NICs); "
+                         "accepted: max_nodes: 1 for a single-node preset")
+    if inter is None and nodes > 1:
+        raise SimdlError(f"{where}: nodes = {nodes} needs an inter_node section")
+    ps_raw = _section(raw, "ps_servers", where, required=False)
+    ps = _parse_ps(ps_raw, f"{where}: ps_servers") if ps_raw is not None else None
+    efficiency = _parse_efficiency(_section(raw, "efficiency", where), f"{where}: efficiency",
+                                   multi_node=inter is not None)
+    memory = _parse_memory(_section(raw, "memory", where), f"{where}: memory")
+    host = _parse_host(_section(raw, "host", where), f"{where}: host")
+    notes = raw.get("notes", "") or ""
+    return ClusterSpec(
+        name=name, description=description.strip(), gpu=gpu, gpus_per_node=gpus_per_node,
+        nodes=nodes, max_nodes=max_nodes, intra_node=intra, inter_node=inter, ps_servers=ps,
+        efficiency=efficiency, memory=memory, host=host, shared_device=shared,
+        notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref,
+    )
+
+
+@lru_cache(maxsize=1)
+def cluster_names() -> tuple[str, ...]:
+    """Names of the shipped cluster presets (package data does not change while running)."""
+    return tuple(sorted(p.stem for p in CLUSTER_DIR.glob("*.yaml")))
+
+
+@lru_cache(maxsize=None)
+def _load_preset(name: str) -> ClusterSpec:
+    path = CLUSTER_DIR / f"{name}.yaml"
+    return _parse_cluster(_raw_cluster(path, (name,)), path)
+
+
+def load_cluster(name_or_path: str | os.PathLike) -> ClusterSpec:
+    """Load a cluster preset by name (memoised) or a preset-format YAML file by path."""
+    if isinstance(name_or_path, str) and name_or_path in cluster_names():
+        return _load_preset(name_or_path)  # the hot path of sweeps: no filesystem access
+    path = _resolve(name_or_path, CLUSTER_DIR, "cluster preset", cluster_names())
+    if path.parent.resolve() == CLUSTER_DIR:
+        return _load_preset(path.stem)
+    return _parse_cluster(_raw_cluster(path), path)
+
+
+def raw_preset(name_or_path: str | os.PathLike) -> dict[str, Any]:
+    """The merged raw YAML of a preset (``extends`` resolved), before conversion; for tests and tools."""
+    path = _resolve(name_or_path, CLUSTER_DIR, "cluster preset", cluster_names())
+    return _raw_cluster(path)
