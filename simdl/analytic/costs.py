@@ -1,0 +1,124 @@
+"""Cost of compute and communication on a cluster: the numbers both engines share.
+
+Compute is a per-row roofline (Williams, Waterman & Patterson, CACM 2009): a row takes
+the longer of its FLOPs over the achievable FLOP/s and its bytes over the achievable
+memory bandwidth, plus a fixed overhead per kernel launched. Achievable = peak times an
+efficiency, both from the cluster profile (datasheet peaks, efficiencies from
+measurements or calibration; the profile says which).
+
+Communication uses the alpha-beta costs of :mod:`simdl.collectives.cost` with the
+bottleneck bandwidth of the group's ring, scaled by the profile's collective efficiency.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+from ..cluster import Cluster
+from ..collectives import collective_time
+from ..workload.table import WorkloadTable
+
+# Which peak a precision uses for matmul/convolution rows.
+PEAK_KEY = {"fp32": "fp32", "tf32": "tf32", "bf16": "bf16", "fp16-amp": "fp16"}
+
+# Assumed: under autocast (bf16 / fp16-amp) activations are stored in 16 bits, so
+# activation traffic and saved activations are about half of the fp32 table's. A few
+# ops autocast keeps in fp32 (softmax, losses, norms' statistics) make this a lower bound.
+MIXED_PRECISION_ACTIVATION_FACTOR = 0.5
+
+# Assumed: a backward kernel reads the saved input and the output gradient and writes
+# the input gradient (and the weight gradient), about twice the forward's traffic.
+# Calibration fits the memory-bandwidth efficiency that absorbs the error of this factor.
+BACKWARD_BYTES_FACTOR = 2.0
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Achievable rates of one device for one precision, in SI units."""
+
+    flops: float  # FLOP/s for matmul/convolution/attention
+    memory_bandwidth: float  # bytes/s
+    kernel_overhead: float  # s per kernel launch
+    activation_factor: float  # bytes scale for activations under mixed precision
+
+
+@lru_cache(maxsize=1024)
+def device_rates(cluster: Cluster, precision: str) -> Rates:
+    # per_rank_*: ranks sharing one device (the cpu-local preset) each get their share.
+    eff = cluster.spec.efficiency
+    return Rates(
+        flops=cluster.per_rank_peak_flops(PEAK_KEY[precision]) * eff.matmul.value,
+        memory_bandwidth=cluster.per_rank_memory_bandwidth * eff.memory_bandwidth.value,
+        kernel_overhead=eff.kernel_launch.value,
+        activation_factor=MIXED_PRECISION_ACTIVATION_FACTOR if precision in ("bf16", "fp16-amp") else 1.0,
+    )
+
+
+@dataclass(frozen=True, eq=False)
+class RowTimes:
+    """Per-row forward and backward seconds and their prefix sums (for O(1) segment sums)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    fwd_cum: np.ndarray
+    bwd_cum: np.ndarray
+
+    def segment(self, start: int, stop: int, direction: str) -> float:
+        cum = self.fwd_cum if direction == "fwd" else self.bwd_cum
+        return float(cum[stop] - cum[start])
+
+
+@lru_cache(maxsize=4096)
+def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
+    a = rates.activation_factor
+    fwd_flops = table.column("fwd_flops", batch)
+    bwd_flops = table.column("bwd_input_flops", batch) + table.column("bwd_weight_flops", batch)
+    # Activation traffic scales with precision; weight traffic (the fixed part) does not.
+    fwd_bytes = (table.per_sample["read_bytes"] + table.per_sample["write_bytes"]) * batch * a + (
+        table.fixed["read_bytes"] + table.fixed["write_bytes"]
+    )
+    fwd = np.maximum(fwd_flops / rates.flops, fwd_bytes / rates.memory_bandwidth)
+    fwd += table.fixed["fwd_kernels"] * rates.kernel_overhead
+    bwd = np.maximum(bwd_flops / rates.flops, BACKWARD_BYTES_FACTOR * fwd_bytes / rates.memory_bandwidth)
+    bwd += table.fixed["bwd_kernels"] * rates.kernel_overhead
+    zero = np.zeros(1)
+    return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]))
+
+
+def memory_bound_time(nbytes: float, kernels: int, rates: Rates) -> float:
+    """A task given only by bytes streamed and kernels launched (optimizer, copies)."""
+    return nbytes / rates.memory_bandwidth + kernels * rates.kernel_overhead
+
+
+class CommCosts:
+    """Collective durations for a cluster allocation, memoised per (op, bytes, group).
+
+    Bandwidth is the group's bus bandwidth (raw ring bottleneck x the profile's collective
+    efficiency, :meth:`Cluster.group_bus_bandwidth`), alpha the per-step latency, plus a
+    fixed cost per call (:attr:`Cluster.collective_overhead`).
+    """
+
+    def __init__(self, cluster: Cluster, algorithm: str = "auto"):
+        self.cluster = cluster
+        self.algorithm = algorithm
+        self._overhead = cluster.collective_overhead
+        self._cache: dict[tuple, float] = {}
+
+    def bandwidth(self, scope: str) -> float:
+        return self.cluster.group_bus_bandwidth(scope)
+
+    def alpha(self, scope: str) -> float:
+        return self.cluster.group_latency(scope)
+
+    def time(self, collective: str, nbytes: float, size: int, scope: str) -> float:
+        key = (collective, nbytes, size, scope)
+        t = self._cache.get(key)
+        if t is None:
+            t = collective_time(collective, nbytes, size, self.bandwidth(scope), self.alpha(scope), self.algorithm)
+            if t > 0:
+                t += self._overhead
+            self._cache[key] = t
+        return t

@@ -1,0 +1,162 @@
+"""The analytic engine: plan -> result in closed form, in well under a millisecond.
+
+SPMD strategies (DDP, FSDP) are evaluated with the stream recurrence of
+:mod:`simdl.analytic.schedule`. The parameter server has its own closed form below.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..cluster import Cluster
+from ..collectives import bus_bytes_factor
+from ..memory import estimate_memory
+from ..result import Result, Staleness
+from ..strategies.plan import PSPlan, SpmdPlan
+from ..workload.workload import Workload
+from .costs import CommCosts, Rates, device_rates, row_times
+from .schedule import schedule, stream_busy, task_durations
+
+
+def data_time(workload: Workload, cluster: Cluster, loader_workers: int) -> float:
+    """Seconds a rank's DataLoader needs to produce one batch with ``loader_workers`` processes."""
+    per_sample = cluster.spec.host.dataloader_sample.value
+    return workload.batch_size * per_sample / max(loader_workers, 1)
+
+
+def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
+             loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
+    rates = device_rates(cluster, workload.precision)
+    rows = row_times(workload.table, workload.batch_size, rates)
+    if isinstance(plan, PSPlan):
+        timing = _ps_timing(workload, cluster, plan, rows, rates)
+    else:
+        timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
+    iteration, compute, comm, any_busy, comm_bytes, staleness = timing
+    # The loader prefetches in parallel with the GPU; it stalls the step only when slower.
+    loader = data_time(workload, cluster, loader_workers) * workload.grad_accumulation
+    if loader > iteration:
+        notes = notes + (f"input pipeline bound: the loader needs {loader:.4g} s per step",)
+        iteration = loader
+    samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
+    iterations = math.ceil(workload.train_samples / samples_per_iteration)
+    epoch = iterations * iteration
+    mem = estimate_memory(workload, plan, cluster, rates.activation_factor)
+    return Result(
+        engine="analytic",
+        iteration_time_s=iteration,
+        epoch_time_s=epoch,
+        total_time_s=epoch * workload.epochs,
+        throughput_samples_per_s=samples_per_iteration / iteration if iteration > 0 else 0.0,
+        iterations_per_epoch=iterations,
+        peak_memory_bytes=mem.peak_bytes,
+        peak_tensor_bytes=mem.peak_tensor_bytes,
+        memory_breakdown_bytes=mem.breakdown,
+        memory_capacity_bytes=mem.capacity_bytes,
+        fits_in_memory=mem.fits,
+        gpu_utilization=min(compute / iteration, 1.0) if iteration > 0 else 0.0,
+        gpu_utilization_any_kernel=min(any_busy / iteration, 1.0) if iteration > 0 else 0.0,
+        compute_time_s=compute,
+        comm_time_s=comm,
+        exposed_comm_time_s=max(iteration - compute, 0.0) if comm > 0 else 0.0,
+        comm_bytes_per_iteration=comm_bytes,
+        staleness=staleness,
+        config=config or {},
+        notes=notes + getattr(plan, "notes", ()),
+    )
+
+
+def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorithm: str):
+    comm_costs = CommCosts(cluster, algorithm)
+    durations = task_durations(plan, rows, rates, comm_costs)
+    sched = schedule(plan, durations)
+    compute, comm, any_busy = stream_busy(plan, sched)
+    sent = 0.0
+    for t in plan.tasks:
+        if t.collective:
+            sent += bus_bytes_factor(t.collective, plan.groups[t.group].size) * t.comm_bytes
+    return sched.makespan, compute, comm, any_busy, sent, Staleness()
+
+
+def _server_bandwidth(cluster: Cluster, plan: PSPlan) -> float:
+    """Bytes/s per direction into one shard's server: shards spread over the server nodes."""
+    ps = cluster.spec.ps_servers
+    nodes_used = min(plan.servers, ps.count)
+    return ps.nic_bandwidth.value * nodes_used / plan.servers
+
+
+def _worker_node_bandwidth(cluster: Cluster) -> float:
+    """Bytes/s per direction that leave a worker node; a single-node preset's workers reach
+    the server over their PCIe links (or shared memory for cpu-local)."""
+    bw = cluster.node_network_bandwidth
+    if math.isinf(bw):
+        link = cluster.spec.intra_node
+        per_gpu = link.bandwidth.value if link.link in ("pcie", "shm") else link.pcie_bandwidth.value
+        bw = per_gpu * cluster.gpus_per_node
+    return bw
+
+
+def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[float, float]:
+    """(push, pull) seconds when ``concurrent`` workers transfer at once.
+
+    Each server shard receives 1/S of every push through its NIC (an incast of
+    ``concurrent`` flows shares it); the workers of one node share their node's NICs.
+    Whichever side is slower sets the time. Pulls are the same in the other direction
+    (NICs are full duplex).
+    """
+    server_bw = _server_bandwidth(cluster, plan)
+    node_bw = _worker_node_bandwidth(cluster)
+    workers_per_node = min(concurrent, cluster.gpus_per_node)
+    latency = cluster.ps_latency()
+
+    def one_way(nbytes: float) -> float:
+        server_side = concurrent * nbytes / plan.servers / server_bw
+        worker_side = workers_per_node * nbytes / node_bw
+        return max(server_side, worker_side) + latency
+
+    return one_way(plan.push_bytes), one_way(plan.pull_bytes)
+
+
+def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> float:
+    """Server seconds to aggregate ``grads_aggregated`` gradients and apply one update.
+
+    The update streams the optimizer's passes over the shard through host memory
+    (see simdl.strategies.optimizer_step); aggregation reads each received gradient once.
+    Shards update in parallel on their own servers.
+    """
+    nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
+    return nbytes / cluster.ps_update_bandwidth()
+
+
+def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
+    n = table_rows = workload.table.n_rows
+    del table_rows
+    compute = rows.segment(0, n, "fwd") + rows.segment(0, n, "bwd")
+    N = plan.workers
+    if plan.strategy == "ps-sync":
+        push, pull = ps_transfer_times(cluster, plan, N)
+        update = ps_update_time(cluster, plan, N)
+        iteration = compute + push + update + pull
+        staleness = Staleness()
+    else:
+        # Alone, a worker cycles in compute + push + update + pull. With N workers the
+        # server's NIC (per direction) and CPU are shared: each update demands D seconds
+        # of the busiest server resource, so updates cannot come faster than 1/D.
+        # Throughput is bounded by both (operational analysis, asymptotic bounds:
+        # Lazowska et al., "Quantitative System Performance", 1984, ch. 5).
+        push1, pull1 = ps_transfer_times(cluster, plan, 1)
+        update1 = ps_update_time(cluster, plan, 1)
+        cycle = compute + push1 + update1 + pull1
+        demand = max(plan.push_bytes / plan.servers / _server_bandwidth(cluster, plan), update1)
+        iteration = max(cycle, N * demand)
+        push, pull, update = push1, pull1, update1
+        # Between a worker's pull and the application of its push, each of the N-1 other
+        # workers applies one update on average (equal speeds): staleness N-1.
+        s = float(N - 1)
+        if plan.staleness_bound is not None:
+            s = min(s, float((plan.staleness_bound + 1) * (N - 1)))
+        staleness = Staleness(mean=s, p50=s, p99=s, max=s)
+    comm = push + pull
+    any_busy = compute  # the worker GPU runs no communication kernels in PS mode
+    comm_bytes = plan.push_bytes + plan.pull_bytes
+    return iteration, compute, comm, any_busy, comm_bytes, staleness

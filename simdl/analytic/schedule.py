@@ -1,0 +1,78 @@
+"""Evaluate an SPMD plan in closed form: a max-plus recurrence over streams.
+
+Each task starts when its stream is free and its dependencies have finished, and runs
+for its cost; nothing contends (each stream and each link runs one thing at a time at
+full rate). This is the no-contention limit the simulator must agree with.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..strategies.plan import COMPUTE, SpmdPlan
+from .costs import CommCosts, Rates, RowTimes, memory_bound_time
+
+
+@dataclass(frozen=True)
+class Schedule:
+    start: list[float]
+    end: list[float]
+    duration: list[float]
+
+    @property
+    def makespan(self) -> float:
+        return max(self.end) if self.end else 0.0
+
+
+def task_durations(plan: SpmdPlan, rows: RowTimes, rates: Rates, comm: CommCosts) -> list[float]:
+    out = []
+    for t in plan.tasks:
+        if t.collective:
+            g = plan.groups[t.group]
+            out.append(comm.time(t.collective, t.comm_bytes, g.size, g.scope))
+        else:
+            d = rows.segment(t.rows[0], t.rows[1], t.direction) if t.rows else 0.0
+            if t.bytes or t.kernels:
+                d += memory_bound_time(t.bytes, t.kernels, rates)
+            out.append(d)
+    return out
+
+
+def schedule(plan: SpmdPlan, durations: list[float]) -> Schedule:
+    free: dict[str, float] = {}
+    start: list[float] = []
+    end: list[float] = []
+    for t, d in zip(plan.tasks, durations):
+        s = free.get(t.stream, 0.0)
+        for dep in t.deps:
+            if end[dep] > s:
+                s = end[dep]
+        start.append(s)
+        end.append(s + d)
+        free[t.stream] = s + d
+    return Schedule(start, end, durations)
+
+
+def busy_time(intervals: list[tuple[float, float]]) -> float:
+    """Length of the union of intervals."""
+    total = 0.0
+    cur_s = cur_e = None
+    for s, e in sorted(intervals):
+        if e <= s:
+            continue
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                total += cur_e - cur_s
+            cur_s, cur_e = s, e
+        elif e > cur_e:
+            cur_e = e
+    if cur_e is not None:
+        total += cur_e - cur_s
+    return total
+
+
+def stream_busy(plan: SpmdPlan, sched: Schedule) -> tuple[float, float, float]:
+    """(compute-stream busy, communication busy, any-kernel busy) seconds."""
+    comp = [(s, e) for t, s, e in zip(plan.tasks, sched.start, sched.end) if t.stream == COMPUTE]
+    comm = [(s, e) for t, s, e in zip(plan.tasks, sched.start, sched.end) if t.stream != COMPUTE]
+    return busy_time(comp), busy_time(comm), busy_time(comp + comm)

@@ -1,0 +1,69 @@
+"""The result of a prediction: the same type from both engines."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+MEMORY_CATEGORIES = ("params", "grads", "optimizer", "activations", "comm_buffers", "other")
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """Update staleness in parameter-server modes (0 for synchronous strategies)."""
+
+    mean: float = 0.0
+    p50: float = 0.0
+    p99: float = 0.0
+    max: float = 0.0
+
+
+@dataclass(frozen=True)
+class Result:
+    engine: str
+    iteration_time_s: float
+    epoch_time_s: float
+    total_time_s: float
+    throughput_samples_per_s: float
+    iterations_per_epoch: int
+    peak_memory_bytes: float  # the largest rank, process total (tensors + overheads)
+    peak_tensor_bytes: float  # what torch.cuda.max_memory_allocated would report
+    memory_breakdown_bytes: dict[str, float]
+    memory_capacity_bytes: float
+    fits_in_memory: bool
+    gpu_utilization: float  # compute-stream busy fraction, 0-1
+    gpu_utilization_any_kernel: float  # any kernel (compute or communication) busy, as nvidia-smi counts
+    compute_time_s: float  # compute-stream busy time per iteration
+    comm_time_s: float  # communication busy time per iteration
+    exposed_comm_time_s: float  # communication not hidden behind compute
+    comm_bytes_per_iteration: float  # bytes each GPU sends per iteration
+    staleness: Staleness = field(default_factory=Staleness)
+    config: dict[str, Any] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["notes"] = list(self.notes)
+        return d
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=_jsonable)
+
+    def row(self) -> dict[str, Any]:
+        """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
+        d = {k: v for k, v in self.to_dict().items() if k not in ("memory_breakdown_bytes", "staleness", "config", "notes")}
+        for k, v in self.memory_breakdown_bytes.items():
+            d[f"memory_{k}_bytes"] = v
+        for k, v in asdict(self.staleness).items():
+            d[f"staleness_{k}"] = v
+        for k, v in self.config.items():
+            if isinstance(v, (str, int, float, bool)) or v is None:
+                d[f"config.{k}"] = v
+        return d
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)

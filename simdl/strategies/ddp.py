@@ -1,0 +1,109 @@
+"""DistributedDataParallel: full replicas, gradients all-reduced in buckets during backward.
+
+What PyTorch does (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d/reducer.cpp):
+- Parameters are assigned to buckets in reverse registration order; a bucket closes
+  once its size reaches the cap (the first bucket's cap is 1 MiB, later ones 25 MiB),
+  so a bucket can exceed its cap by one tensor (compute_bucket_assignment_by_size).
+- During backward a bucket is all-reduced as soon as all its gradients are ready;
+  buckets are launched in index order (Reducer::mark_bucket_ready).
+- With broadcast_buffers=True (the default) module buffers are broadcast from rank 0
+  before each forward.
+- After the last all-reduce the averaged gradients are copied from the buckets into
+  ``param.grad`` (gradient_as_bucket_view=False, the default), then the optimizer runs.
+- Under ``no_sync()`` (gradient accumulation) backward runs without communication.
+"""
+
+from __future__ import annotations
+
+from ..cluster import Cluster
+from ..workload.workload import Workload
+from .config import StrategyConfig
+from .optimizer_step import optimizer_task, uses_foreach
+from .plan import COMM, COMPUTE, Group, SpmdPlan, Task
+from .rows import first_row_of_params
+
+
+def bucket_assignment(param_bytes: list[float], first_cap: float, cap: float) -> list[list[int]]:
+    """Indices of parameters per bucket, parameters taken in reverse registration order."""
+    buckets: list[list[int]] = []
+    current: list[int] = []
+    size = 0.0
+    limit = first_cap
+    for i in reversed(range(len(param_bytes))):
+        current.append(i)
+        size += param_bytes[i]
+        if size >= limit:
+            buckets.append(current)
+            current, size, limit = [], 0.0, cap
+    if current:
+        buckets.append(current)
+    return buckets
+
+
+def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
+    table = workload.table
+    n_rows = table.n_rows
+    world = cluster.gpus
+    groups = {"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")}
+    elem = 4  # fp32 gradients: AMP keeps fp32 parameters, so gradients are fp32 too
+    p_bytes = [p.numel * elem for p in table.params]
+    buckets = bucket_assignment(p_bytes, config.first_bucket_bytes, config.bucket_cap_bytes)
+    first_row = first_row_of_params(table)
+    # A bucket is ready after the backward of the earliest-in-forward row owning one of its
+    # parameters (backward runs rows in reverse).
+    ready_row = [min(first_row[i] for i in b) for b in buckets]
+    bucket_bytes = [sum(p_bytes[i] for i in b) for b in buckets]
+
+    tasks: list[Task] = []
+
+    def add(task: Task) -> int:
+        tasks.append(task)
+        return len(tasks) - 1
+
+    communicate = world > 1
+    last_compute: tuple[int, ...] = ()
+    for micro in range(workload.grad_accumulation):
+        sync = micro == workload.grad_accumulation - 1
+        deps = last_compute
+        if communicate and config.broadcast_buffers and table.buffer_bytes > 0:
+            b = add(Task("broadcast_buffers", COMM, "comm", deps=deps, collective="broadcast",
+                         comm_bytes=float(table.buffer_bytes), group="world"))
+            deps = deps + (b,)
+        fwd = add(Task("forward", COMPUTE, "fwd", deps=deps, rows=(0, n_rows), direction="fwd"))
+        if not (sync and communicate):
+            last_compute = (add(Task("backward", COMPUTE, "bwd", deps=(fwd,), rows=(0, n_rows), direction="bwd")),)
+            continue
+        # Split backward where buckets become ready, latest-ready boundary first.
+        boundaries = sorted(set(ready_row), reverse=True)
+        seg_task: dict[int, int] = {}
+        stop = n_rows
+        prev = fwd
+        for start in boundaries:
+            prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=(prev,), rows=(start, stop), direction="bwd"))
+            seg_task[start] = prev
+            stop = start
+        if stop > 0:
+            prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=(prev,), rows=(0, stop), direction="bwd"))
+        last_bwd = prev
+        ar = []
+        for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
+            ar.append(add(Task(f"all_reduce:bucket{k}", COMM, "comm", deps=(seg_task[row],),
+                               collective="all_reduce", comm_bytes=nbytes, group="world")))
+        copy = add(Task("bucket_copy_out", COMPUTE, "bwd", deps=(last_bwd, ar[-1]),
+                        bytes=2.0 * sum(bucket_bytes), kernels=len(buckets)))
+        last_compute = (copy,)
+    opt = add(optimizer_task(workload.optimizer, workload.param_bytes, len(table.params), last_compute,
+                             foreach=uses_foreach(cluster)))
+    del opt
+    return SpmdPlan(
+        strategy="ddp",
+        tasks=tuple(tasks),
+        groups=groups,
+        world_size=world,
+        data_parallel=world,
+        details={
+            "buckets": len(buckets),
+            "bucket_bytes": bucket_bytes,
+            "comm_buffer_bytes": sum(bucket_bytes) if communicate else 0.0,
+        },
+    )

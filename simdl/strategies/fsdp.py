@@ -1,0 +1,174 @@
+"""Fully Sharded Data Parallel: parameters, gradients and optimizer state sharded per unit.
+
+Modelled on FSDP2 (torch.distributed.fsdp.fully_shard), the implementation that runs
+on CPU here and that PyTorch now recommends; FSDP1's ShardingStrategy names map onto it:
+
+  full     FULL_SHARD     reshard_after_forward=True: all-gather each unit before its
+                          forward and again before its backward; reduce-scatter grads.
+  grad_op  SHARD_GRAD_OP  reshard_after_forward=False: one all-gather per unit per step.
+  hybrid   HYBRID_SHARD   full sharding inside a node; the reduce-scattered gradient
+                          shard is then all-reduced across nodes (replicate group).
+  none     NO_SHARD       replicas, gradients all-reduced per unit (DDP-like).
+
+Schedule (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, _fsdp_state.py):
+all-gathers run on their own stream, so the next unit's all-gather overlaps the current
+unit's compute (forward prefetch; backward prefetch "pre" issues the next backward
+all-gather before the current unit's backward compute, "post" after it). At most
+``max_inflight_all_gathers`` unsharded units are gathered ahead of compute. Reduce-
+scatters run on a separate stream. The root unit is not resharded after forward
+(FSDP2 sets reshard_after_forward=False for the root: its parameters are needed again
+at once for backward).
+"""
+
+from __future__ import annotations
+
+from ..cluster import Cluster
+from ..errors import SimdlError
+from ..workload.workload import Workload
+from .config import StrategyConfig
+from .fsdp_units import fsdp_units
+from .optimizer_step import optimizer_task, uses_foreach
+from .plan import COMM, COMM_REDUCE, COMPUTE, Group, SpmdPlan, Task
+
+
+def _runs(row_unit) -> list[tuple[int, int, int]]:
+    """Maximal runs of consecutive rows that belong to one unit: (unit, start, stop)."""
+    runs: list[tuple[int, int, int]] = []
+    start = 0
+    n = len(row_unit)
+    for i in range(1, n + 1):
+        if i == n or row_unit[i] != row_unit[start]:
+            runs.append((int(row_unit[start]), start, i))
+            start = i
+    return runs
+
+
+def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
+    table = workload.table
+    sharding = config.sharding
+    world = cluster.gpus
+    if sharding == "hybrid":
+        shard_size = cluster.gpus_per_node
+        replicas = cluster.nodes
+    elif sharding == "none":
+        shard_size, replicas = 1, world
+    else:
+        shard_size, replicas = world, 1
+    if shard_size * replicas != world:
+        raise SimdlError(f"hybrid sharding needs the same GPU count on every node; got {world} GPUs on {cluster.nodes} nodes")
+    world_scope = "world" if cluster.nodes > 1 else "intra"
+    groups = {
+        "world": Group("world", world, world_scope),
+        "shard": Group("shard", shard_size, "intra" if sharding == "hybrid" else world_scope),
+        "replicate": Group("replicate", replicas, "inter" if sharding == "hybrid" else world_scope),
+    }
+    units = fsdp_units(table, config.wrap)
+    runs = _runs(units.row_unit)
+    elem = 4  # fp32 parameters and gradients
+    # FSDP MixedPrecisionPolicy(param_dtype=bf16/fp16) all-gathers low-precision params;
+    # gradients are reduced in fp32 (reduce_dtype=fp32, as torchtitan's default).
+    ag_elem = 2 if workload.mixed_precision else elem
+    unit_bytes = [u.numel * elem for u in units.units]
+    sharded = shard_size > 1
+    reshard = sharding in ("full", "hybrid")
+
+    limit = config.max_inflight_all_gathers
+    tasks: list[Task] = []
+    reduce_tasks: list[int] = []
+    prev: int | None = None
+    runs_left = [0] * len(units.units)
+    for u, _, _ in runs:
+        runs_left[u] += 1
+
+    def add(task: Task) -> int:
+        tasks.append(task)
+        return len(tasks) - 1
+
+    def all_gather(u: int, deps: tuple[int, ...], phase: str) -> int:
+        name = units.units[u].name or "root"
+        t = add(Task(f"all_gather:{phase}:{name}", COMM, "comm", deps=deps,
+                     collective="all_gather", comm_bytes=units.units[u].numel * ag_elem, group="shard"))
+        # FSDP2 copies the gathered flat buffer out into the unsharded parameters
+        # (foreach_all_gather_copy_out) on the compute stream: one read and one write.
+        return add(Task(f"copy_out:{phase}:{name}", COMPUTE, phase, deps=(t,),
+                        bytes=2.0 * units.units[u].numel * ag_elem, kernels=1))
+
+    def reduce(u: int, after: int) -> None:
+        if unit_bytes[u] == 0 or world == 1:
+            return
+        name = units.units[u].name or "root"
+        if sharding == "none":
+            reduce_tasks.append(add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(after,),
+                                         collective="all_reduce", comm_bytes=unit_bytes[u], group="replicate")))
+            return
+        rs = add(Task(f"reduce_scatter:{name}", COMM_REDUCE, "comm", deps=(after,),
+                      collective="reduce_scatter", comm_bytes=unit_bytes[u], group="shard"))
+        if replicas > 1:
+            rs = add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(rs,), collective="all_reduce",
+                          comm_bytes=unit_bytes[u] / shard_size, group="replicate"))
+        reduce_tasks.append(rs)
+
+    def schedule(run_list: list[tuple[int, int, int]], direction: str, gather, ahead: int) -> None:
+        """Compute runs in order; all-gathers of units for which ``gather(u)`` holds are
+        issued up to ``ahead`` units early (1 = no prefetch: issued when the unit is reached).
+
+        The all-gather of the unit ``limit`` places after a non-root unit waits for that
+        unit's compute to finish (its unsharded memory is freed then); the root is never
+        resharded, so it holds no slot.
+        """
+        nonlocal prev
+        order: list[int] = []
+        for u, _, _ in run_list:
+            if u not in order and gather(u):
+                order.append(u)
+        pos = {u: i for i, u in enumerate(order)}
+        gathered: dict[int, int] = {}
+        done: dict[int, int] = {}
+        for u, start, stop in run_list:
+            if u in pos and u not in gathered:
+                for j in range(pos[u], min(pos[u] + ahead, len(order))):
+                    v = order[j]
+                    if v in gathered:
+                        continue
+                    deps: tuple[int, ...] = (prev,) if (ahead == 1 and prev is not None) else ()
+                    slot = j - limit
+                    if slot >= 0 and order[slot] != 0 and order[slot] in done:
+                        deps += (done[order[slot]],)
+                    gathered[v] = all_gather(v, deps, direction)
+            deps = ((prev,) if prev is not None else ()) + ((gathered[u],) if u in gathered else ())
+            label = "forward" if direction == "fwd" else "backward"
+            prev = add(Task(f"{label}:{units.units[u].name or 'root'}[{start}:{stop}]", COMPUTE, direction,
+                            deps=deps, rows=(start, stop), direction=direction))
+            done[u] = prev
+            if direction == "bwd":
+                runs_left[u] -= 1
+                if runs_left[u] == 0:  # the unit's last backward run: its gradients are complete
+                    reduce(u, prev)
+
+    schedule(runs, "fwd", lambda u: sharded and unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
+    # Backward: resharded units are gathered again; the root kept its parameters.
+    schedule(list(reversed(runs)), "bwd", lambda u: reshard and sharded and unit_bytes[u] > 0 and u != 0,
+             min(2, limit) if config.backward_prefetch == "pre" else 1)
+
+    opt_deps = ((prev,) if prev is not None else ()) + ((reduce_tasks[-1],) if reduce_tasks else ())
+    local_bytes = workload.param_bytes / shard_size
+    add(optimizer_task(workload.optimizer, local_bytes, len(table.params), opt_deps,
+                       foreach=uses_foreach(cluster)))
+    return SpmdPlan(
+        strategy=f"fsdp-{sharding}",
+        tasks=tuple(tasks),
+        groups=groups,
+        world_size=world,
+        data_parallel=world,
+        notes=(units.note,),
+        details={
+            "units": len(units.units),
+            "unit_bytes": unit_bytes,
+            "shard_size": shard_size,
+            "replicas": replicas,
+            "reshard_after_forward": reshard,
+            "all_gather_elem_bytes": ag_elem,
+            "largest_unit_bytes": max(unit_bytes) if unit_bytes else 0,
+            "root_unit_bytes": unit_bytes[0] if unit_bytes else 0,
+        },
+    )

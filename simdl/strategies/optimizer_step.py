@@ -1,0 +1,58 @@
+"""The optimizer step as a memory-bound task: bytes streamed and kernels launched.
+
+Counted from PyTorch's foreach implementations (torch/optim/sgd.py _multi_tensor_sgd,
+torch/optim/adam.py _multi_tensor_adam; default on CUDA since PyTorch 2.0), without
+weight decay: each ``torch._foreach_*`` call reads and writes whole parameter-sized
+tensor lists.
+
+  sgd       add_(p, g)                                   read 2, write 1  -> 3 passes
+  momentum  mul_(buf); add_(buf, g); add_(p, buf)        read 5, write 3  -> 8 passes
+  adam      lerp_(m, g); mul_(v); addcmul_(v, g, g);     read 12, write 8 -> 20 passes
+            sqrt(v) -> d; div_(d); add_(d, eps); div_(d); addcdiv_(p, m, d)
+
+A pass is one parameter-sized tensor read or written once (4 bytes per element in fp32).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .plan import COMPUTE, Task
+
+PASSES = {"sgd": 3, "momentum": 8, "adam": 20}
+FOREACH_CALLS = {"sgd": 1, "momentum": 3, "adam": 8}
+
+# aten/src/ATen/native/cuda/MultiTensorApply.cuh: depth_to_max_tensors = {110, 64, 48, 36, 30}
+# tensors per launch for 1..5 tensor lists; the calls above use 2-3 lists, so 48 is typical.
+FOREACH_TENSORS_PER_LAUNCH = 48
+
+
+def optimizer_task(
+    optimizer: str,
+    local_param_bytes: float,
+    n_tensors: int,
+    deps: tuple[int, ...],
+    *,
+    foreach: bool = True,
+) -> Task:
+    """The optimizer step over ``local_param_bytes`` of fp32 parameters in ``n_tensors`` tensors.
+
+    ``foreach=False`` is PyTorch's choice on CPU tensors (torch/optim/optimizer.py,
+    _default_to_fused_or_foreach: foreach only for CUDA tensors), where each call loops
+    over the tensors one kernel at a time.
+    """
+    calls = FOREACH_CALLS[optimizer]
+    per_call = math.ceil(n_tensors / FOREACH_TENSORS_PER_LAUNCH) if foreach else n_tensors
+    return Task(
+        name=f"optimizer:{optimizer}",
+        stream=COMPUTE,
+        phase="opt",
+        deps=deps,
+        bytes=PASSES[optimizer] * local_param_bytes,
+        kernels=calls * max(per_call, 1),
+    )
+
+
+def uses_foreach(cluster) -> bool:
+    """PyTorch picks foreach kernels for CUDA tensors only (see optimizer_task)."""
+    return cluster.spec.gpu.name != "cpu"

@@ -1,0 +1,102 @@
+"""A strategy plan: the tasks one training iteration runs on each rank, and their order.
+
+A strategy (DDP, FSDP, parameter server) turns a workload and a cluster allocation
+into a plan. Both engines take the same plan: the analytic engine evaluates it in
+closed form (a max-plus recurrence over streams, no contention), the simulator plays
+it on a SimPy timeline over the topology graph (contention, jitter, stragglers).
+
+Tasks run on named streams, as CUDA streams do in PyTorch: the tasks of one stream
+run in list order, and a task also waits for the tasks it depends on (CUDA events).
+SPMD strategies (DDP, FSDP) give one task list that every rank runs; the parameter
+server gives a worker task list plus server-side work in :class:`PSPlan`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+COMPUTE = "compute"  # the default CUDA stream: forward, backward, optimizer kernels
+COMM = "comm"  # NCCL's stream (DDP all-reduce, FSDP all-gather)
+COMM_REDUCE = "comm_reduce"  # FSDP2 runs reduce-scatter on its own stream (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
+
+
+@dataclass(frozen=True)
+class Group:
+    """A process group: ``size`` ranks whose ring crosses links of ``scope``.
+
+    scope: ``intra`` (inside one node), ``inter`` (one rank per node, across the network)
+    or ``world`` (all ranks; crosses the network when there are several nodes).
+    """
+
+    name: str
+    size: int
+    scope: str
+
+
+@dataclass(frozen=True)
+class Task:
+    """One unit of work on one stream.
+
+    A compute task covers table rows ``rows = (start, stop)`` in ``direction`` ``fwd``
+    (execution order) or ``bwd`` (the same rows, run in reverse), plus any extra work
+    given directly (``flops``, ``bytes``, ``kernels``; the optimizer step, bucket copies).
+    A communication task is one collective of ``comm_bytes`` over ``group`` (bytes as
+    nccl-tests counts them: the whole buffer for all_reduce/broadcast, the gathered
+    output for all_gather, the input for reduce_scatter).
+    """
+
+    name: str
+    stream: str
+    phase: str  # data | fwd | bwd | comm | opt
+    deps: tuple[int, ...] = ()
+    rows: tuple[int, int] | None = None
+    direction: str = ""
+    flops: float = 0.0
+    bytes: float = 0.0
+    kernels: int = 0
+    collective: str = ""
+    comm_bytes: float = 0.0
+    group: str = ""
+
+    @property
+    def is_comm(self) -> bool:
+        return bool(self.collective)
+
+
+@dataclass(frozen=True)
+class SpmdPlan:
+    """Tasks every rank runs in one iteration (one optimizer step)."""
+
+    strategy: str
+    tasks: tuple[Task, ...]
+    groups: dict[str, Group]
+    world_size: int
+    # Data-parallel degree: how many ranks each consume a different batch.
+    data_parallel: int
+    notes: tuple[str, ...] = ()
+    # Strategy-specific facts the memory model and the report use (bucket sizes, units...).
+    details: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PSPlan:
+    """A parameter-server iteration: workers compute and exchange with server shards."""
+
+    strategy: str  # ps-sync | ps-async | ps-ssp
+    worker_tasks: tuple[Task, ...]  # forward and backward on the worker's GPU
+    workers: int
+    servers: int
+    push_bytes: float  # gradient bytes a worker sends per iteration (all shards together)
+    pull_bytes: float  # parameter bytes a worker receives per iteration
+    update_bytes: float  # bytes the servers stream through memory to apply one update
+    staleness_bound: int | None = None  # ps-ssp only
+    notes: tuple[str, ...] = ()
+    details: dict = field(default_factory=dict)
+
+    @property
+    def data_parallel(self) -> int:
+        return self.workers
+
+    @property
+    def world_size(self) -> int:
+        return self.workers

@@ -1,0 +1,134 @@
+"""The analytic engine on cases whose answer is known independently of the engine."""
+
+import math
+
+import pytest
+
+import simdl
+from simdl.analytic.costs import device_rates, memory_bound_time, row_times
+from simdl.cluster import allocate, load_cluster
+from simdl.collectives import bus_bytes_factor
+from simdl.strategies import StrategyConfig, build_plan
+from simdl.strategies.fsdp_units import fsdp_units
+from simdl.strategies.optimizer_step import PASSES
+from simdl.workload.library import load_workload
+from simdl.workload.workload import Workload
+
+
+def _setup(model="resnet18", gpus=4, cluster="a100-80gb-nvlink", **kw):
+    table = load_workload(model, dataset="cifar10")
+    wl = Workload(table=table, batch_size=kw.pop("batch_size", 32))
+    alloc = allocate(load_cluster(cluster), gpus)
+    return table, wl, alloc
+
+
+def test_single_gpu_ddp_is_forward_plus_backward_plus_optimizer():
+    table, wl, alloc = _setup(gpus=1)
+    r = simdl.predict(model="resnet18", strategy="ddp", gpus=1)
+    rates = device_rates(alloc, "fp32")
+    rows = row_times(table, 32, rates)
+    n = table.n_rows
+    opt_kernels = 3 * math.ceil(len(table.params) / 48)  # momentum: 3 foreach calls
+    expected = rows.segment(0, n, "fwd") + rows.segment(0, n, "bwd") + memory_bound_time(
+        PASSES["momentum"] * table.param_bytes, opt_kernels, rates)
+    assert r.iteration_time_s == pytest.approx(expected, rel=1e-12)
+    assert r.comm_bytes_per_iteration == 0 and r.exposed_comm_time_s == 0
+
+
+@pytest.mark.parametrize("gpus", [2, 4])
+def test_ddp_sends_two_n_minus_one_over_n_of_the_gradients(gpus):
+    table, wl, alloc = _setup(gpus=gpus)
+    r = simdl.predict(model="resnet18", strategy="ddp", gpus=gpus)
+    grads = table.param_bytes
+    buffers = bus_bytes_factor("broadcast", gpus) * table.buffer_bytes
+    assert r.comm_bytes_per_iteration == pytest.approx(2 * (gpus - 1) / gpus * grads + buffers)
+
+
+def test_fsdp_full_moves_one_and_a_half_times_ddp_minus_the_root():
+    """ZeRO-3 moves 3x the parameters ((n-1)/n each: all-gather fwd, all-gather bwd,
+    reduce-scatter) vs DDP's 2x (Rajbhandari et al., ZeRO, SC'20, section 7.2.2). FSDP
+    does not gather the root unit again in backward (it is not resharded)."""
+    gpus = 4
+    table, wl, alloc = _setup(gpus=gpus)
+    units = fsdp_units(table, "block")
+    root = units.units[0].numel * 4
+    r = simdl.predict(model="resnet18", strategy="fsdp", gpus=gpus, sharding="full")
+    f = (gpus - 1) / gpus
+    assert r.comm_bytes_per_iteration == pytest.approx(f * (3 * table.param_bytes - root))
+    go = simdl.predict(model="resnet18", strategy="fsdp", gpus=gpus, sharding="grad_op")
+    assert go.comm_bytes_per_iteration == pytest.approx(f * 2 * table.param_bytes)
+
+
+def test_fsdp_memory_falls_as_one_over_n_while_activations_stay():
+    model = "vit_b_16"
+    rs = {n: simdl.predict(model=model, strategy="fsdp", gpus=n, cluster="dgx-a100", sharding="full", dataset="imagenet",
+                           optimizer="adam") for n in (2, 4, 8)}
+    for n in (4, 8):
+        a, b = rs[2].memory_breakdown_bytes, rs[n].memory_breakdown_bytes
+        assert b["optimizer"] == pytest.approx(a["optimizer"] * 2 / n)
+        assert b["activations"] == pytest.approx(a["activations"])
+    assert rs[8].peak_tensor_bytes < rs[4].peak_tensor_bytes < rs[2].peak_tensor_bytes
+
+
+def test_hybrid_sits_between_full_and_none():
+    kw = dict(model="vit_b_16", strategy="fsdp", gpus=16, cluster="dgx-a100", optimizer="adam")
+    full = simdl.predict(sharding="full", **kw).peak_tensor_bytes
+    hybrid = simdl.predict(sharding="hybrid", **kw).peak_tensor_bytes
+    none = simdl.predict(sharding="none", **kw).peak_tensor_bytes
+    assert full < hybrid < none
+
+
+def test_more_bandwidth_never_slows_ddp():
+    slow = simdl.predict(model="vgg16", strategy="ddp", gpus=4, cluster="a100-80gb-pcie")
+    fast = simdl.predict(model="vgg16", strategy="ddp", gpus=4, cluster="a100-80gb-nvlink")
+    assert fast.iteration_time_s <= slow.iteration_time_s
+    assert fast.comm_time_s < slow.comm_time_s
+
+
+def test_ps_sync_has_no_staleness_and_async_has_n_minus_one():
+    kw = dict(model="resnet50", gpus=4, cluster="a10g-ps", dataset="mnist")
+    sync = simdl.predict(strategy="ps-sync", **kw)
+    asyn = simdl.predict(strategy="ps-async", **kw)
+    assert sync.staleness.mean == 0 and sync.staleness.max == 0
+    assert asyn.staleness.mean == 3
+    # Without a barrier and an incast of all pushes at once, async iterates no slower.
+    assert asyn.iteration_time_s <= sync.iteration_time_s
+
+
+def test_epoch_is_iterations_times_step():
+    r = simdl.predict(model="resnet18", strategy="ddp", gpus=4, batch_size=64, epochs=3)
+    assert r.iterations_per_epoch == math.ceil(50_000 / (64 * 4))
+    assert r.epoch_time_s == pytest.approx(r.iterations_per_epoch * r.iteration_time_s)
+    assert r.total_time_s == pytest.approx(3 * r.epoch_time_s)
+    assert r.throughput_samples_per_s == pytest.approx(64 * 4 / r.iteration_time_s)
+
+
+def test_memory_grows_with_batch_and_optimizer_state():
+    small = simdl.predict(model="resnet50", strategy="ddp", gpus=2, batch_size=16)
+    big = simdl.predict(model="resnet50", strategy="ddp", gpus=2, batch_size=128)
+    assert big.memory_breakdown_bytes["activations"] > 4 * small.memory_breakdown_bytes["activations"]
+    sgd = simdl.predict(model="resnet50", strategy="ddp", gpus=2, optimizer="sgd")
+    adam = simdl.predict(model="resnet50", strategy="ddp", gpus=2, optimizer="adam")
+    table = load_workload("resnet50", dataset="cifar10")
+    assert sgd.memory_breakdown_bytes["optimizer"] == 0
+    assert adam.memory_breakdown_bytes["optimizer"] == pytest.approx(2 * table.param_bytes)
+
+
+def test_a_model_too_big_for_a_gpu_does_not_fit():
+    r = simdl.predict(model="convnext_large", strategy="ddp", gpus=2, cluster="a10g-ps", dataset="imagenet",
+                      batch_size=256, optimizer="adam")
+    assert not r.fits_in_memory
+
+
+def test_all_strategies_give_finite_positive_answers():
+    cases = [("ddp", {}), ("fsdp", {"sharding": "full"}), ("fsdp", {"sharding": "grad_op"}),
+             ("fsdp", {"sharding": "hybrid"}), ("fsdp", {"sharding": "none"})]
+    for model in ("mnist_cnn", "efficientnet_v2_s", "densenet121", "vit_b_32", "mobilenet_v3_large"):
+        for strategy, kw in cases:
+            r = simdl.predict(model=model, strategy=strategy, gpus=8, cluster="a100-40gb-2node", **kw)
+            assert 0 < r.iteration_time_s < math.inf
+            assert 0 < r.peak_memory_bytes < math.inf
+            assert 0 <= r.gpu_utilization <= 1
+    for strategy in ("ps-sync", "ps-async", "ps-ssp"):
+        r = simdl.predict(model="densenet121", strategy=strategy, gpus=4, cluster="a10g-ps", dataset="mnist")
+        assert 0 < r.iteration_time_s < math.inf
