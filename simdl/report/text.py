@@ -1,0 +1,70 @@
+"""Human-readable output: compact tables with units."""
+
+from __future__ import annotations
+
+from ..result import MEMORY_CATEGORIES, Result
+from ..units import GB, GiB, format_bytes, format_seconds
+
+
+def format_result(r: Result) -> str:
+    c = r.config
+    head = (
+        f"{c.get('model')} on {c.get('dataset')} ({c.get('input_shape')}), {c.get('label')}, "
+        f"{c.get('gpus')} x {c.get('gpu')} ({c.get('cluster')}, {c.get('nodes')} node{'s' if c.get('nodes', 1) > 1 else ''}), "
+        f"batch {c.get('batch_size')}/GPU, {c.get('precision')}, {c.get('optimizer')}  [{r.engine}]"
+    )
+    lines = [head]
+
+    def row(label: str, value: str, extra: str = "") -> None:
+        lines.append(f"  {label:<18}{value:>12}   {extra}".rstrip())
+
+    row("iteration", format_seconds(r.iteration_time_s),
+        f"compute {format_seconds(r.compute_time_s)}, communication {format_seconds(r.comm_time_s)}, "
+        f"exposed {format_seconds(r.exposed_comm_time_s)}")
+    row("epoch", format_seconds(r.epoch_time_s), f"{r.iterations_per_epoch:,} iterations")
+    row(f"total ({c.get('epochs')} ep)", format_seconds(r.total_time_s))
+    row("throughput", f"{r.throughput_samples_per_s:,.0f}", "samples/s")
+    row("GPU utilization", f"{100 * r.gpu_utilization:.0f} %",
+        f"compute stream; {100 * r.gpu_utilization_any_kernel:.0f} % any kernel")
+    row("comm per GPU", f"{r.comm_bytes_per_iteration / GB:.3f} GB", "sent per iteration")
+    fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
+    row("peak memory", format_bytes(r.peak_memory_bytes),
+        f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}")
+    parts = [f"{k.replace('_', ' ')} {format_bytes(r.memory_breakdown_bytes[k])}" for k in MEMORY_CATEGORIES]
+    lines.append("    " + " | ".join(parts))
+    s = r.staleness
+    if c.get("strategy", "").startswith("ps-"):
+        row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f}")
+    for note in r.notes:
+        lines.append(f"  note: {note}")
+    assumed = c.get("assumed") or {}
+    if assumed:
+        lines.append("  assumed (not given on the command line):")
+        width = max(len(f"{k}={c.get(k, '')}") for k in assumed)
+        for k, why in assumed.items():
+            lines.append(f"    {f'{k}={c.get(k, chr(45))}':<{width}}  {why}")
+    return "\n".join(lines)
+
+
+def format_cluster_list(specs) -> str:
+    rows = [("preset", "GPU", "GPUs/node", "nodes", "intra-node", "network", "PS")]
+    for s in specs:
+        intra = f"{s.intra_node.link} {s.intra_node.bandwidth.value / GB:.0f} GB/s"
+        if s.inter_node is not None:
+            n = int(s.inter_node.nics_per_node.value)
+            net = f"{n} x {s.inter_node.nic_bandwidth.value * 8 / GB:.0f} Gb/s"
+        else:
+            net = "-"
+        nodes = f"{s.nodes}" + ("" if s.max_nodes == s.nodes else f" (max {s.max_nodes or 'any'})")
+        ps = f"{s.ps_servers.count}" if s.ps_servers is not None else "-"
+        rows.append((s.name, s.gpu.name, str(s.gpus_per_node), nodes, intra, net, ps))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def format_cluster(spec) -> str:
+    """The preset as its YAML form: every value with its kind and source."""
+    import yaml
+
+    head = f"# {spec.name}: {spec.description}\n# file: {spec.source_path}\n"
+    return head + yaml.safe_dump(spec.to_dict(), sort_keys=False, width=120)
