@@ -1,0 +1,276 @@
+"""The simulator: play a plan on a SimPy timeline over the topology, return a Result.
+
+``simulate(workload, cluster, plan, ...)`` is the simulated twin of
+:func:`simdl.analytic.engine.evaluate`: same inputs, same :class:`~simdl.result.Result`
+(``engine="sim"``), every field computed from the timeline:
+
+* iteration time in steady state: ``iterations`` are played, the first ``warmup`` are
+  excluded (the data loader's first batch, empty queues), the rest averaged;
+* utilisation two ways (compute-stream busy / any kernel busy), communication busy time and
+  its exposed (not overlapped by compute) part, from the union of task intervals;
+* peak memory from allocation events (:mod:`simdl.sim.memory_timeline`);
+* bytes each GPU sends (payload leaving its GPU links) and, in :class:`SimRun`, per-link
+  bytes and utilisation, per-rank peaks, the staleness histogram and the event list.
+
+``simulate(..., return_run=True)`` returns the :class:`SimRun` (its ``.result`` is the Result);
+``simdl trace`` and ``simdl plot`` use it.
+
+Engine options (``predict(..., engine="sim", **options)``): ``iterations``, ``warmup``,
+``straggler`` (``"rank=0,factor=1.5"`` or a list), ``jitter`` (``"lognormal:0.1"``), ``seed``,
+``free_comm`` (links of infinite bandwidth and zero latency: a what-if and a test hook),
+``contention`` (default True; False runs every flow at the rate it would get alone -- the
+analytic model's assumption -- to isolate what link sharing costs).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import simpy
+
+from ..errors import SimdlError
+from ..result import Result, Staleness
+from ..strategies.plan import COMPUTE, PSPlan, SpmdPlan
+
+DEFAULT_ITERATIONS = 3
+DEFAULT_WARMUP = 1
+# Asynchronous PS modes need more iterations for the workers to settle into their rotation.
+DEFAULT_ITERATIONS_ASYNC = 12
+DEFAULT_WARMUP_ASYNC = 4
+
+
+@dataclass
+class SimRun:
+    """Everything the timeline shows; ``result`` is the Result both engines return."""
+
+    result: Result
+    plan: Any
+    cluster: Any
+    records: list  # TaskRecord (class/worker, iteration, task, start, end, stream, name, phase, is_comm)
+    classes: list[tuple[int, ...]]  # rank sets one record stream stands for
+    window: tuple[float, float]  # steady-state window (s)
+    link_names: list[str]
+    link_kinds: list[str]
+    link_capacity: np.ndarray
+    link_bytes_per_iteration: np.ndarray
+    link_utilization: np.ndarray  # mean fraction of capacity used over the window
+    network: Any  # the Network; ``link_segments`` rebuilds per-link busy intervals from it
+    peak_memory_by_rank: dict[int, float]  # tensor peak per rank
+    memory: dict[int, Any]  # class -> MemoryTimeline
+    staleness_histogram: dict[int, int] = field(default_factory=dict)
+    recomputes: int = 0
+
+    @property
+    def link_segments(self) -> dict[int, list]:
+        """link -> [[start, end, utilisation], ...] over the whole run."""
+        return self.network.segments
+
+    def busiest_links(self, k: int = 10) -> list[tuple[str, float, float]]:
+        order = np.argsort(-self.link_utilization, kind="stable")[:k]
+        return [(self.link_names[i], float(self.link_utilization[i]), float(self.link_bytes_per_iteration[i]))
+                for i in order if self.link_utilization[i] > 0]
+
+
+def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto", loader_workers: int = 4,
+             config: dict | None = None, notes: tuple[str, ...] = (), iterations: int | None = None,
+             warmup: int | None = None, straggler=None, jitter=None, seed: int = 0, free_comm: bool = False,
+             contention: bool = True, return_run: bool = False, **unknown_options):
+    """Simulate ``plan`` and return a :class:`Result` (or the :class:`SimRun` with ``return_run``)."""
+    if unknown_options:
+        raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
+                         "iterations, warmup, straggler, jitter, seed, free_comm, contention")
+    from ..analytic.costs import CommCosts, device_rates, row_times
+    from ..cluster.topology import build_topology
+    from .collectives import Collectives, Router
+    from .network import Network
+    from .stragglers import build as build_hetero
+
+    is_ps = isinstance(plan, PSPlan)
+    async_ps = is_ps and plan.strategy != "ps-sync"
+    if iterations is None:
+        iterations = DEFAULT_ITERATIONS_ASYNC if async_ps else DEFAULT_ITERATIONS
+    if warmup is None:
+        warmup = min(DEFAULT_WARMUP_ASYNC if async_ps else DEFAULT_WARMUP, iterations - 1)
+    for name, v, lo in (("iterations", iterations, 1), ("warmup", warmup, 0)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise SimdlError(f"--{name} {v!r} must be an integer >= {lo}")
+    if warmup >= iterations:
+        raise SimdlError(f"--warmup {warmup} must be less than --iterations {iterations}")
+    hetero = build_hetero(straggler, jitter, seed)
+    hetero.check_ranks(plan.world_size)
+
+    rates = device_rates(cluster, workload.precision)
+    rows = row_times(workload.table, workload.batch_size, rates)
+    comm = CommCosts(cluster, algorithm)
+    graph = build_topology(cluster)
+    router = Router(graph, cluster)
+    env = simpy.Environment()
+    net = Network(env, router.capacity, router.names, contention=contention)
+    per_sample = cluster.spec.host.dataloader_sample.value
+    batch_time = workload.batch_size * per_sample
+    snapshots: list = []
+
+    def on_iteration_end(c: int) -> None:
+        if c == 0:  # link statistics at every iteration end of the first class/worker
+            snapshots.append(net.stats())
+
+    if is_ps:
+        from ..analytic.engine import ps_update_time
+        from .ps import run_ps
+
+        durations = [_compute_time(t, rows, rates) for t in plan.worker_tasks]
+        run = run_ps(env, net, router, plan, cluster, durations, hetero, iterations, loader_workers,
+                     batch_time, lambda k: ps_update_time(cluster, plan, k), free_comm, on_iteration_end)
+        classes = [(w,) for w in range(plan.workers)]
+        ends = run.iteration_end
+    else:
+        from ..analytic.schedule import task_durations
+        from .ranks import CollectiveHub, run_spmd
+
+        durations = task_durations(plan, rows, rates, comm)
+        classes = hetero.classes(plan.world_size)
+        colls = Collectives(router, cluster, comm, algorithm)
+        hub = CollectiveHub(env, net, colls, plan, classes, free_comm)
+        run = run_spmd(env, plan, durations, hub, classes, hetero, iterations, loader_workers, batch_time,
+                       on_iteration_end)
+        ends = run.iteration_end
+    env.run()
+    for c, e in enumerate(ends):
+        if len(e) != iterations:
+            raise SimdlError(f"simulation deadlocked: rank class {c} finished {len(e)} of {iterations} iterations")
+
+    measured = iterations - warmup
+    t_start = max(e[warmup - 1] for e in ends) if warmup > 0 else 0.0
+    t_end = max(e[-1] for e in ends)
+    # Per class: own steady-state window, busy times per iteration.
+    weights = [len(c) for c in classes]
+    comp, commb, anyb, periods = [], [], [], []
+    for c, e in enumerate(ends):
+        w0 = e[warmup - 1] if warmup > 0 else 0.0
+        w1 = e[-1]
+        periods.append((w1 - w0) / measured)
+        recs = [r for r in run.records if r.cls == c]
+        comp_iv = [(r.start, r.end) for r in recs if not r.is_comm and r.stream == COMPUTE]
+        comm_iv = [(r.start, r.end) for r in recs if r.is_comm]
+        if is_ps:
+            comm_iv = [(s, t) for (w, _, s, t, _) in run.transfers if w == c]
+        comp.append(_busy(comp_iv, w0, w1) / measured)
+        commb.append(_busy(comm_iv, w0, w1) / measured)
+        anyb.append(_busy(comp_iv + ([] if is_ps else comm_iv), w0, w1) / measured)
+    wsum = sum(weights)
+
+    def mean(xs):
+        return sum(x * k for x, k in zip(xs, weights)) / wsum
+
+    iteration = mean(periods) if is_ps else (t_end - t_start) / measured
+    compute, comm_busy, any_busy = mean(comp), mean(commb), mean(anyb)
+
+    # Links over the steady-state window.
+    s0, s1 = snapshots[warmup - 1] if warmup > 0 else None, snapshots[-1]
+    bytes_w = s1.bytes - (s0.bytes if s0 else 0.0)
+    load_w = s1.load_s - (s0.load_s if s0 else 0.0)
+    span = (ends[0][-1] - (ends[0][warmup - 1] if warmup > 0 else 0.0)) or 1.0
+    link_bytes = bytes_w / measured
+    link_util = load_w / span
+    gpu_out = np.array([n.startswith("gpu:") for n in (name.split("->")[0] for name in router.names)])
+    sent_per_gpu = float(link_bytes[gpu_out].sum()) / plan.world_size
+
+    # Memory from the timeline of the last iteration.
+    from . import memory_timeline as mt
+
+    mem: dict[int, Any] = {}
+    peak_by_rank: dict[int, float] = {}
+    for c, members in enumerate(classes):
+        last = [r for r in run.records if r.cls == c and r.iteration == iterations - 1]
+        if is_ps:
+            m = mt.build(workload, plan, cluster, rates.activation_factor, last, rows, tasks=plan.worker_tasks, ps=True)
+        else:
+            m = mt.build(workload, plan, cluster, rates.activation_factor, last, rows)
+        mem[c] = m
+        for r in members:
+            peak_by_rank[r] = m.peak_tensor_bytes
+    worst = max(mem, key=lambda c: mem[c].peak_tensor_bytes)
+    peak_tensor = mem[worst].peak_tensor_bytes
+    breakdown = dict(mem[worst].breakdown)
+    other = mt.process_overheads(cluster, peak_tensor)
+    breakdown["other"] = breakdown.get("other", 0.0) + other
+    capacity = cluster.spec.gpu.memory_bytes.value  # as the analytic model (memory.model) counts it
+
+    # Staleness.
+    hist: dict[int, int] = {}
+    staleness = Staleness()
+    if is_ps and plan.strategy != "ps-sync":
+        samples = [s for s, it in zip(run.staleness, run.staleness_it) if it >= warmup] or run.staleness
+        if samples:
+            arr = np.array(samples, dtype=float)
+            hist = dict(sorted(Counter(int(x) for x in samples).items()))
+            staleness = Staleness(mean=float(arr.mean()), p50=float(np.percentile(arr, 50)),
+                                  p99=float(np.percentile(arr, 99)), max=float(arr.max()))
+
+    notes = tuple(notes)
+    waited = [_busy(iv, t_start, t_end) / measured for iv in run.data_wait]
+    if max(waited, default=0.0) > 1e-3 * iteration:
+        notes += (f"input pipeline bound: compute waited up to {max(waited):.4g} s per iteration for data",)
+    if hetero.factors or hetero.jittered:
+        notes += (f"heterogeneity: {len(hetero.factors)} straggler rank(s), jitter {hetero.jitter}"
+                  f"{':' + format(hetero.jitter_param, 'g') if hetero.jittered else ''}, seed {hetero.seed}",)
+    notes += (f"simulated {iterations} iterations ({warmup} warm-up); {len(classes)} rank class(es)",)
+    samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
+    iters = math.ceil(workload.train_samples / samples_per_iteration)
+    epoch = iters * iteration
+    cfg = dict(config or {})
+    cfg.update(sim_iterations=iterations, sim_warmup=warmup, seed=seed)
+    if hetero.factors:
+        cfg["straggler"] = [f"rank={r},factor={f:g}" for r, f in hetero.factors]
+    if hetero.jittered:
+        cfg["jitter"] = f"{hetero.jitter}:{hetero.jitter_param:g}"
+    result = Result(
+        engine="sim",
+        iteration_time_s=iteration,
+        epoch_time_s=epoch,
+        total_time_s=epoch * workload.epochs,
+        throughput_samples_per_s=samples_per_iteration / iteration if iteration > 0 else 0.0,
+        iterations_per_epoch=iters,
+        peak_memory_bytes=peak_tensor + other,
+        peak_tensor_bytes=peak_tensor,
+        memory_breakdown_bytes=breakdown,
+        memory_capacity_bytes=capacity,
+        fits_in_memory=peak_tensor + other <= capacity,
+        gpu_utilization=min(compute / iteration, 1.0) if iteration > 0 else 0.0,
+        gpu_utilization_any_kernel=min(any_busy / iteration, 1.0) if iteration > 0 else 0.0,
+        compute_time_s=compute,
+        comm_time_s=comm_busy,
+        exposed_comm_time_s=max(iteration - compute, 0.0) if is_ps else max(any_busy - compute, 0.0),
+        comm_bytes_per_iteration=sent_per_gpu,
+        staleness=staleness,
+        config=cfg,
+        notes=notes + tuple(getattr(plan, "notes", ())),
+    )
+    if not return_run:
+        return result
+    return SimRun(result=result, plan=plan, cluster=cluster, records=run.records, classes=classes,
+                  window=(t_start, t_end), link_names=router.names, link_kinds=router.kinds,
+                  link_capacity=router.capacity, link_bytes_per_iteration=link_bytes,
+                  link_utilization=link_util, network=net,
+                  peak_memory_by_rank=peak_by_rank, memory=mem, staleness_histogram=hist,
+                  recomputes=net.recomputes)
+
+
+def _compute_time(task, rows, rates) -> float:
+    from ..analytic.costs import memory_bound_time
+
+    d = rows.segment(task.rows[0], task.rows[1], task.direction) if task.rows else 0.0
+    if task.bytes or task.kernels:
+        d += memory_bound_time(task.bytes, task.kernels, rates)
+    return d
+
+
+def _busy(intervals, lo: float, hi: float) -> float:
+    from ..analytic.schedule import busy_time
+
+    clipped = [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
+    return busy_time(clipped)

@@ -1,0 +1,132 @@
+"""Parameter server on the timeline: worker and server processes, staleness accounting.
+
+Workers (GPU ranks) loop: take a batch, forward + backward, push 1/S of the gradients to
+each of the S server shards, pull the shard's parameters once the push is applied. Pushes
+and pulls are flows from ``gpu:<rank>`` to ``ps:<s>`` over the topology (GPU -> PCIe -> NIC
+-> network -> server NIC), so an incast of N workers into one server NIC shares it.
+PS transfers are plain point-to-point messages: link bandwidth at face value, the route's
+latency (as the analytic model: no collective efficiency).
+
+Each shard has its own CPU (a SimPy ``Resource`` of capacity 1): updates to one shard are
+applied one after another; the cost of one is the analytic model's
+:func:`simdl.analytic.engine.ps_update_time`.
+
+* ``ps-sync``: a shard waits for the pushes of all N workers for the iteration, applies one
+  update of the aggregated gradient, then answers every worker's pull (staleness 0).
+* ``ps-async``: each push is applied on arrival (Li et al., OSDI 2014). The staleness of an
+  update is the number of updates other workers applied to the shard between this
+  worker's pull (the parameter version it computed on) and the application of its push.
+* ``ps-ssp``: as async, but a worker whose clock (finished iterations) is more than the
+  bound ahead of the slowest worker's waits before its next iteration (Ho et al., NIPS 2013).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from .ranks import Loader, TaskRecord
+
+
+@dataclass
+class PSRun:
+    workers: int
+    records: list[TaskRecord] = field(default_factory=list)
+    iteration_end: list[list[float]] = field(default_factory=list)  # per worker
+    transfers: list[tuple[int, int, float, float, str]] = field(default_factory=list)  # (worker, it, start, end, push|pull), shard 0
+    staleness: list[int] = field(default_factory=list)  # one per applied push (per shard)
+    staleness_it: list[int] = field(default_factory=list)  # iteration of each staleness sample
+    data_wait: list[list] = field(default_factory=list)
+
+
+class _Shard:
+    def __init__(self, env, index: int):
+        self.index = index
+        self.cpu = simpy.Resource(env, capacity=1)
+        self.version = 0
+        self.arrived: dict[int, int] = {}  # sync: iteration -> pushes arrived
+        self.ready: dict[int, simpy.Event] = {}  # sync: iteration -> update applied
+
+
+def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: int,
+           loader_workers: int, batch_time: float, update_time, free_comm: bool = False,
+           on_iteration_end=None) -> PSRun:
+    """Start the worker processes; ``update_time(k)`` = server seconds for k aggregated gradients."""
+    N, S = plan.workers, plan.servers
+    run = PSRun(N, iteration_end=[[] for _ in range(N)], data_wait=[[] for _ in range(N)])
+    shards = [_Shard(env, s) for s in range(S)]
+    clocks = [0] * N
+    clock_event = [env.event()]
+
+    def transfer(src: str, dst: str, nbytes: float):
+        if free_comm:
+            return env.timeout(0)
+        links = router.path(src, dst)
+        latency = float(router.latency[list(links)].sum()) if links else 0.0
+        return network.transfer(links, [1.0] * len(links), nbytes, latency, name=f"{src}->{dst}")
+
+    def exchange(w: int, it: int, shard: _Shard, pulled_version: int):
+        """Push to one shard, have it applied, pull it back; returns the version pulled."""
+        gpu, server = f"gpu:{w}", f"ps:{shard.index}"
+        t0 = env.now
+        yield transfer(gpu, server, plan.push_bytes / S)
+        if shard.index == 0:
+            run.transfers.append((w, it, t0, env.now, "push"))
+        if plan.strategy == "ps-sync":
+            shard.arrived[it] = shard.arrived.get(it, 0) + 1
+            ready = shard.ready.setdefault(it, env.event())
+            if shard.arrived[it] == N:
+                with shard.cpu.request() as req:
+                    yield req
+                    yield env.timeout(update_time(N))
+                shard.version += 1
+                ready.succeed()
+            yield ready
+        else:
+            with shard.cpu.request() as req:
+                yield req
+                run.staleness.append(shard.version - pulled_version)
+                run.staleness_it.append(it)
+                yield env.timeout(update_time(1))
+                shard.version += 1
+        version = shard.version
+        t0 = env.now
+        yield transfer(server, gpu, plan.pull_bytes / S)
+        if shard.index == 0:
+            run.transfers.append((w, it, t0, env.now, "pull"))
+        return version
+
+    def worker(w: int):
+        loader = Loader(env, loader_workers, batch_time)
+        factor = hetero.factor(w)
+        versions = [0] * S
+        for it in range(iterations):
+            if plan.strategy == "ps-ssp" and plan.staleness_bound is not None:
+                while clocks[w] - min(clocks) > plan.staleness_bound:
+                    yield clock_event[0]
+            ev = loader.get()
+            if ev is not None:
+                t0 = env.now
+                yield ev
+                run.data_wait[w].append((t0, env.now))
+            draws = hetero.draws(w, it, len(plan.worker_tasks))
+            for k, task in enumerate(plan.worker_tasks):
+                start = env.now
+                d = durations[k] * factor * float(draws[k])
+                if d > 0:
+                    yield env.timeout(d)
+                run.records.append(TaskRecord(w, it, k, start, env.now, task.stream, task.name, task.phase, False))
+            procs = [env.process(exchange(w, it, shards[s], versions[s])) for s in range(S)]
+            result = yield env.all_of(procs)
+            versions = [result[p] for p in procs]
+            clocks[w] += 1
+            old, clock_event[0] = clock_event[0], env.event()
+            old.succeed()
+            run.iteration_end[w].append(env.now)
+            if on_iteration_end is not None:
+                on_iteration_end(w)
+
+    for w in range(N):
+        env.process(worker(w))
+    return run
