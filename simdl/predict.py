@@ -7,10 +7,13 @@ listed under ``config["assumed"]`` with where the default comes from.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import SimdlError, unknown
 from .result import Result
+
+if TYPE_CHECKING:
+    from .cluster import ClusterSpec
 
 ENGINES = ("analytic", "sim")
 DEFAULT_CLUSTER = "a100-80gb-nvlink"  # study 1, experiment 1: 4 x A100 80 GB in one node (NVLink assumed)
@@ -39,7 +42,7 @@ def predict(
     gpus: int = 4,
     *,
     nodes: int | None = None,
-    cluster: str | None = None,
+    cluster: str | ClusterSpec | None = None,
     dataset: str | None = None,
     input_shape: str | tuple[int, ...] | None = None,
     num_classes: int | None = None,
@@ -56,11 +59,13 @@ def predict(
     algorithm: str | None = None,
     loader_workers: int | None = None,
     grad_accumulation: int = 1,
+    activation_checkpointing: bool = False,
+    cpu_offload: bool = False,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
     """Predict one training configuration. Raises :class:`SimdlError` on bad input."""
-    from .cluster import allocate, load_cluster
+    from .cluster import ClusterSpec, allocate, load_cluster
     from .strategies import StrategyConfig, build_plan
     from .strategies.config import DDP_BUCKET_CAP_BYTES
     from .units import MiB
@@ -103,8 +108,10 @@ def predict(
         optimizer=optimizer,
         precision=precision,
         grad_accumulation=grad_accumulation,
+        activation_checkpointing=activation_checkpointing,
     )
-    spec = load_cluster(cluster)
+    # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
+    spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     alloc = allocate(spec, gpus, nodes)
     if not isinstance(loader_workers, int) or loader_workers < 0:
         raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
@@ -116,6 +123,7 @@ def predict(
         ps_servers=ps_servers,
         bucket_cap_bytes=DDP_BUCKET_CAP_BYTES if bucket_cap_mb is None else bucket_cap_mb * MiB,
         algorithm=algorithm,
+        cpu_offload=cpu_offload,
     )
     plan = build_plan(workload, alloc, config)
     echo = {
@@ -137,6 +145,7 @@ def predict(
         "optimizer": optimizer,
         "precision": precision,
         "grad_accumulation": grad_accumulation,
+        "activation_checkpointing": activation_checkpointing,
         "loader_workers": loader_workers,
         "algorithm": algorithm,
         "engine": engine,
@@ -146,7 +155,7 @@ def predict(
         echo["first_bucket_bytes"] = config.first_bucket_bytes
         echo["buckets"] = plan.details["buckets"]
     if config.name == "fsdp":
-        echo.update(sharding=sharding, wrap=wrap, fsdp_units=plan.details["units"])
+        echo.update(sharding=sharding, wrap=wrap, fsdp_units=plan.details["units"], cpu_offload=cpu_offload)
     if config.is_ps:
         echo["ps_servers"] = ps_servers
         if config.name == "ps-ssp":

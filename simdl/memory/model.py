@@ -1,38 +1,40 @@
-"""Peak memory per rank, with a breakdown at the moment of the peak.
+"""Peak memory per rank, with its breakdown at the moment of the peak.
 
-Tensors (what ``torch.cuda.max_memory_allocated`` reports):
-- params: the fp32 parameters a rank holds (a 1/shard slice under FSDP), plus FSDP's
-  unsharded units alive at the peak (the root, the unit being computed and the one
-  prefetched; every unit under grad_op, which keeps them until after backward).
-- grads: gradients produced so far in backward (sharded under FSDP, after reduce-scatter).
-- optimizer: optimizer state, which exists from the first step on (steady state).
-- activations: saved-for-backward tensors not yet freed, plus the output gradient and
-  input gradient of the layer running at the peak; autocast's cache of low-precision
-  weight copies under mixed precision.
-- comm_buffers: DDP's gradient buckets (a flat copy of all gradients unless
-  gradient_as_bucket_view=True, torch/nn/parallel/distributed.py); FSDP's all-gather
-  output and reduce-scatter input of one unit; the PS worker's pulled-parameter buffer.
+The peak comes from the allocation timeline (:mod:`simdl.memory.timeline`) of one
+steady-state iteration. Two figures are reported:
 
-Process overheads ("other"): CUDA context and library workspaces, and the caching
-allocator's rounding/fragmentation as a fraction of tensor memory, all named
-parameters of the cluster profile.
+* **tensor bytes** (``peak_tensor_bytes``): what ``torch.cuda.max_memory_allocated``
+  would show: the timeline's peak plus the caching allocator's rounding of every
+  allocation up to 512 bytes (``kMinBlockSize``, c10/cuda/CUDACachingAllocator.cpp),
+  counted exactly for parameters, gradients and optimizer state (their tensor sizes are
+  known) and not for activations (their count is not). No rounding on the CPU device.
+* **process bytes** (``peak_bytes``): what nvidia-smi would show: tensors, plus the
+  CUDA context, the cuBLAS/cuDNN workspace and the memory the caching allocator holds
+  reserved beyond the live tensors (fragmentation), all named parameters of the cluster
+  profile (``memory:`` in the cluster YAML: context_MiB, workspace_MiB,
+  allocator_fragmentation as a fraction of the tensor peak), to be calibrated.
 
-The peak is found along backward: as the rows run in reverse, saved activations are
-freed and gradients appear; the peak is the row where their sum (plus the transient
-gradients of that row) is largest. Zero-grad with set_to_none=True (PyTorch's default
-since 2.0, torch/optim/optimizer.py) means no gradients exist during forward.
+Breakdown keys (:data:`simdl.result.MEMORY_CATEGORIES`): params, grads, optimizer,
+activations (saved activations *and* the temporaries of the running op: activation
+gradients, forward outputs), comm_buffers, other (context + workspace + fragmentation).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 
 from ..cluster import Cluster
 from ..result import MEMORY_CATEGORIES
 from ..strategies.plan import PSPlan, SpmdPlan
+from ..workload.table import WorkloadTable
 from ..workload.workload import Workload
+from .timeline import CATEGORIES, MemoryOptions, Timeline, build_timeline
+
+# c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512, every allocation is rounded up to it.
+CUDA_BLOCK_BYTES = 512
 
 
 @dataclass(frozen=True)
@@ -41,60 +43,94 @@ class MemoryEstimate:
     peak_bytes: float  # process total: tensors + context + workspace + fragmentation
     breakdown: dict[str, float]
     capacity_bytes: float
+    detail: dict[str, float] = field(default_factory=dict)  # timeline categories + overheads, at the peak
+    notes: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
         return self.peak_bytes <= self.capacity_bytes
 
 
-def _backward_peak(workload: Workload, act_factor: float, grad_scale: float) -> tuple[float, float]:
-    """(activations, grads) at the backward row where their sum is largest."""
-    table = workload.table
-    b = workload.batch_size
-    saved = table.column("saved_bytes", b) * act_factor
-    out = table.column("output_bytes", b) * act_factor
-    grads = table.fixed["param_bytes"] * grad_scale
-    remaining = np.cumsum(saved)  # activations still saved when backward reaches row r
-    grads_after = grads.sum() - np.cumsum(grads)  # gradients of rows later in forward
-    prev_out = np.concatenate([[0.0], out[:-1]])
-    transient = out + prev_out  # grad of the row's output and of its input
-    act = remaining + transient
-    total = act + grads_after + grads
-    k = int(np.argmax(total))
-    return float(act[k]), float(grads_after[k] + grads[k])
+@lru_cache(maxsize=256)
+def _param_rounding(table: WorkloadTable, block: int, shard: int) -> float:
+    """Bytes the allocator adds rounding each parameter-sized tensor (one copy) up to ``block``."""
+    if block <= 1:
+        return 0.0
+    sizes = np.array([p.numel for p in table.params], dtype=float) * 4.0 / shard
+    return float((np.ceil(sizes / block) * block - sizes).sum())
 
 
-def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, act_factor: float) -> MemoryEstimate:
-    P = workload.param_bytes
-    opt_copies = workload.optimizer_state_copies
-    spec = cluster.spec
+@lru_cache(maxsize=8192)
+def _peak(timeline: Timeline, shard: int) -> tuple[float, tuple[float, ...], int]:
+    tl = timeline.with_shard_size(shard) if shard != timeline.shard_size else timeline
+    total, bd, k = tl.peak()
+    return total, tuple(bd[c] for c in CATEGORIES), k
+
+
+def block_bytes(cluster: Cluster) -> int:
+    """Allocation granularity of the device: 512 B on CUDA, none for the CPU device."""
+    return 1 if cluster.spec.gpu.name == "cpu" else CUDA_BLOCK_BYTES
+
+
+def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster) -> MemoryOptions:
+    """Options from the workload (activation checkpointing), the plan's strategy settings
+    (CPU offload, DDP bucket views) and the device (foreach optimizers only on GPUs)."""
+    d = plan.details
+    return MemoryOptions(activation_checkpointing=workload.activation_checkpointing,
+                         cpu_offload=bool(d.get("cpu_offload", False)),
+                         foreach=cluster.spec.gpu.name != "cpu",
+                         gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)))
+
+
+def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,
+                 options: MemoryOptions | None = None) -> Timeline:
+    """The rank's timeline with the options :func:`memory_options` derives."""
+    return build_timeline(workload, plan, options or memory_options(workload, plan, cluster))
+
+
+def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, act_factor: float | None = None,
+                    options: MemoryOptions | None = None) -> MemoryEstimate:
+    """Peak memory of the busiest rank. ``act_factor`` is accepted for compatibility: the
+    timeline takes the precision from the workload."""
+    del act_factor
+    tl = timeline_for(workload, plan, cluster, options)
+    total, cats, _ = _peak(tl, tl.shard_size)
+    detail = dict(zip(CATEGORIES, cats))
+    # Allocator rounding of the parameter-sized tensors the rank holds: its parameters,
+    # each optimizer state copy, and the share of the gradients alive at the peak.
+    block = block_bytes(cluster)
+    if block > 1 and not plan.details.get("cpu_offload", False):
+        shard = tl.shard_size
+        r = _param_rounding(workload.table, block, shard)
+        local = workload.param_bytes / shard
+        detail["params"] += r
+        detail["optimizer"] += workload.optimizer_state_copies * r if detail["optimizer"] > 0 else 0.0
+        detail["grads"] += r * min(detail["grads"] / local, 1.0) if local else 0.0
+        total = sum(detail.values())
+    spec = cluster.spec.memory
+    fragmentation = spec.allocator_fragmentation.value * total
+    other = spec.context_bytes.value + spec.workspace_bytes.value + fragmentation
     bd = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
+    bd.update(params=detail["params"], grads=detail["grads"], optimizer=detail["optimizer"],
+              activations=detail["activations"] + detail["temporaries"], comm_buffers=detail["comm_buffers"],
+              other=other)
+    detail.update(context=spec.context_bytes.value, workspace=spec.workspace_bytes.value,
+                  fragmentation=fragmentation)
+    capacity = cluster.spec.gpu.memory_bytes.value
+    notes: tuple[str, ...] = ()
     if isinstance(plan, PSPlan):
-        act, grads = _backward_peak(workload, act_factor, 1.0)
-        bd.update(params=P, grads=grads, activations=act, comm_buffers=P)
-    elif plan.strategy == "ddp":
-        act, grads = _backward_peak(workload, act_factor, 1.0)
-        bd.update(params=P, grads=grads, optimizer=opt_copies * P, activations=act,
-                  comm_buffers=plan.details["comm_buffer_bytes"])
-        if workload.mixed_precision:
-            bd["activations"] += P / 2  # autocast's cached 16-bit weight copies
-    else:  # FSDP
-        d = plan.details
-        s = d["shard_size"]
-        half = d["all_gather_elem_bytes"] / 4.0
-        act, grads = _backward_peak(workload, act_factor, 1.0 / s)
-        unsharded = 0.0
-        if s > 1:
-            if d["reshard_after_forward"]:
-                unsharded = (d["root_unit_bytes"] + 2 * d["largest_unit_bytes"]) * half
-            else:
-                unsharded = P * half
-        # One unit's all-gather output and reduce-scatter input (fp32 gradients).
-        comm = (d["largest_unit_bytes"] * half if s > 1 else 0.0) + (d["largest_unit_bytes"] if cluster.gpus > 1 else 0.0)
-        bd.update(params=P / s + unsharded, grads=grads, optimizer=opt_copies * P / s,
-                  activations=act, comm_buffers=comm)
-    tensors = sum(bd.values())
-    mem = spec.memory
-    other = mem.context_bytes.value + mem.workspace_bytes.value + mem.allocator_fragmentation.value * tensors
-    bd["other"] = other
-    return MemoryEstimate(tensors, tensors + other, bd, spec.gpu.memory_bytes.value)
+        from ..units import format_bytes
+
+        notes = (f"parameter-server host memory per shard: {format_bytes(ps_server_bytes(workload, plan))} "
+                 "(parameters, optimizer state, gradient buffers)",)
+    return MemoryEstimate(total, total + other, bd, capacity, detail, notes)
+
+
+def ps_server_bytes(workload: Workload, plan: PSPlan) -> float:
+    """Host memory of one parameter-server shard: its parameters, optimizer state, and
+    one gradient buffer per worker push being aggregated (ps-sync) or one (async)."""
+    shard = workload.param_bytes / plan.servers
+    pushes = plan.workers if plan.strategy == "ps-sync" else 1
+    return shard * (1 + workload.optimizer_state_copies + pushes)
+
+

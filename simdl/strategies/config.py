@@ -38,6 +38,11 @@ class StrategyConfig:
     # FSDP1 limit_all_gathers=True allows 2 in-flight all-gathers (torch/distributed/fsdp/
     # _runtime_utils.py, _limit_all_gathers); FSDP2 prefetches one unit ahead by default.
     max_inflight_all_gathers: int = 2
+    # FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer state in host memory.
+    cpu_offload: bool = False
+    # DDP(gradient_as_bucket_view=False) is PyTorch's default: gradients and buckets are
+    # separate copies (torch/nn/parallel/distributed.py).
+    gradient_as_bucket_view: bool = False
     # Parameter server
     ps_servers: int = 1
     staleness_bound: int = 3
@@ -64,6 +69,8 @@ class StrategyConfig:
         if not isinstance(self.max_inflight_all_gathers, int) or self.max_inflight_all_gathers < 1:
             raise SimdlError(f"in-flight all-gathers {self.max_inflight_all_gathers!r} must be >= 1")
         parse_wrap(self.wrap)
+        if self.cpu_offload and self.name != "fsdp":
+            raise SimdlError(f"CPU offload is an FSDP option; strategy {self.name!r} does not take it")
 
     @property
     def is_ps(self) -> bool:

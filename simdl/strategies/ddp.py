@@ -21,6 +21,7 @@ from .config import StrategyConfig
 from .optimizer_step import optimizer_task, uses_foreach
 from .plan import COMM, COMPUTE, Group, SpmdPlan, Task
 from .rows import first_row_of_params
+from ..memory.rowtree import add_recompute
 
 
 def bucket_assignment(param_bytes: list[float], first_cap: float, cap: float) -> list[list[int]]:
@@ -71,7 +72,8 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             deps = deps + (b,)
         fwd = add(Task("forward", COMPUTE, "fwd", deps=deps, rows=(0, n_rows), direction="fwd"))
         if not (sync and communicate):
-            last_compute = (add(Task("backward", COMPUTE, "bwd", deps=(fwd,), rows=(0, n_rows), direction="bwd")),)
+            pre = add_recompute(workload, add, (fwd,), 0, n_rows)
+            last_compute = (add(Task("backward", COMPUTE, "bwd", deps=pre, rows=(0, n_rows), direction="bwd")),)
             continue
         # Split backward where buckets become ready, latest-ready boundary first.
         boundaries = sorted(set(ready_row), reverse=True)
@@ -79,11 +81,13 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         stop = n_rows
         prev = fwd
         for start in boundaries:
-            prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=(prev,), rows=(start, stop), direction="bwd"))
+            pre = add_recompute(workload, add, (prev,), start, stop)
+            prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(start, stop), direction="bwd"))
             seg_task[start] = prev
             stop = start
         if stop > 0:
-            prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=(prev,), rows=(0, stop), direction="bwd"))
+            pre = add_recompute(workload, add, (prev,), 0, stop)
+            prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=pre, rows=(0, stop), direction="bwd"))
         last_bwd = prev
         ar = []
         for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
@@ -103,6 +107,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         data_parallel=world,
         details={
             "buckets": len(buckets),
+            "gradient_as_bucket_view": config.gradient_as_bucket_view,
             "bucket_bytes": bucket_bytes,
             "comm_buffer_bytes": sum(bucket_bytes) if communicate else 0.0,
         },

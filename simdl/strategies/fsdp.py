@@ -29,6 +29,7 @@ from .config import StrategyConfig
 from .fsdp_units import fsdp_units
 from .optimizer_step import optimizer_task, uses_foreach
 from .plan import COMM, COMM_REDUCE, COMPUTE, Group, SpmdPlan, Task
+from ..memory.rowtree import add_recompute
 
 
 def _runs(row_unit) -> list[tuple[int, int, int]]:
@@ -76,9 +77,8 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     tasks: list[Task] = []
     reduce_tasks: list[int] = []
     prev: int | None = None
-    runs_left = [0] * len(units.units)
-    for u, _, _ in runs:
-        runs_left[u] += 1
+    runs_left: list[int] = []
+    sync = True
 
     def add(task: Task) -> int:
         tasks.append(task)
@@ -136,19 +136,28 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
                         deps += (done[order[slot]],)
                     gathered[v] = all_gather(v, deps, direction)
             deps = ((prev,) if prev is not None else ()) + ((gathered[u],) if u in gathered else ())
+            if direction == "bwd":  # activation checkpointing: recompute the unit's blocks first
+                deps = add_recompute(workload, add, deps, start, stop)
             label = "forward" if direction == "fwd" else "backward"
             prev = add(Task(f"{label}:{units.units[u].name or 'root'}[{start}:{stop}]", COMPUTE, direction,
                             deps=deps, rows=(start, stop), direction=direction))
             done[u] = prev
             if direction == "bwd":
                 runs_left[u] -= 1
-                if runs_left[u] == 0:  # the unit's last backward run: its gradients are complete
+                if runs_left[u] == 0 and sync:  # the unit's last backward run: its gradients are complete
                     reduce(u, prev)
 
-    schedule(runs, "fwd", lambda u: sharded and unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
-    # Backward: resharded units are gathered again; the root kept its parameters.
-    schedule(list(reversed(runs)), "bwd", lambda u: reshard and sharded and unit_bytes[u] > 0 and u != 0,
-             min(2, limit) if config.backward_prefetch == "pre" else 1)
+    # Gradient accumulation: FSDP2's set_requires_gradient_sync(False) skips the gradient
+    # reduction on all but the last micro-step; parameters are still gathered each time.
+    for micro in range(workload.grad_accumulation):
+        sync = micro == workload.grad_accumulation - 1
+        runs_left = [0] * len(units.units)
+        for u, _, _ in runs:
+            runs_left[u] += 1
+        schedule(runs, "fwd", lambda u: sharded and unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
+        # Backward: resharded units are gathered again; the root kept its parameters.
+        schedule(list(reversed(runs)), "bwd", lambda u: reshard and sharded and unit_bytes[u] > 0 and u != 0,
+                 min(2, limit) if config.backward_prefetch == "pre" else 1)
 
     opt_deps = ((prev,) if prev is not None else ()) + ((reduce_tasks[-1],) if reduce_tasks else ())
     local_bytes = workload.param_bytes / shard_size
@@ -163,6 +172,8 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         notes=(units.note,),
         details={
             "units": len(units.units),
+            "wrap": config.wrap,
+            "cpu_offload": config.cpu_offload,
             "unit_bytes": unit_bytes,
             "shard_size": shard_size,
             "replicas": replicas,

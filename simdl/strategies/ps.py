@@ -22,6 +22,7 @@ from ..workload.workload import Workload
 from .config import StrategyConfig
 from .optimizer_step import PASSES
 from .plan import COMPUTE, PSPlan, Task
+from ..memory.rowtree import add_recompute
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> PSPlan:
@@ -32,10 +33,15 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         )
     table = workload.table
     n = table.n_rows
-    tasks = (
-        Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd"),
-        Task("backward", COMPUTE, "bwd", deps=(0,), rows=(0, n), direction="bwd"),
-    )
+    tasks_list = [Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd")]
+
+    def add(task: Task) -> int:
+        tasks_list.append(task)
+        return len(tasks_list) - 1
+
+    pre = add_recompute(workload, add, (0,), 0, n)  # activation checkpointing, if on
+    add(Task("backward", COMPUTE, "bwd", deps=pre, rows=(0, n), direction="bwd"))
+    tasks = tuple(tasks_list)
     grads = workload.param_bytes  # fp32 gradients, one copy per push
     return PSPlan(
         strategy=config.name,

@@ -37,6 +37,9 @@ class Workload:
     optimizer: str = DEFAULT_OPTIMIZER
     precision: str = DEFAULT_PRECISION
     grad_accumulation: int = 1  # micro-steps per optimizer step (DDP no_sync)
+    # Each block (the model's FSDP wrap classes) runs under torch.utils.checkpoint: only its
+    # input is kept for backward, its forward is recomputed there (simdl.memory.timeline).
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -51,6 +54,8 @@ class Workload:
             raise unknown("precision", self.precision, PRECISIONS)
         if not isinstance(self.grad_accumulation, int) or self.grad_accumulation < 1:
             raise SimdlError(f"gradient accumulation {self.grad_accumulation!r} must be an integer >= 1")
+        if not isinstance(self.activation_checkpointing, bool):
+            raise SimdlError(f"activation checkpointing {self.activation_checkpointing!r} must be true or false")
 
     @property
     def model(self) -> str:

@@ -1,0 +1,48 @@
+"""Command bodies for ``simdl memplot`` (kept here so cli.py stays small)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import SimdlError
+
+
+def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: bool = False) -> int:
+    """Predict with the analytic engine, then draw each rank role's memory over one iteration."""
+    from dataclasses import replace
+
+    from ..cluster import allocate, load_cluster
+    from ..predict import predict
+    from ..strategies import StrategyConfig, build_plan
+    from ..units import MiB, format_bytes
+    from ..workload.library import load_workload
+    from ..workload.workload import Workload
+    from .model import estimate_memory, memory_options, timeline_for
+    from .place import analytic_memory_curve
+    from .plot import plot_memory
+
+    if kwargs.get("engine", "analytic") != "analytic":
+        raise SimdlError("memplot draws the analytic schedule; `simdl plot --memory` draws the simulated one")
+    r = predict(**kwargs)  # validates every argument and resolves the defaults
+    c = r.config
+    table = load_workload(c["model"], dataset=None if kwargs.get("input_shape") or kwargs.get("num_classes") else c["dataset"],
+                          input_shape=tuple(int(x) for x in c["input_shape"].split("x")), num_classes=c["num_classes"])
+    wl = Workload(table=table, batch_size=c["batch_size"], optimizer=c["optimizer"], precision=c["precision"],
+                  grad_accumulation=c["grad_accumulation"], activation_checkpointing=c["activation_checkpointing"])
+    alloc = allocate(load_cluster(kwargs.get("cluster") or c["cluster"]), c["gpus"], kwargs.get("nodes"))
+    bucket = kwargs.get("bucket_cap_mb")
+    cfg = StrategyConfig(name=c["strategy"], sharding=c.get("sharding", "full"), wrap=c.get("wrap", "block"),
+                         ps_servers=c.get("ps_servers", 1), staleness_bound=c.get("staleness_bound", 3),
+                         cpu_offload=bool(c.get("cpu_offload", False)),
+                         **({"bucket_cap_bytes": bucket * MiB} if bucket else {}))
+    plan = build_plan(wl, alloc, cfg)
+    opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)
+    tl = timeline_for(wl, plan, alloc, opts)
+    times, levels = analytic_memory_curve(wl, alloc, plan, tl)
+    mem = estimate_memory(wl, plan, alloc)
+    role = "PS worker" if cfg.is_ps else "every rank"
+    title = f"{c['model']} {c['label']} {c['gpus']}x{c['gpu']} batch {c['batch_size']}:"
+    path = plot_memory({role: (times, levels)}, output, title=title, capacity_bytes=mem.capacity_bytes,
+                       overhead_bytes=mem.breakdown["other"])
+    print(f"wrote {path}: peak tensors {format_bytes(mem.peak_tensor_bytes)}, process {format_bytes(mem.peak_bytes)}")
+    return 0

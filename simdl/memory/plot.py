@@ -1,0 +1,58 @@
+"""Memory over time per rank, as the source studies draw it: stacked categories (PNG).
+
+matplotlib (Agg backend) is imported here only, so nothing else in simdl pays for it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from .timeline import CATEGORIES
+
+COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
+          "temporaries": "#8172b3", "comm_buffers": "#937860"}
+
+
+def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: str | Path, *,
+                title: str = "", capacity_bytes: float | None = None, overhead_bytes: float = 0.0) -> Path:
+    """Draw one panel per rank: live bytes per category (stacked) against time.
+
+    ``curves``: rank label -> (times in s, levels of shape (len(times), len(CATEGORIES)))
+    as :func:`simdl.memory.place.analytic_memory_curve` returns. ``overhead_bytes`` (context,
+    workspace) is drawn as a dashed line above the tensors; ``capacity_bytes`` as a red line
+    when it is close enough to the peak to be seen.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(curves)
+    fig, axes = plt.subplots(n, 1, figsize=(9, 3.2 * n), squeeze=False)
+    for ax, (label, (times, levels)) in zip(axes[:, 0], curves.items()):
+        t = np.asarray(times, dtype=float) * 1e3
+        lv = np.asarray(levels, dtype=float) / 2**20
+        ax.stackplot(t, *[lv[:, i] for i in range(len(CATEGORIES))], labels=CATEGORIES,
+                     colors=[COLORS[c] for c in CATEGORIES], step="post", alpha=0.9)
+        total = lv.sum(axis=1)
+        k = int(np.argmax(total))
+        ax.annotate(f"peak {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
+        if overhead_bytes:
+            ax.step(t, total + overhead_bytes / 2**20, where="post", ls="--", color="k", lw=0.8,
+                    label="+ context, workspace, fragmentation")
+        top = total.max() + overhead_bytes / 2**20
+        if capacity_bytes and capacity_bytes / 2**20 < 1.5 * top:  # only when it is in view
+            ax.axhline(capacity_bytes / 2**20, color="red", lw=1, label="capacity")
+        ax.set_ylabel("MiB")
+        ax.set_title(f"{title} {label}".strip())
+        ax.margins(x=0)
+    axes[-1, 0].set_xlabel("time in iteration (ms)")
+    axes[0, 0].legend(loc="upper left", fontsize=7, ncol=3)
+    fig.tight_layout()
+    path = Path(path)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
