@@ -8,7 +8,7 @@
   excluded (the data loader's first batch, empty queues), the rest averaged;
 * utilisation two ways (compute-stream busy / any kernel busy), communication busy time and
   its exposed (not overlapped by compute) part, from the union of task intervals;
-* peak memory from allocation events (:mod:`simdl.sim.memory_timeline`);
+* peak memory from allocation events (:mod:`simdl.memory.timeline`, placed at simulated times);
 * bytes each GPU sends (payload leaving its GPU links) and, in :class:`SimRun`, per-link
   bytes and utilisation, per-rank peaks, the staleness histogram and the event list.
 
@@ -60,7 +60,7 @@ class SimRun:
     link_utilization: np.ndarray  # mean fraction of capacity used over the window
     network: Any  # the Network; ``link_segments`` rebuilds per-link busy intervals from it
     peak_memory_by_rank: dict[int, float]  # tensor peak per rank
-    memory: dict[int, Any]  # class -> MemoryTimeline
+    memory: dict[int, Any]  # class -> MemoryCurve
     staleness_histogram: dict[int, int] = field(default_factory=dict)
     recomputes: int = 0
 
@@ -179,25 +179,36 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     gpu_out = np.array([n.startswith("gpu:") for n in (name.split("->")[0] for name in router.names)])
     sent_per_gpu = float(link_bytes[gpu_out].sum()) / plan.world_size
 
-    # Memory from the timeline of the last iteration.
-    from . import memory_timeline as mt
+    # Memory: the allocation events of simdl.memory's timeline. The caching allocator sees
+    # them in program order (memory is allocated when the CPU issues an op, not when the
+    # device runs it), so the peak is the timeline's peak whatever the timing; the simulated
+    # task times place the events in time for the memory-over-time curve.
+    from ..memory.model import estimate_memory, timeline_for
+    from ..memory.place import event_times
 
+    est = estimate_memory(workload, plan, cluster)
+    tl = timeline_for(workload, plan, cluster)
+    levels = tl.levels()
+    tasks = plan.worker_tasks if is_ps else plan.tasks
     mem: dict[int, Any] = {}
     peak_by_rank: dict[int, float] = {}
     for c, members in enumerate(classes):
         last = [r for r in run.records if r.cls == c and r.iteration == iterations - 1]
-        if is_ps:
-            m = mt.build(workload, plan, cluster, rates.activation_factor, last, rows, tasks=plan.worker_tasks, ps=True)
-        else:
-            m = mt.build(workload, plan, cluster, rates.activation_factor, last, rows)
-        mem[c] = m
+        t0 = min((r.start for r in last), default=0.0)
+        t1 = max((r.end for r in last), default=0.0) - t0
+        start = [t1] * len(tasks)
+        stop = [t1] * len(tasks)
+        for r in last:
+            if 0 <= r.task < len(tasks):
+                start[r.task], stop[r.task] = r.start - t0, r.end - t0
+        times = event_times(tl, tasks, start, stop, rows) if len(levels) > 1 else np.zeros(0)
+        times = np.maximum.accumulate(times) if len(times) else times
+        mem[c] = MemoryCurve(np.concatenate([[0.0], times]), levels)
         for r in members:
-            peak_by_rank[r] = m.peak_tensor_bytes
-    worst = max(mem, key=lambda c: mem[c].peak_tensor_bytes)
-    peak_tensor = mem[worst].peak_tensor_bytes
-    breakdown = dict(mem[worst].breakdown)
-    other = mt.process_overheads(cluster, peak_tensor)
-    breakdown["other"] = breakdown.get("other", 0.0) + other
+            peak_by_rank[r] = est.peak_tensor_bytes
+    peak_tensor = est.peak_tensor_bytes
+    breakdown = dict(est.breakdown)
+    other = est.peak_bytes - est.peak_tensor_bytes
     capacity = cluster.spec.gpu.memory_bytes.value  # as the analytic model (memory.model) counts it
 
     # Staleness.
@@ -258,6 +269,19 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
                   link_utilization=link_util, network=net,
                   peak_memory_by_rank=peak_by_rank, memory=mem, staleness_histogram=hist,
                   recomputes=net.recomputes)
+
+
+@dataclass(frozen=True)
+class MemoryCurve:
+    """One rank class's live tensor bytes per category (simdl.memory.timeline.CATEGORIES)
+    after each allocation event, and the simulated time of each event."""
+
+    times: np.ndarray
+    levels: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        return self.levels.sum(axis=1)
 
 
 def _compute_time(task, rows, rates) -> float:
