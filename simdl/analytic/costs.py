@@ -43,17 +43,26 @@ class Rates:
     memory_bandwidth: float  # bytes/s
     kernel_overhead: float  # s per kernel launch
     activation_factor: float  # bytes scale for activations under mixed precision
+    # s of fixed setup per matmul/convolution call (a row's forward call, and each of its
+    # backward input- and weight-gradient calls), on top of kernel_overhead: oneDNN on CPU
+    # pays ~0.1 ms per convolution call (issue 5 calibration); 0 unless the profile says.
+    matmul_call_overhead: float = 0.0
 
 
 @lru_cache(maxsize=1024)
 def device_rates(cluster: Cluster, precision: str) -> Rates:
     # per_rank_*: ranks sharing one device (the cpu-local preset) each get their share.
     eff = cluster.spec.efficiency
+    peak = PEAK_KEY[precision]
+    # A profile may give the matmul efficiency per peak (matmul_tf32, matmul_fp16, ...): the
+    # fraction of peak reached differs by precision (issue 5 fits: A100 TF32 0.24, AMP 0.43).
+    matmul = eff.matmul_by_precision.get(peak, eff.matmul)
     return Rates(
-        flops=cluster.per_rank_peak_flops(PEAK_KEY[precision]) * eff.matmul.value,
+        flops=cluster.per_rank_peak_flops(peak) * matmul.value,
         memory_bandwidth=cluster.per_rank_memory_bandwidth * eff.memory_bandwidth.value,
         kernel_overhead=eff.kernel_launch.value,
         activation_factor=MIXED_PRECISION_ACTIVATION_FACTOR if precision in ("bf16", "fp16-amp") else 1.0,
+        matmul_call_overhead=eff.matmul_call_overhead.value if eff.matmul_call_overhead else 0.0,
     )
 
 
@@ -84,6 +93,11 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
     fwd += table.fixed["fwd_kernels"] * rates.kernel_overhead
     bwd = np.maximum(bwd_flops / rates.flops, BACKWARD_BYTES_FACTOR * fwd_bytes / rates.memory_bandwidth)
     bwd += table.fixed["bwd_kernels"] * rates.kernel_overhead
+    if rates.matmul_call_overhead:
+        # One call per row with forward FLOPs; one per backward gradient (input, weight) computed.
+        fwd += (fwd_flops > 0) * rates.matmul_call_overhead
+        bwd += ((table.column("bwd_input_flops", batch) > 0).astype(float)
+                + (table.column("bwd_weight_flops", batch) > 0)) * rates.matmul_call_overhead
     zero = np.zeros(1)
     return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]))
 
@@ -105,6 +119,9 @@ class CommCosts:
         self.cluster = cluster
         self.algorithm = algorithm
         self._overhead = cluster.collective_overhead
+        # Optional per-collective bandwidth factors of the profile (calibrated gloo: its
+        # all_gather/reduce_scatter are slower than its all_reduce); 1 when absent.
+        self._factor = {c: f.value for c, f in cluster.spec.efficiency.collective_bandwidth_factors.items()}
         self._cache: dict[tuple, float] = {}
 
     def bandwidth(self, scope: str) -> float:
@@ -117,7 +134,8 @@ class CommCosts:
         key = (collective, nbytes, size, scope)
         t = self._cache.get(key)
         if t is None:
-            t = collective_time(collective, nbytes, size, self.bandwidth(scope), self.alpha(scope), self.algorithm)
+            bw = self.bandwidth(scope) * self._factor.get(collective, 1.0)
+            t = collective_time(collective, nbytes, size, bw, self.alpha(scope), self.algorithm)
             if t > 0:
                 t += self._overhead
             self._cache[key] = t

@@ -10,7 +10,7 @@ import math
 
 from ..cluster import Cluster
 from ..collectives import bus_bytes_factor
-from ..memory import estimate_memory
+from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
@@ -33,6 +33,8 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
     else:
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
     iteration, compute, comm, any_busy, comm_bytes, staleness = timing
+    # Communication the compute stream waited for (measured before any loader stall).
+    exposed = max(iteration - compute, 0.0) if comm > 0 else 0.0
     # The loader prefetches in parallel with the GPU; it stalls the step only when slower.
     loader = data_time(workload, cluster, loader_workers) * workload.grad_accumulation
     if loader > iteration:
@@ -58,11 +60,11 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         gpu_utilization_any_kernel=min(any_busy / iteration, 1.0) if iteration > 0 else 0.0,
         compute_time_s=compute,
         comm_time_s=comm,
-        exposed_comm_time_s=max(iteration - compute, 0.0) if comm > 0 else 0.0,
+        exposed_comm_time_s=exposed,
         comm_bytes_per_iteration=comm_bytes,
         staleness=staleness,
         config=config or {},
-        notes=notes + getattr(plan, "notes", ()),
+        notes=notes + getattr(plan, "notes", ()) + mem.notes,
     )
 
 
@@ -71,11 +73,19 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
     durations = task_durations(plan, rows, rates, comm_costs)
     sched = schedule(plan, durations)
     compute, comm, any_busy = stream_busy(plan, sched)
+    makespan = sched.makespan
+    interference = cluster.spec.efficiency.comm_compute_interference
+    if interference is not None and interference.value > 0.0:
+        # Interference (issue 5): the time compute and communication run side by side is not
+        # free; the profile's factor says how many seconds each such second adds (on CPU,
+        # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
+        concurrent = max(compute + comm - any_busy, 0.0)
+        makespan += interference.value * concurrent
     sent = 0.0
     for t in plan.tasks:
         if t.collective:
             sent += bus_bytes_factor(t.collective, plan.groups[t.group].size) * t.comm_bytes
-    return sched.makespan, compute, comm, any_busy, sent, Staleness()
+    return makespan, compute, comm, any_busy, sent, Staleness()
 
 
 def _server_bandwidth(cluster: Cluster, plan: PSPlan) -> float:
@@ -132,6 +142,8 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
     n = table_rows = workload.table.n_rows
     del table_rows
     compute = rows.segment(0, n, "fwd") + rows.segment(0, n, "bwd")
+    # Activation checkpointing's recomputed forward (recompute tasks in the worker plan).
+    compute += sum(rows.segment(*t.rows, "fwd") for t in plan.worker_tasks if t.name.startswith("recompute"))
     N = plan.workers
     if plan.strategy == "ps-sync":
         push, pull = ps_transfer_times(cluster, plan, N)
@@ -158,5 +170,5 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         staleness = Staleness(mean=s, p50=s, p99=s, max=s)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
-    comm_bytes = plan.push_bytes + plan.pull_bytes
+    comm_bytes = plan.push_bytes  # a worker sends its gradients; the pulled parameters are received
     return iteration, compute, comm, any_busy, comm_bytes, staleness

@@ -384,7 +384,9 @@ class PSServers:
 
 _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandwidth_intra",
              "collective_bandwidth_inter", "collective_latency_intra_us", "collective_latency_inter_us",
-             "collective_overhead_us")
+             "collective_overhead_us", "comm_compute_interference",
+             *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
+             *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us")
 
 
 @dataclass(frozen=True)
@@ -399,6 +401,19 @@ class Efficiency:
     collective_bandwidth_inter: Sourced | None = None  # bus bandwidth / NIC bandwidth per node
     collective_latency_inter: Sourced | None = None  # s per ring step when the ring crosses nodes
     collective_overhead: Sourced | None = None  # s fixed per collective call (a 0-byte collective)
+    # Seconds added per second that compute and communication run concurrently (0 = free
+    # overlap, the engine's default; 1 = they serialise; > 1 = each slows the other down, as
+    # gloo's threads and the compute do on the same CPU cores). Fitted by `simdl calibrate`.
+    comm_compute_interference: Sourced | None = None
+    # Optional per-collective bus bandwidth relative to all_reduce's (default 1): gloo's
+    # all_gather / reduce_scatter run at a fraction of its all_reduce. collective -> Sourced.
+    collective_bandwidth_factors: FrozenMap = field(default_factory=FrozenMap)
+    # Optional matmul efficiency per peak precision (key ``matmul_<fp32|tf32|bf16|fp16>``);
+    # ``matmul`` applies to the precisions not given. precision -> Sourced fraction.
+    matmul_by_precision: FrozenMap = field(default_factory=FrozenMap)
+    # Optional fixed seconds per matmul/convolution call (forward, and each backward gradient),
+    # added to kernel_launch: large for oneDNN on CPU. Fitted by `simdl calibrate` (issue 5).
+    matmul_call_overhead: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -408,8 +423,14 @@ class Efficiency:
                           ("collective_bandwidth_inter", "collective_bandwidth_inter"),
                           ("collective_latency_intra", "collective_latency_intra_us"),
                           ("collective_latency_inter", "collective_latency_inter_us"),
-                          ("collective_overhead", "collective_overhead_us")):
+                          ("collective_overhead", "collective_overhead_us"),
+                          ("comm_compute_interference", "comm_compute_interference")):
             _put(out, key, getattr(self, attr))
+        for c, v in self.collective_bandwidth_factors.items():
+            _put(out, f"collective_bandwidth_factor_{c}", v)
+        for p, v in self.matmul_by_precision.items():
+            _put(out, f"matmul_{p}", v)
+        _put(out, "matmul_call_overhead_us", self.matmul_call_overhead)
         return out
 
 
@@ -451,7 +472,7 @@ class Host:
 
 _CLUSTER_KEYS = ("name", "description", "extends", "gpu", "gpus_per_node", "nodes", "max_nodes",
                  "shared_device", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
-                 "host", "notes")
+                 "host", "notes", "calibration")
 
 
 @dataclass(frozen=True)
@@ -474,6 +495,10 @@ class ClusterSpec:
     notes: str = ""
     source_path: str = ""
     gpu_ref: str = ""  # the ``gpu`` value as written in the file
+    # Free-form provenance and fit quality written by `simdl calibrate` (host, devices,
+    # versions, date, measurement ranges, residuals). Not used by the engines; kept out of
+    # equality and hashing so that a spec stays hashable.
+    calibration: dict = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def default_gpus(self) -> int:
@@ -505,6 +530,8 @@ class ClusterSpec:
         out["host"] = self.host.to_dict()
         if self.notes:
             out["notes"] = self.notes
+        if self.calibration:
+            out["calibration"] = copy.deepcopy(self.calibration)
         return out
 
 
@@ -607,8 +634,25 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         collective_bandwidth_inter=_fraction(raw, "collective_bandwidth_inter", where, required=multi_node),
         collective_latency_inter=_nonneg(raw, "collective_latency_inter_us", where, required=multi_node),
         collective_overhead=_nonneg(raw, "collective_overhead_us", where, required=False),
+        comm_compute_interference=_interference(raw, where),
+        collective_bandwidth_factors=FrozenMap({
+            k[len("collective_bandwidth_factor_"):]: read(raw, k, where=where, strictly_positive=True)
+            for k in raw if k.startswith("collective_bandwidth_factor_")}),
+        matmul_by_precision=FrozenMap({p: _fraction(raw, f"matmul_{p}", where)
+                                       for p in PRECISIONS if f"matmul_{p}" in raw}),
+        matmul_call_overhead=_nonneg(raw, "matmul_call_overhead_us", where, required=False),
     )
     return eff
+
+
+def _interference(raw: Mapping[str, Any], where: str) -> Sourced | None:
+    if "comm_compute_interference" not in raw:
+        return None
+    s = read(raw, "comm_compute_interference", where=where)
+    if not 0.0 <= s.value <= 20.0:
+        raise SimdlError(f"{where}: comm_compute_interference = {s.value}; accepted: 0 <= value <= 20 "
+                         "(seconds added per second of concurrent compute and communication)")
+    return s
 
 
 def _parse_memory(raw: Mapping[str, Any], where: str) -> MemoryOverheads:
@@ -704,11 +748,14 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
     memory = _parse_memory(_section(raw, "memory", where), f"{where}: memory")
     host = _parse_host(_section(raw, "host", where), f"{where}: host")
     notes = raw.get("notes", "") or ""
+    calibration = raw.get("calibration") or {}
+    if not isinstance(calibration, Mapping):
+        raise SimdlError(f"{where}: calibration must be a mapping (provenance written by simdl calibrate)")
     return ClusterSpec(
         name=name, description=description.strip(), gpu=gpu, gpus_per_node=gpus_per_node,
         nodes=nodes, max_nodes=max_nodes, intra_node=intra, inter_node=inter, ps_servers=ps,
         efficiency=efficiency, memory=memory, host=host, shared_device=shared,
-        notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref,
+        notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref, calibration=dict(calibration),
     )
 
 

@@ -98,7 +98,8 @@ def test_flat_ring_uses_all_nics_of_a_node():
     assert c.group_bandwidth("world") == pytest.approx(200e9)  # 8 NICs x 25 GB/s, below NVSwitch 300
     assert c.group_bandwidth("inter") == pytest.approx(25e9)  # 8 concurrent per-local-rank groups share 8 NICs
     assert c.group_bus_bandwidth("world") == pytest.approx(200e9 * 0.86)
-    assert c.group_latency("world") == pytest.approx(max(0.7e-6, 1.7e-6))
+    # Inter-node alpha: the Polaris fit (simdl.calibrate.published, 1.64 us; the <= 1 KiB rows gave 1.64-1.8).
+    assert c.group_latency("world") == pytest.approx(max(0.7e-6, 1.7e-6), rel=0.05)
 
 
 def test_study2_nic_variants():
@@ -107,8 +108,9 @@ def test_study2_nic_variants():
     assert one.group_bandwidth("world") == pytest.approx(25e9)
     assert one.group_bandwidth("inter") == pytest.approx(25e9 / 4)
     assert two.group_bandwidth("world") == pytest.approx(50e9)
-    # Polaris (2 NICs) measured 36.08 GB/s bus bandwidth on 2 nodes: the preset reproduces it.
-    assert two.group_bus_bandwidth("world") == pytest.approx(36.08e9, rel=0.01)
+    # Polaris (2 NICs) measured 36.08 GB/s bus bandwidth on 2 nodes at 1 GiB: the preset, fitted to all
+    # Polaris rows >= 64 MiB (35.6 GB/s asymptote, simdl.calibrate.published), reproduces it within 2 %.
+    assert two.group_bus_bandwidth("world") == pytest.approx(36.08e9, rel=0.02)
 
 
 def test_mesh_with_fewer_gpus_uses_only_the_direct_bundles():

@@ -17,7 +17,8 @@ EXPECTED_PRESETS = {"a100-80gb-nvlink", "a100-80gb-pcie", "a10g-ps", "a100-40gb-
                     "h100-hgx", "v100-dgx1", "cpu-local"}
 
 # Plain integers that describe a preset's shape, not a measured quantity (see spec.py docstring).
-STRUCTURAL = {"gpus_per_node", "nodes", "max_nodes", "count", "links"}
+# "calibration": free-form provenance and fit quality written by `simdl calibrate` (issue 5).
+STRUCTURAL = {"gpus_per_node", "nodes", "max_nodes", "count", "links", "calibration"}
 
 
 def _walk_numbers(node, path=()):

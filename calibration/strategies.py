@@ -1,0 +1,212 @@
+"""Stage 3: whole training steps under each strategy on a small model.
+
+Variants, each ``--iters`` timed iterations after ``--warmup`` untimed ones, on every
+rank at once (model ``mnist_cnn`` on MNIST-shaped random data, SGD with momentum):
+
+* ``local``      no communication: every rank trains its own replica (the compute-only
+                 baseline; exposed communication of the others = their step - this).
+* ``ddp``        DistributedDataParallel, default buckets (25 MiB cap, 1 MiB first).
+* ``ddp-b1``     DDP with ``bucket_cap_mb=1`` (more buckets: per-bucket overhead).
+* ``fsdp2``      FSDP2 ``fully_shard`` on every Conv2d/Linear and the root.
+* ``fsdp1``      FSDP1 FullyShardedDataParallel (skipped with a note where it does not run).
+* ``ps-sync``    rank 0 is the parameter server (flat fp32 parameters, momentum SGD),
+                 the others are workers: push gradients, the server averages and updates,
+                 every worker pulls the parameters.
+* ``ps-async``   the server applies each push as it arrives and answers that worker.
+
+Per iteration the worker-side step time is logged; peak memory is the CUDA allocator's
+peak, or the process's peak RSS on CPU (``ru_maxrss``).
+
+Run: torchrun --nproc-per-node 2 calibration/strategies.py --out runs/x/strategies
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import torch  # noqa: E402
+import torch.distributed as dist  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from _common import agreed_done, base_parser, finish, plan, setup, within_budget  # noqa: E402
+
+STAGE = "strategies"
+VARIANTS = ("local", "ddp", "ddp-b1", "fsdp2", "fsdp1", "ps-sync", "ps-async")
+
+
+def build(ctx, model_name: str, dataset: str):
+    from simdl.workload.datasets import get_dataset
+    from simdl.workload.zoo import build_adapted
+
+    ds = get_dataset(dataset)
+    torch.manual_seed(0)
+    model, _, shape = build_adapted(model_name, ds.input_shape, ds.num_classes, device="meta")
+    model = model.to_empty(device=ctx.device)
+    with torch.no_grad():
+        for m in model.modules():
+            if hasattr(m, "reset_parameters"):
+                m.reset_parameters()
+    return model, shape, ds.num_classes
+
+
+def peak_memory(ctx) -> dict:
+    if ctx.is_cuda:
+        return {"peak_bytes": int(torch.cuda.max_memory_allocated(ctx.device)), "memory_kind": "cuda_max_allocated"}
+    return {"peak_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "memory_kind": "ru_maxrss"}
+
+
+def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
+    """Step times of local / DDP / FSDP training (every rank is a trainer)."""
+    note = ""
+    if variant in ("ddp", "ddp-b1"):
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        kw = {"bucket_cap_mb": 1} if variant == "ddp-b1" else {}
+        model = DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None, **kw)
+    elif variant == "fsdp2":
+        from torch.distributed.fsdp import fully_shard
+
+        for m in list(model.modules()):
+            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
+                fully_shard(m)
+        fully_shard(model)
+    elif variant == "fsdp1":
+        from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Conv2d, torch.nn.Linear}),
+                     device_id=ctx.device if ctx.is_cuda else None, use_orig_params=True)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(batch, *shape, device=ctx.device)
+    y = torch.randint(0, classes, (batch,), device=ctx.device)
+    times = []
+    for i in range(warmup + iters):
+        ctx.sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        ctx.sync()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    if variant == "ddp" or variant == "ddp-b1":
+        note = f"bucket_cap_mb={'1' if variant == 'ddp-b1' else 'default (25)'}"
+    return times, note
+
+
+def ps_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
+    """Parameter server on rank 0, workers on the other ranks, over send/recv."""
+    params = [p for p in model.parameters()]
+    numel = sum(p.numel() for p in params)
+    flat = torch.cat([p.detach().reshape(-1) for p in params]).to(ctx.device)
+    workers = list(range(1, ctx.world))
+    total = warmup + iters
+    times: list[float] = []
+    if ctx.rank == 0:
+        buf = torch.zeros_like(flat)
+        grads = [torch.empty_like(flat) for _ in workers]
+        if variant == "ps-sync":
+            for _ in range(total):
+                reqs = [dist.irecv(g, w) for g, w in zip(grads, workers)]
+                for r in reqs:
+                    r.wait()
+                g = torch.stack(grads).mean(0)
+                buf.mul_(0.9).add_(g)
+                flat.add_(buf, alpha=-0.01)
+                reqs = [dist.isend(flat, w) for w in workers]
+                for r in reqs:
+                    r.wait()
+        else:
+            g = torch.empty_like(flat)
+            for _ in range(total * len(workers)):
+                src = dist.recv(g)  # any worker, in arrival order
+                buf.mul_(0.9).add_(g)
+                flat.add_(buf, alpha=-0.01)
+                dist.send(flat, src)
+        return times, f"server rank 0, {len(workers)} worker(s), {numel} parameters"
+    x = torch.randn(batch, *shape, device=ctx.device)
+    y = torch.randint(0, classes, (batch,), device=ctx.device)
+    gflat = torch.empty_like(flat)
+    for i in range(total):
+        ctx.sync()
+        t0 = time.perf_counter()
+        for p in params:
+            p.grad = None
+        F.cross_entropy(model(x), y).backward()
+        torch.cat([p.grad.reshape(-1) for p in params], out=gflat)
+        dist.send(gflat, 0)
+        dist.recv(flat, 0)
+        with torch.no_grad():
+            off = 0
+            for p in params:
+                n = p.numel()
+                p.copy_(flat[off:off + n].view_as(p))
+                off += n
+        ctx.sync()
+        if i >= warmup:
+            times.append(time.perf_counter() - t0)
+    return times, f"worker of server rank 0, {numel} parameters"
+
+
+def main() -> None:
+    p = base_parser(__doc__.splitlines()[0])
+    p.add_argument("--model", default="mnist_cnn")
+    p.add_argument("--dataset", default="mnist")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--iters", type=int, default=None)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--variants", default=",".join(VARIANTS))
+    args = p.parse_args()
+    ctx = setup(args, STAGE)
+    batch = args.batch or (16 if args.quick else 32)
+    iters = args.iters or (20 if args.quick else 40)
+    variants = [v for v in args.variants.split(",") if v]
+    if ctx.world < 2:
+        variants = [v for v in variants if not v.startswith("ps")]
+    keys = [f"{v}/{args.model}/{batch}" for v in variants]
+    plan(ctx, keys)
+    done = agreed_done(ctx)
+    stopped = False
+    for v, key in zip(variants, keys):
+        if key in done:
+            continue
+        if not within_budget(ctx, 1.0):
+            stopped = True
+            break
+        model, shape, classes = build(ctx, args.model, args.dataset)
+        if ctx.is_cuda:
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        dist.barrier()
+        ok, err = True, ""
+        try:
+            if v.startswith("ps"):
+                times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
+            else:
+                times, note = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
+        except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
+            ok, err, times, note = False, f"{type(e).__name__}: {e}"[:300], [], ""
+        if not all_ok(ctx, ok):
+            ctx.log.measurement(key, kind="strategy", variant=v, skipped=True, error=err or "failed on another rank")
+            continue
+        med = sorted(times)[len(times) // 2] if times else None
+        ctx.log.measurement(key, kind="strategy", variant=v, model=args.model, dataset=args.dataset, batch=batch,
+                            iters=iters, warmup=args.warmup, step_times_s=times, step_s=med,
+                            role=("server" if v.startswith("ps") and ctx.rank == 0 else "worker"),
+                            note=note, **peak_memory(ctx))
+        del model
+    finish(ctx, stopped_by_budget=stopped)
+
+
+def all_ok(ctx, ok: bool) -> bool:
+    from _common import agree
+
+    return agree(ctx, ok)
+
+
+if __name__ == "__main__":
+    main()

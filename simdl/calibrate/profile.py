@@ -1,0 +1,378 @@
+"""Turn a calibration run into a cluster profile in the preset format.
+
+Every fitted number is written ``{value, kind: calibrated, source}``; the source names the
+run, the stage, the measurement range and the fit residual. Numbers calibration does not
+measure (device memory overheads, the data loader) are copied from a base preset with
+their own kind and source. The free-form ``calibration`` section records provenance
+(host, devices, torch/NCCL/gloo versions, date, load average, settings, ranges) and the
+fit quality of every parameter group, including the held-out checks.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..cluster.spec import CLUSTER_DIR, cluster_names, load_cluster, load_gpu, raw_preset
+from ..errors import SimdlError
+from . import fit as F
+from .overlap import InterferenceFit
+
+GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
+    ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("A100-SXM4-40GB", "A100-SXM4-40GB"),
+    ("A100 80GB PCIe", "A100-PCIe-80GB"), ("A100-PCIE-80GB", "A100-PCIe-80GB"),
+    ("H100", "H100-SXM"), ("A10G", "A10G"), ("V100", "V100-SXM2"),
+)
+
+
+def gpu_file_for(device: str) -> str:
+    if device.startswith("cpu"):
+        return "cpu"
+    for needle, name in GPU_NAME_MAP:
+        if needle.lower() in device.lower():
+            return name
+    raise SimdlError(f"no GPU file matches device {device!r}; give --gpu NAME (one of the files in "
+                     "simdl/cluster/data/gpus) or a path to a GPU YAML with its peaks")
+
+
+def base_preset_for(gpu: str) -> dict[str, Any]:
+    """Raw YAML of a shipped preset on the same device (for the sections not calibrated)."""
+    if gpu == "cpu":
+        return raw_preset(CLUSTER_DIR / "cpu-local.yaml")
+    for name in cluster_names():
+        raw = raw_preset(name)
+        if raw.get("gpu") == gpu:
+            return raw
+    return raw_preset(CLUSTER_DIR / "a100-80gb-pcie.yaml")
+
+
+def _val(value: float, source: str, kind: str = "calibrated") -> dict[str, Any]:
+    v = float(f"{value:.4g}")
+    if abs(v) < 1e-6:
+        v = 0.0  # a bound reached by the fit, not a measured femtosecond
+    return {"value": int(v) if v.is_integer() else v, "kind": kind, "source": source}
+
+
+def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
+    headers = [h for st in stages.values() for h in st.headers.values()]
+    if not headers:
+        raise SimdlError(f"{run_dir}: no measurements found")
+    h0 = headers[0]
+    loads = [h["loadavg"][0] for h in headers if h.get("loadavg")]
+    return {
+        "tool": "simdl calibrate",
+        "run_dir": str(run_dir),
+        "date": h0.get("date"),
+        "host": sorted({h["host"] for h in headers}),
+        "devices": sorted({h["device"] for h in headers}),
+        "backend": h0.get("backend"),
+        "versions": h0.get("versions"),
+        "ranks": h0.get("world"), "nodes": h0.get("nodes"), "ranks_per_node": h0.get("local_world"),
+        "threads_per_rank": h0.get("threads"),
+        "threads_note": h0.get("threads_note") or "",
+        "cpu_count": h0.get("cpu_count"),
+        # Readings at stage starts include this run's own ranks (up to one per core); the
+        # reading taken before any rank started is the one that says whether others were busy.
+        "loadavg_1min_at_stage_starts_incl_own_ranks": [round(x, 2) for x in loads],
+        "loadavg_before": settings.get("loadavg_before", []),
+        "machine_busy": _busy(settings, loads, h0),
+        "settings": settings,
+    }
+
+
+def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
+    """Other processes used half a core or more when the measurements started."""
+    before = [b["loadavg"][0] for b in settings.get("loadavg_before", [])]
+    if before:
+        return max(before) > 0.5
+    return bool(loads and max(loads) > 0.5 + (h0.get("local_world") or 1))
+
+
+def _overlap_points(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path) -> list[dict]:
+    """Predict the measured DDP/FSDP steps with the provisional profile at interference 0 and 1."""
+    from ..predict import predict
+
+    path_k0, path_k1 = tmp / "k0.yaml", tmp / "k1.yaml"
+    for path, k in ((path_k0, 0.0), (path_k1, 1.0)):
+        p = copy.deepcopy(profile)
+        p["efficiency"]["comm_compute_interference"] = _val(k, "provisional, for the interference fit", "assumed")
+        path.write_text(yaml.safe_dump(p, sort_keys=False))
+    pts = []
+    for variant, strategy, kw in (("ddp", "ddp", {}), ("ddp-b1", "ddp", {"bucket_cap_mb": 1.0}),
+                                  ("fsdp2", "fsdp", {"wrap": "block"})):
+        m = strat.get(variant)
+        if not m or m.get("skipped"):
+            continue
+        common = dict(model=m["model"], strategy=strategy, gpus=ranks, dataset=m["dataset"],
+                      batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0, **kw)
+        r0 = predict(cluster=str(path_k0), **common)
+        r1 = predict(cluster=str(path_k1), **common)
+        local = strat.get("local", {}).get("step_s")
+        pts.append({"variant": variant, "measured_s": m["step_s"], "pred_k0_s": r0.iteration_time_s,
+                    "pred_k1_s": r1.iteration_time_s,
+                    "measured_exposed_comm_s": (m["step_s"] - local) if local else None,
+                    "measured_local_s": local, "pred_compute_s": r0.compute_time_s,
+                    "predicted_compute_s": r0.compute_time_s, "predicted_comm_s": r0.comm_time_s,
+                    "measured_peak_bytes": m.get("peak_bytes"), "predicted_peak_bytes": r0.peak_memory_bytes})
+    return pts
+
+
+def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None = None) -> tuple[dict, dict]:
+    """(profile YAML dict, full fit report) for a run directory."""
+    run_dir = Path(run_dir)
+    stages = F.load_all(run_dir)
+    prov = provenance(stages, settings, run_dir)
+    device = prov["devices"][0]
+    gpu = gpu or gpu_file_for(device)
+    gpu_spec = load_gpu(gpu)
+    base = base_preset_for(gpu)
+    per_node = int(prov["ranks_per_node"] or 1)
+    nodes = int(prov["nodes"] or 1)
+    shared = gpu == "cpu"
+    share = 1.0 / per_node if shared else 1.0
+    tag = f"simdl calibrate run {run_dir.name} ({prov['date']}, {', '.join(prov['host'])})"
+    report: dict[str, Any] = {"provenance": prov}
+
+    # -- collectives ------------------------------------------------------------------------
+    coll = F.fit_collectives(stages["collectives"]) if stages["collectives"].measurements else {}
+    report["collectives"] = coll
+    scope = "intra" if "intra" in coll else "world"
+    c = coll.get(scope, {})
+    joint = c.get("joint")
+    p2p = c.get("per_collective", {}).get("send_recv")
+    intra = copy.deepcopy(base["intra_node"])
+    eff = copy.deepcopy(base["efficiency"])
+    if joint:
+        lo, hi = joint["bytes_range"]
+        q = joint["quality"]
+        ho = joint.get("held_out", {})
+        rng = f"{len(joint['collectives'])} collectives, each its own bus bandwidth, ({', '.join(joint['collectives'])}) x {lo}-{hi} B over {joint['group_size']} ranks"
+        fitq = (f"R2 {q['r2']}, R2(log) {q['r2_log']}, median |rel err| {q['median_abs_rel_error']}"
+                + (f"; held-out sizes max |err| {ho['max_abs_rel_error']}" if ho else ""))
+        bus = joint["bus_bandwidth_B_per_s"]
+        if shared:
+            # The 'link' of processes on one host is what send/recv achieves; the collective
+            # efficiency is the joint fit's bus bandwidth relative to it (<= 1).
+            link_bw = max(p2p["params"]["bus_bandwidth_GB_per_s"] * 1e9 if p2p else bus, bus)
+            intra["link"] = "shm"
+            for k in ("pcie_GB_per_s", "pcie_latency_us", "mesh"):
+                intra.pop(k, None)
+            intra["bandwidth_GB_per_s"] = _val(link_bw / 1e9, f"{tag}: {prov['backend']} send/recv bandwidth "
+                                               f"(ring, every rank sends and receives), alpha-beta fit"
+                                               + (f" R2 {p2p['quality']['r2']}" if p2p else ""))
+            if p2p:
+                intra["latency_us"] = _val(p2p["params"]["alpha_us"] + p2p["params"]["overhead_us"],
+                                           f"{tag}: {prov['backend']} send/recv latency (alpha + overhead of the fit)")
+        else:
+            link_bw = load_cluster(base["name"]).intra_node.bandwidth.value if "name" in base else bus
+        e = min(bus / link_bw, 1.0)
+        eff["collective_bandwidth_intra"] = _val(e, f"{tag}: joint alpha-beta fit of {rng}: all_reduce bus bandwidth "
+                                                 f"{bus / 1e9:.4g} GB/s / link {link_bw / 1e9:.4g} GB/s; {fitq}")
+        for cname, f in sorted(joint["bandwidth_factors"].items()):
+            if cname != "all_reduce":
+                eff[f"collective_bandwidth_factor_{cname}"] = _val(
+                    f, f"{tag}: {cname} bus bandwidth relative to all_reduce's in the joint fit ({rng}); {fitq}")
+        eff["collective_latency_intra_us"] = _val(joint["alpha_s"] * 1e6, f"{tag}: joint fit alpha per ring step; {fitq}")
+        eff["collective_overhead_us"] = _val(joint["overhead_s"] * 1e6, f"{tag}: joint fit fixed cost per call; {fitq}")
+
+    inter_fit = (coll.get("inter") or {}).get("joint")
+    if inter_fit and base.get("inter_node") and "name" in base:
+        # Several nodes: the per-rank raw rate of an 'inter' group on the base preset's network
+        # (simdl.cluster.allocate), and the fitted bus bandwidth over it. Not exercised here
+        # (a single 2-core machine); see calibration/README.md.
+        from ..cluster import allocate
+
+        raw = allocate(load_cluster(base["name"]), per_node * nodes, nodes).group_bandwidth("inter")
+        q = inter_fit["quality"]
+        src = (f"{tag}: alpha-beta fit of one-rank-per-node groups ({', '.join(inter_fit['collectives'])}, "
+               f"{inter_fit['bytes_range'][0]}-{inter_fit['bytes_range'][1]} B); R2 {q['r2']}")
+        eff["collective_bandwidth_inter"] = _val(min(inter_fit["bus_bandwidth_B_per_s"] / raw, 1.0),
+                                                 f"{src}; bus / raw {raw / 1e9:.4g} GB/s of the base preset's NICs")
+        eff["collective_latency_inter_us"] = _val(inter_fit["alpha_s"] * 1e6, src)
+
+    # -- parameter server ------------------------------------------------------------------------
+    ps = F.fit_ps(stages["ps"]) if stages["ps"].measurements else None
+    if shared and ps:
+        # One-way latency between two processes of this host: half the push/pull ping-pong
+        # (the send/recv ring above sends and receives at once, which costs more than one hop).
+        intra["latency_us"] = _val(ps["latency_us"], f"{tag}: half the round trip of a {prov['backend']} "
+                                   f"send then recv between two ranks (ping-pong, {ps['bytes_range'][0]}-"
+                                   f"{ps['bytes_range'][1]} B), alpha-beta fit R2 {ps['quality']['roundtrip']['r2']}")
+
+    # -- compute ---------------------------------------------------------------------------
+    held_out = list(settings.get("compute_held_out", []))
+    comp_st = stages["compute"]
+    comp = F.fit_compute(comp_st, gpu_spec.peak("fp32") * share, gpu_spec.memory_bandwidth.value * share,
+                         held_out) if comp_st.measurements else {}
+    est = comp.pop("estimator", None)
+    report["compute"] = comp
+    if est is not None:
+        q = comp["quality"]["steps"]
+        ho = comp.get("held_out")
+        batches = "; ".join(f"{m} b{','.join(map(str, b))}" for m, b in comp["batches"].items())
+        fitq = (f"fit on {', '.join(comp['fit_models'])}: step R2 {q['r2']}, max |step err| {q['max_abs_rel_error']}"
+                + (f"; held-out {', '.join(ho['models'])}: max |step err| {ho['steps']['max_abs_rel_error']}" if ho else ""))
+        share_note = f" per rank ({per_node} ranks share the device)" if shared else ""
+        eff["matmul"] = _val(est.matmul_efficiency_, f"{tag}: per-row roofline fit of fwd/bwd times ({batches}) "
+                             f"against the workload tables, of the fp32 peak{share_note}; {fitq}")
+        eff["memory_bandwidth"] = _val(est.memory_bandwidth_efficiency_, f"{tag}: same roofline fit, fraction of the "
+                                       f"memory bandwidth{share_note}; {fitq}")
+        eff["kernel_launch_us"] = _val(est.kernel_launch_s_ * 1e6, f"{tag}: same roofline fit, seconds per kernel "
+                                       f"(eager dispatch + launch); {fitq}")
+        eff["matmul_call_overhead_us"] = _val(est.matmul_call_overhead_s_ * 1e6, f"{tag}: same roofline fit, fixed "
+                                              f"seconds per matmul/convolution call (fwd, and each bwd gradient); {fitq}")
+
+    # -- parameter server (fitted above) ------------------------------------------------------
+    report["ps"] = ps
+    ps_section = copy.deepcopy(base.get("ps_servers")) if base.get("ps_servers") else None
+    if ps:
+        lo, hi = ps["bytes_range"]
+        q = ps["quality"]["roundtrip"]
+        src = f"{tag}: push+pull round trip {lo}-{hi} B between a worker and a server rank, alpha-beta fit R2 {q['r2']}"
+        ps_section = ps_section or {"count": 1}
+        ps_section["nic_Gb_per_s"] = _val(ps["bandwidth_GB_per_s"] * 8, src)
+        ps_section["latency_us"] = _val(ps["latency_us"], src)
+        ps_section["cpu_cores"] = _val(prov["cpu_count"] or 1, f"{tag}: os.cpu_count() on the server host", "measured")
+        if ps["update_bandwidth_GB_per_s"]:
+            uq = ps["quality"].get("update", {})
+            ps_section["update_bandwidth_GB_per_s"] = _val(
+                ps["update_bandwidth_GB_per_s"], f"{tag}: momentum-SGD update on a flat fp32 tensor, 8 passes "
+                f"streamed per parameter byte, fit R2 {uq.get('r2')}")
+
+    profile: dict[str, Any] = {
+        "name": name,
+        "description": f"Calibrated by simdl calibrate on {', '.join(prov['host'])}: {nodes} node(s) x {per_node} "
+                       f"rank(s), {device}, {prov['backend']}",
+        "gpu": gpu,
+        "gpus_per_node": per_node,
+        "nodes": nodes,
+        "max_nodes": base.get("max_nodes", 1) if nodes == 1 else None,
+    }
+    if shared:
+        profile["shared_device"] = True
+    profile["intra_node"] = intra
+    if nodes > 1 or base.get("inter_node"):
+        if "inter_node" in base:
+            profile["inter_node"] = copy.deepcopy(base["inter_node"])
+    if ps_section:
+        profile["ps_servers"] = ps_section
+    profile["efficiency"] = eff
+    profile["memory"] = copy.deepcopy(base["memory"])
+    host = copy.deepcopy(base["host"])
+    if prov.get("cpu_count"):
+        host["cpu_cores"] = _val(prov["cpu_count"], f"{tag}: os.cpu_count()", "measured")
+    profile["host"] = host
+    if profile["max_nodes"] is not None and profile["max_nodes"] > 1 and "inter_node" not in profile:
+        profile["max_nodes"] = 1
+    if nodes == 1 and "inter_node" not in profile:
+        profile["max_nodes"] = 1
+        for k in ("collective_bandwidth_inter", "collective_latency_inter_us"):
+            eff.pop(k, None)
+
+    # -- overlap (needs the provisional profile) -----------------------------------------------
+    strat = F.strategy_points(stages["strategies"]) if stages["strategies"].measurements else {}
+    report["strategies"] = {"measured": strat}
+    if strat and est is not None and joint:
+        with tempfile.TemporaryDirectory() as td:
+            pts = _overlap_points(profile, strat, per_node * nodes, Path(td))
+        if pts:
+            ov = InterferenceFit().fit(pts)
+            report["strategies"]["interference"] = {
+                "comm_compute_interference": round(ov.interference_, 4), "points": pts,
+                "anchored_on_local": ov.anchored_,
+                "rel_errors_after": [round(float(x), 4) for x in ov.residuals_],
+                "rel_errors_before_interference_0": [round(float(x), 4) for x in ov.errors_before_]}
+            eff["comm_compute_interference"] = _val(
+                ov.interference_, f"{tag}: least-squares fit to measured {', '.join(p['variant'] for p in pts)} steps "
+                + ("minus the measured no-communication step (local) " if ov.anchored_ else "")
+                + f"({strat[pts[0]['variant']]['model']} b{strat[pts[0]['variant']]['batch']}); step errors "
+                f"{', '.join(f'{x:+.1%}' for x in ov.errors_before_)} with free overlap -> "
+                f"{', '.join(f'{x:+.1%}' for x in ov.residuals_)} fitted")
+
+    threads = f" Each rank ran {prov['threads_per_rank']} thread(s)" + (f" ({prov['threads_note']})" if prov["threads_note"] else "") + "."
+    profile["notes"] = (f"Written by `simdl calibrate` from {run_dir}. Values of kind 'calibrated' were fitted to "
+                        f"measurements of this machine; others come from the base preset '{base.get('name', '?')}'."
+                        + threads + (" Other processes were using the machine when calibration started (1-min load average "
+                                     "above 0.5 before the ranks started): timings include contention." if prov["machine_busy"]
+                                     else " The machine was otherwise idle when calibration started (1-min load average "
+                                     f"{', '.join(str(b['loadavg'][0]) for b in prov['loadavg_before'])} before the ranks started)."
+                                     if prov["loadavg_before"] else ""))
+    profile["calibration"] = _summary(report)
+    # The profile must load: validate now, with a one-line error naming the bad key.
+    with tempfile.TemporaryDirectory() as td:
+        p = Path(td) / "check.yaml"
+        p.write_text(yaml.safe_dump(profile, sort_keys=False))
+        load_cluster(str(p))
+    return profile, report
+
+
+def _summary(report: dict) -> dict:
+    """The compact part of the report that goes into the profile's calibration section."""
+    out: dict[str, Any] = {"provenance": report["provenance"]}
+    coll = {}
+    for scope, c in report.get("collectives", {}).items():
+        j = c.get("joint") or {}
+        coll[scope] = {
+            "joint": {k: j.get(k) for k in ("params", "quality", "collectives", "bytes_range")} | (
+                {"held_out": {k: j["held_out"][k] for k in ("sizes_bytes", "max_abs_rel_error", "median_abs_rel_error", "within_10pct", "n")}}
+                if j.get("held_out") else {}),
+            "per_collective": {k: {"params": v["params"], "r2": v["quality"]["r2"], "r2_log": v["quality"]["r2_log"],
+                                   "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
+                                   "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error")}
+                               for k, v in c.get("per_collective", {}).items()},
+        }
+    out["collectives"] = coll
+    comp = report.get("compute") or {}
+    if comp.get("params"):
+        out["compute"] = {
+            "params": comp["params"], "fit_models": comp["fit_models"], "batches": comp["batches"],
+            "fit_steps": comp["quality"]["steps"], "fit_rows_r2": comp["quality"]["rows"]["r2"],
+            "fit_by_class": comp["quality"]["by_class"],
+        }
+        if comp.get("held_out"):
+            ho = comp["held_out"]
+            out["compute"]["held_out"] = {"models": ho["models"], "steps": ho["steps"], "by_class": ho["by_class"],
+                                          "runs": [{k: r[k] for k in ("run", "measured_step_ms", "predicted_step_ms",
+                                                                       "step_rel_error")} for r in ho["runs"]]}
+        out["compute"]["micro"] = comp.get("micro", {})
+    if report.get("ps"):
+        out["ps"] = {k: report["ps"][k] for k in ("latency_us", "bandwidth_GB_per_s", "update_bandwidth_GB_per_s", "quality")}
+    if report.get("strategies", {}).get("interference"):
+        o = report["strategies"]["interference"]
+        out["interference"] = {"comm_compute_interference": o["comm_compute_interference"],
+                               "rel_errors_before_interference_0": o["rel_errors_before_interference_0"],
+                               "rel_errors_after": o["rel_errors_after"],
+                               "variants": [p["variant"] for p in o["points"]]}
+    out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
+    return _plain(out)
+
+
+def _plain(x):
+    """Plain YAML types (numpy scalars and tuples out), floats to 5 significant digits."""
+    if isinstance(x, dict):
+        return {str(k): _plain(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_plain(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        x = x.item()
+    if isinstance(x, float):
+        return float(f"{x:.5g}") if x == x else None
+    return x
+
+
+def write_profile(profile: dict, path: Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    header = (f"# Cluster profile written by `simdl calibrate` on {datetime.date.today().isoformat()}.\n"
+              "# Fitted values have kind 'calibrated'; `calibration` holds provenance and fit quality.\n"
+              f"# Use it with: simdl predict --cluster {path}\n")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(header + yaml.safe_dump(profile, sort_keys=False, width=110, allow_unicode=True))
+    os.replace(tmp, path)
+    return path

@@ -1,0 +1,82 @@
+"""Human summary of a calibration fit: values, R2, residuals and held-out errors per group."""
+
+from __future__ import annotations
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"
+
+
+def _apct(x) -> str:
+    return "n/a" if x is None else f"{abs(x):.1%}"
+
+
+def format_report(report: dict, profile: dict) -> str:
+    lines = []
+    prov = report["provenance"]
+    lines.append(f"profile {profile['name']}: {prov['ranks']} rank(s) on {', '.join(prov['host'])} "
+                 f"({', '.join(prov['devices'])}, {prov['backend']}, torch {prov['versions'].get('torch')})"
+                 + ("; other processes were busy when it started" if prov.get("machine_busy") else "")
+                 + (f"; load before: {', '.join(str(b['loadavg'][0]) for b in prov.get('loadavg_before', []))}"
+                    if prov.get("loadavg_before") else ""))
+    eff = profile["efficiency"]
+    for scope, c in report.get("collectives", {}).items():
+        j = c.get("joint")
+        lines.append(f"collectives [{scope}]")
+        for coll, v in c.get("per_collective", {}).items():
+            p, q = v["params"], v["quality"]
+            ho = v.get("held_out", {})
+            lines.append(f"  {coll:<15} bus {p['bus_bandwidth_GB_per_s']:8.3f} GB/s  alpha {p['alpha_us']:8.1f} us  "
+                         f"overhead {p['overhead_us']:8.1f} us  R2 {q['r2']:.3f} R2(log) {q['r2_log']:.3f}  "
+                         f"max|res| {_apct(q['max_abs_rel_error'])}  held-out max|err| {_apct(ho.get('max_abs_rel_error'))}")
+        if j:
+            p, q = j["params"], j["quality"]
+            ho = j.get("held_out", {})
+            lines.append(f"  {'joint (profile)':<15} bus {p['bus_bandwidth_GB_per_s']:8.3f} GB/s  alpha {p['alpha_us']:8.1f} us  "
+                         f"overhead {p['overhead_us']:8.1f} us  R2 {q['r2']:.3f} R2(log) {q['r2_log']:.3f}  "
+                         f"median|res| {_apct(q['median_abs_rel_error'])}  held-out max|err| {_apct(ho.get('max_abs_rel_error'))}"
+                         + (f" ({ho['within_10pct']}/{ho['n']} within 10%)" if ho else ""))
+            if p.get("bandwidth_factors"):
+                lines.append("    bandwidth relative to all_reduce: " + ", ".join(
+                    f"{k} {v:.3f}" for k, v in p["bandwidth_factors"].items()))
+    comp = report.get("compute") or {}
+    if comp.get("params"):
+        p, q = comp["params"], comp["quality"]
+        lines.append(f"compute (roofline, fit on {', '.join(comp['fit_models'])})")
+        lines.append(f"  matmul {p['matmul']:.4f}  memory_bandwidth {p['memory_bandwidth']:.4f}  "
+                     f"kernel_launch {p['kernel_launch_us']:.2f} us  matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us"
+                     f"   step R2 {q['steps']['r2']}  "
+                     f"max|step err| {_apct(q['steps']['max_abs_rel_error'])}  row R2 {q['rows']['r2']}")
+        for r in q["runs"]:
+            lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
+                         f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
+        ho = comp.get("held_out")
+        if ho:
+            lines.append(f"  held-out model(s) {', '.join(ho['models'])}: max|step err| "
+                         f"{_apct(ho['steps']['max_abs_rel_error'])}")
+            for r in ho["runs"]:
+                lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
+                             f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
+            lines.append("    by op class: " + ", ".join(f"{c} {_pct(v['rel_error'])}" for c, v in ho["by_class"].items()))
+        for cls, m in comp.get("micro", {}).items():
+            rate = (f"{m['achieved_GFLOP_per_s']} GFLOP/s (eff {m['matmul_efficiency']})" if m["achieved_GFLOP_per_s"]
+                    else f"{m['achieved_GB_per_s']} GB/s (eff {m['memory_bandwidth_efficiency']})"
+                    if m["achieved_GB_per_s"] else "")
+            lines.append(f"  micro {cls:<12} {rate}  overhead {m['overhead_us']} us  max|res| {_apct(m['max_abs_rel_residual'])}")
+    ps = report.get("ps")
+    if ps:
+        q = ps["quality"]["roundtrip"]
+        lines.append(f"parameter server: latency {ps['latency_us']:.1f} us  bandwidth {ps['bandwidth_GB_per_s']:.3f} GB/s  "
+                     f"R2 {q['r2']}  update {ps['update_bandwidth_GB_per_s'] or float('nan'):.3f} GB/s")
+    st = report.get("strategies", {})
+    if st.get("measured"):
+        def step(m):
+            return "skipped" if m.get("skipped") else f"{m['step_s'] * 1e3:.2f}"
+        lines.append("strategy steps (median, ms): " + ", ".join(f"{v}: {step(m)}" for v, m in st["measured"].items()))
+    if st.get("interference"):
+        o = st["interference"]
+        lines.append(f"  comm_compute_interference {o['comm_compute_interference']}: step errors "
+                     + ", ".join(f"{p['variant']} {_pct(b)} -> {_pct(a)}" for p, b, a in
+                                 zip(o["points"], o["rel_errors_before_interference_0"], o["rel_errors_after"])))
+    lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items()))
+    return "\n".join(lines)

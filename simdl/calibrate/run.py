@@ -1,0 +1,273 @@
+"""``simdl calibrate``: launch the calibration stages with torchrun, resume, fit, write a profile.
+
+A run directory (default ``runs/calibrate-<UTC time>``, git-ignored) holds ``run.json``
+(the settings, so ``--resume RUN_DIR`` needs nothing else), one folder per stage with the
+per-rank JSONL files the scripts write as they measure, the stage's ``torchrun.log`` and a
+``DONE`` marker when it completed, and at the end ``fit.json`` and ``profile.yaml``.
+
+Stages run one after another, each under its own torchrun with a share of the time budget
+(collectives 30 %, compute 40 %, strategies 20 %, ps 10 %). A stage whose torchrun fails (a
+rank died) or that outlives its budget plus a grace period (a rank hung) ends with a
+message naming the rank and what was kept; the command then stops and tells how to
+resume. ``--resume`` skips stages with a ``DONE`` marker and, inside a stage, every
+measurement all ranks had logged.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import SimdlError
+from .records import STAGES, load_stage
+
+BUDGET_SHARE = {"collectives": 0.30, "compute": 0.40, "strategies": 0.20, "ps": 0.10}
+DEFAULT_BUDGET = {True: 150.0, False: 900.0}  # quick / full, seconds of measurement
+GRACE_S = 90.0  # torchrun start-up, imports, the last measurement, the DONE barrier
+# Compute stage: fit models first, the held-out model last (predicted, never fitted).
+COMPUTE_MODELS = {
+    # vgg16 (large, efficient convolutions and a 400 MB classifier) pins the FLOP and memory
+    # efficiencies that mnist_cnn and resnet18 alone leave loose.
+    True: ("mnist_cnn:mnist:8,32;resnet18:cifar10:4,8;vgg16:cifar10:2,4;densenet121:cifar10:2,4", ["densenet121"]),
+    False: ("mnist_cnn:mnist:16,64;resnet18:cifar10:4,16;vgg16:cifar10:2,8;densenet121:cifar10:4,8",
+            ["densenet121"]),
+}
+TORCHRUN_OPTIONS = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port")
+
+
+class StageFailed(SimdlError):
+    """A stage ended early: a rank died or hung. The message says what was kept."""
+
+
+def scripts_dir() -> Path:
+    """The ``calibration/`` folder of torchrun scripts (next to the ``simdl`` package in a
+    checkout; ``$SIMDL_CALIBRATION_DIR`` overrides)."""
+    env = os.environ.get("SIMDL_CALIBRATION_DIR")
+    d = Path(env) if env else Path(__file__).resolve().parents[2] / "calibration"
+    if not (d / "collectives.py").is_file():
+        raise SimdlError(f"calibration scripts not found in {d}; set SIMDL_CALIBRATION_DIR to the "
+                         "calibration/ folder of a simdl checkout")
+    return d
+
+
+def new_run_dir(root: Path | None = None) -> Path:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    d = Path(root or "runs") / f"calibrate-{stamp}"
+    d.mkdir(parents=True, exist_ok=False)
+    return d
+
+
+def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None, output: str | None,
+                  name: str | None = None, gpu: str | None = None, stages: tuple[str, ...] = STAGES,
+                  **torchrun: Any) -> dict[str, Any]:
+    if nproc_per_node < 1:
+        raise SimdlError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
+    budget = DEFAULT_BUDGET[quick] if time_budget is None else float(time_budget)
+    if budget <= 0:
+        raise SimdlError(f"--time-budget {time_budget}: must be > 0 seconds")
+    models, held = COMPUTE_MODELS[quick]
+    return {
+        "nproc_per_node": int(nproc_per_node), "quick": bool(quick), "time_budget_s": budget,
+        "output": output, "name": name, "gpu": gpu, "stages": list(stages),
+        "compute_models": models, "compute_held_out": held,
+        "torchrun": {k: v for k, v in torchrun.items() if k in TORCHRUN_OPTIONS and v is not None},
+    }
+
+
+def _torchrun_cmd(settings: dict, stage: str, stage_dir: Path) -> list[str]:
+    cmd = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={settings['nproc_per_node']}"]
+    for k, v in settings["torchrun"].items():
+        cmd.append(f"--{k.replace('_', '-')}={v}")
+    budget = settings["time_budget_s"] * BUDGET_SHARE[stage]
+    cmd += [str(scripts_dir() / f"{stage}.py"), "--out", str(stage_dir), "--budget", f"{budget:.1f}"]
+    if settings["quick"]:
+        cmd.append("--quick")
+    if stage == "compute":
+        cmd += ["--models", settings["compute_models"]]
+    return cmd
+
+
+# ------------------------------------------------------------------------------ progress
+
+
+class Progress:
+    """One line per stage: a bar of measurements logged by rank 0 against its plan."""
+
+    def __init__(self, stage: str, stage_dir: Path, stream=sys.stderr):
+        self.stage, self.dir, self.stream = stage, stage_dir, stream
+        self.t0 = time.monotonic()
+        self.tty = stream.isatty()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def counts(self) -> tuple[int, int]:
+        st = load_stage(self.dir.parent, self.stage)
+        return st.n_measured(0), len(st.planned)
+
+    def line(self) -> str:
+        done, total = self.counts()
+        width = 24
+        filled = int(width * done / total) if total else 0
+        bar = "#" * filled + "-" * (width - filled)
+        return f"{self.stage:<12} [{bar}] {done:>3}/{total or '?':<3} measurements  {time.monotonic() - self.t0:5.0f} s"
+
+    def _loop(self) -> None:
+        while not self._stop.wait(1.0):
+            if self.tty:
+                self.stream.write("\r" + self.line())
+                self.stream.flush()
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.stream.write(("\r" if self.tty else "") + self.line() + "\n")
+        self.stream.flush()
+
+
+# ------------------------------------------------------------------------------ stages
+
+
+def _failure_reason(log_text: str) -> str:
+    """The failed rank and why, from torchrun's error summary (its "Root Cause" block names
+    the first rank that failed; the others were stopped by the agent afterwards)."""
+    if "Root Cause" in log_text:
+        log_text = log_text[log_text.rindex("Root Cause"):]
+    ranks = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank", log_text)
+    codes = re.findall(r"exitcode\s*:\s*(-?\d+)", log_text)
+    why = re.findall(r"traceback\s*:\s*(.+)", log_text)
+    if ranks:
+        r = f"rank {ranks[0]} exited with code {codes[0] if codes else '?'}"
+        if why and "N/A" not in why[0] and "To enable traceback" not in why[0]:
+            r += f" ({why[0].strip()})"
+        elif codes and codes[0].startswith("-"):
+            try:
+                r += f" ({signal.Signals(-int(codes[0])).name})"
+            except ValueError:
+                pass
+        return r
+    errors = [ln for ln in log_text.splitlines() if "Error" in ln]
+    return errors[-1].strip() if errors else "torchrun failed (see its log)"
+
+
+def _kept(stage_dir: Path) -> str:
+    st = load_stage(stage_dir.parent, stage_dir.name)
+    per = ", ".join(f"rank {r}: {st.n_measured(r)}" for r in st.ranks) or "none"
+    return (f"kept {len(st.keys_all_ranks())} of {len(st.planned) or '?'} planned measurements "
+            f"done by every rank ({per}) in {stage_dir}")
+
+
+def run_stage(settings: dict, run_dir: Path, stage: str) -> None:
+    stage_dir = run_dir / stage
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    cmd = _torchrun_cmd(settings, stage, stage_dir)
+    timeout = settings["time_budget_s"] * BUDGET_SHARE[stage] + GRACE_S
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    log_path = stage_dir / "torchrun.log"
+    with open(log_path, "a", encoding="utf-8") as log, Progress(stage, stage_dir):
+        log.write(f"\n$ {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            code = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            raise StageFailed(f"stage {stage} did not finish within {timeout:.0f} s (a rank hung?); torchrun "
+                              f"stopped; {_kept(stage_dir)}") from None
+        except KeyboardInterrupt:
+            _kill_group(proc)
+            raise StageFailed(f"stage {stage} interrupted; {_kept(stage_dir)}") from None
+    if code != 0 or not (stage_dir / "DONE").exists():
+        reason = _failure_reason(log_path.read_text(encoding="utf-8", errors="replace"))
+        raise StageFailed(f"stage {stage} failed: {reason}; {_kept(stage_dir)}")
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """End torchrun and the ranks it started (they share its session: it was started
+    with start_new_session=True, so the group is exactly this run)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=10)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout) -> dict:
+    """Run (or resume) the stages, fit and write the profile. Returns the fit report."""
+    run_dir = Path(run_dir)
+    if any(not (run_dir / st / "DONE").exists() for st in settings["stages"]):
+        # Load of the machine before this run's ranks start (theirs would count in later readings).
+        settings.setdefault("loadavg_before", []).append(
+            {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+             "loadavg": [round(x, 2) for x in os.getloadavg()]})
+    (run_dir / "run.json").write_text(json.dumps(settings, indent=2) + "\n")
+    t0 = time.monotonic()
+    print(f"calibration run directory: {run_dir}", file=out)
+    for stage in settings["stages"]:
+        if (run_dir / stage / "DONE").exists():
+            print(f"{stage:<12} done (skipped)", file=out)
+            continue
+        try:
+            run_stage(settings, run_dir, stage)
+        except StageFailed as e:
+            raise StageFailed(f"{e}; continue with: simdl calibrate --resume {run_dir}") from None
+    return fit_and_write(settings, run_dir, out=out, elapsed=time.monotonic() - t0)
+
+
+def fit_and_write(settings: dict, run_dir: Path, *, out=sys.stdout, elapsed: float | None = None) -> dict:
+    from .profile import build_profile, write_profile
+    from .report import format_report
+
+    name = settings.get("name") or (Path(settings["output"]).stem if settings.get("output") else "calibrated")
+    profile, report = build_profile(run_dir, {k: v for k, v in settings.items() if k != "output"},
+                                    name=name, gpu=settings.get("gpu"))
+    (run_dir / "fit.json").write_text(json.dumps(_jsonable(report), indent=1) + "\n")
+    write_profile(profile, run_dir / "profile.yaml")
+    target = Path(settings["output"]) if settings.get("output") else run_dir / "profile.yaml"
+    if settings.get("output"):
+        write_profile(profile, target)
+    print(format_report(report, profile), file=out)
+    if elapsed is not None:
+        print(f"calibration took {elapsed:.0f} s", file=out)
+    print(f"wrote {target}; use it with: simdl predict --cluster {target}", file=out)
+    return report
+
+
+def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout) -> dict:
+    run_dir = Path(run_dir)
+    path = run_dir / "run.json"
+    if not path.is_file():
+        raise SimdlError(f"--resume {run_dir}: no run.json there (not a calibration run directory)")
+    settings = json.loads(path.read_text())
+    if output:
+        settings["output"] = output
+    return calibrate(settings, run_dir, out=out)
+
+
+def _jsonable(x):
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
+        return x.item()
+    if isinstance(x, float) and x != x:
+        return None
+    return x

@@ -1,0 +1,96 @@
+"""`simdl calibrate` end to end with real torchrun ranks (CPU + gloo), in a bounded quick form.
+
+* quick mode with a small time budget produces a profile that loads and predicts;
+* a rank SIGKILLed mid-stage leaves readable partial files, the stage failure names the rank,
+  and `--resume` completes the run keeping what was measured.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from simdl.calibrate.records import load_stage
+from simdl.cluster import load_cluster
+from simdl.predict import predict
+
+pytestmark = [pytest.mark.torchrun, pytest.mark.slow]
+
+SIMDL = [sys.executable, "-m", "simdl"]
+
+
+def _env():
+    return dict(os.environ, PYTHONUNBUFFERED="1")
+
+
+def test_quick_calibration_end_to_end(tmp_path):
+    out = tmp_path / "mine.yaml"
+    t0 = time.monotonic()
+    p = subprocess.run([*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "30",
+                        "-o", str(out), "--run-root", str(tmp_path / "runs")],
+                       capture_output=True, text=True, timeout=400, env=_env())
+    elapsed = time.monotonic() - t0
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "collectives" in p.stdout and "compute (roofline" in p.stdout
+    spec = load_cluster(str(out))
+    assert spec.efficiency.matmul.kind == "calibrated"
+    assert spec.calibration["provenance"]["backend"] == "gloo"
+    r = predict(model="mnist_cnn", strategy="ddp", gpus=2, cluster=str(out), dataset="mnist")
+    assert r.iteration_time_s > 0
+    print(f"quick calibration took {elapsed:.0f} s")
+
+
+def _wait_for(predicate, timeout, proc):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.2)
+    return False
+
+
+def test_killed_rank_leaves_a_partial_run_that_resume_completes(tmp_path):
+    runs = tmp_path / "runs"
+    cmd = [*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "40",
+           "--stages", "collectives,compute", "--run-root", str(runs), "-o", str(tmp_path / "p.yaml")]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        def compute_rank1_has(n):
+            dirs = list(runs.glob("calibrate-*/compute"))
+            return bool(dirs) and load_stage(dirs[0].parent, "compute").n_measured(1) >= n
+        assert _wait_for(lambda: compute_rank1_has(3), 300, proc), "compute stage never started"
+        run_dir = next(runs.glob("calibrate-*"))
+        header = json.loads((run_dir / "compute" / "rank1.jsonl").read_text().splitlines()[0])
+        os.kill(header["pid"], signal.SIGKILL)  # rank 1 dies mid-stage
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, stdout + stderr
+    msg = stderr.strip().splitlines()[-1]
+    assert "stage compute failed" in msg and "rank 1" in msg and "SIGKILL" in msg, msg
+    assert f"--resume {run_dir}" in msg
+    # The partial raw files are readable and keep what was measured.
+    st = load_stage(run_dir, "compute")
+    assert not st.done and st.n_measured(1) >= 3 and st.planned
+    kept = {k: st.measurements[1][k]["t"] for k in st.keys_all_ranks()}
+    assert kept
+    assert (run_dir / "collectives" / "DONE").exists()
+
+    p = subprocess.run([*SIMDL, "calibrate", "--resume", str(run_dir)], capture_output=True, text=True,
+                       timeout=400, env=_env())
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "collectives  done (skipped)" in p.stdout
+    st = load_stage(run_dir, "compute")
+    assert st.done
+    for key, t in kept.items():  # finished measurements were not redone
+        assert st.measurements[1][key]["t"] == t
+    assert set(st.planned) <= st.keys_all_ranks() or (run_dir / "compute" / "DONE").read_text()
+    assert load_cluster(str(tmp_path / "p.yaml")).efficiency.matmul.kind == "calibrated"

@@ -1,0 +1,124 @@
+"""The calibration fitters recover known parameters from synthetic measurements, and follow
+scikit-learn's estimator contract (style.md s.6): fit() returns self, fitted values end in '_'."""
+
+import numpy as np
+import pytest
+
+from simdl.calibrate.collectives import CollectiveFit, fit_with_holdout, held_out_split
+from simdl.calibrate.compute import Run, RooflineFit, op_class
+from simdl.calibrate.overlap import InterferenceFit
+from simdl.calibrate.ps import PSFit
+from simdl.calibrate.records import read_jsonl
+from simdl.collectives.cost import collective_time
+from simdl.workload.library import load_workload
+from simdl.analytic.costs import Rates, row_times
+
+SIZES = [4096 * 4**i for i in range(9)]  # 4 KB .. 256 MB
+
+
+def synthetic_collectives(overhead, alpha, bw, factors=None, n=2, noise=0.0, seed=0):
+    rng = np.random.default_rng(seed)
+    out = []
+    for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        f = (factors or {}).get(c, 1.0)
+        for m in SIZES:
+            t = overhead + collective_time(c, m, n, bw * f, alpha, "auto")
+            out.append({"collective": c, "bytes": m, "group_size": n, "time_s": t * (1 + noise * rng.standard_normal())})
+    return out
+
+
+def test_collective_fit_recovers_alpha_beta_and_follows_the_contract():
+    X = synthetic_collectives(40e-6, 15e-6, 1.2e9, n=4)
+    est = CollectiveFit()
+    assert est.fit(X) is est
+    assert not hasattr(CollectiveFit(), "alpha_s_")  # __init__ stores settings only
+    assert est.alpha_s_ == pytest.approx(15e-6, rel=0.02)
+    assert est.overhead_s_ == pytest.approx(40e-6, rel=0.05)
+    assert est.bus_bandwidth_B_per_s_ == pytest.approx(1.2e9, rel=0.01)
+    assert np.max(np.abs(est.residuals_)) < 1e-3
+    assert est.quality_["r2"] > 0.999
+
+
+def test_per_collective_bandwidth_factors_and_held_out_sizes():
+    factors = {"all_gather": 0.5, "reduce_scatter": 0.25, "broadcast": 2.0}
+    X = synthetic_collectives(30e-6, 50e-6, 1e9, factors, noise=0.02)
+    fit_part, test_part = held_out_split(X)
+    assert {x["bytes"] for x in fit_part}.isdisjoint({x["bytes"] for x in test_part})
+    assert max(x["bytes"] for x in test_part) == max(SIZES)  # the largest size is an extrapolation check
+    res = fit_with_holdout(X, per_collective_bandwidth=True)
+    est = res["estimator"]
+    for c, f in factors.items():
+        assert est.bandwidth_factors_[c] == pytest.approx(f, rel=0.05)
+    assert res["held_out"]["max_abs_rel_error"] < 0.10  # 2 % noise -> held-out within 10 %
+
+
+def _synthetic_run(model, dataset, batch, rates):
+    table = load_workload(model, dataset)
+    rt = row_times.__wrapped__(table, batch, rates)
+    return Run(f"{model}/b{batch}", table, batch, rt.fwd.copy(), rt.bwd.copy(), float(rt.fwd.sum()), float(rt.bwd.sum()))
+
+
+def test_roofline_fit_recovers_efficiencies_and_predicts_a_held_out_model():
+    P, BW = 166e9, 19e9
+    true = Rates(flops=P * 0.45, memory_bandwidth=BW * 0.3, kernel_overhead=8e-6, activation_factor=1.0,
+                 matmul_call_overhead=60e-6)
+    runs = [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (8, 32)]
+    runs += [_synthetic_run("resnet18", "cifar10", b, true) for b in (4, 16)]
+    est = RooflineFit(peak_flops=P, memory_bandwidth=BW)
+    assert est.fit(runs) is est
+    assert est.matmul_efficiency_ == pytest.approx(0.45, rel=0.02)
+    assert est.memory_bandwidth_efficiency_ == pytest.approx(0.3, rel=0.05)
+    assert est.kernel_launch_s_ == pytest.approx(8e-6, rel=0.05)
+    assert est.matmul_call_overhead_s_ == pytest.approx(60e-6, rel=0.05)
+    held = est.evaluate([_synthetic_run("densenet121", "cifar10", 4, true)])
+    assert held["steps"]["max_abs_rel_error"] < 0.01
+    assert set(held["by_class"]) >= {"conv", "norm", "activation"}
+
+
+def test_op_classes():
+    assert op_class("Conv2d") == "conv" and op_class("BatchNorm2d") == "norm"
+    assert op_class("Sequential") == "other"
+
+
+def test_interference_fit_recovers_the_factor():
+    X = [{"measured_s": p0 + 2.5 * (p1 - p0), "pred_k0_s": p0, "pred_k1_s": p1}
+         for p0, p1 in ((0.05, 0.06), (0.1, 0.13), (0.2, 0.21))]
+    est = InterferenceFit().fit(X)
+    assert est.interference_ == pytest.approx(2.5, abs=1e-6)
+    assert np.allclose(est.predict(X), [x["measured_s"] for x in X])
+    # Anchored on the measured no-communication step: the compute model's error drops out.
+    Y = [dict(x, measured_local_s=0.04, pred_compute_s=0.03, measured_s=x["measured_s"] + 0.01) for x in X]
+    assert InterferenceFit().fit(Y).interference_ == pytest.approx(2.5, abs=1e-6)
+
+
+def test_ps_fit():
+    rts = [{"bytes": m, "time_s": 2 * (50e-6 + m / 2e9)} for m in SIZES]
+    ups = [{"streamed_bytes": 8 * m, "time_s": 8 * m / 10e9} for m in SIZES[3:]]
+    est = PSFit().fit(rts, ups)
+    assert est.latency_s_ == pytest.approx(50e-6, rel=0.02)
+    assert est.bandwidth_B_per_s_ == pytest.approx(2e9, rel=0.02)
+    assert est.update_bandwidth_B_per_s_ == pytest.approx(10e9, rel=0.02)
+
+
+def test_jsonl_reader_skips_a_torn_last_line(tmp_path):
+    p = tmp_path / "rank1.jsonl"
+    p.write_text('{"type": "header"}\n{"type": "measurement", "key": "a"}\n{"type": "measurem')
+    assert [r["type"] for r in read_jsonl(p)] == ["header", "measurement"]
+
+
+def test_failure_reason_names_the_root_cause_rank():
+    from simdl.calibrate.run import _failure_reason
+
+    log = """Failures:
+[1]:
+  rank      : 0 (local_rank: 0)
+  exitcode  : -15 (pid: 16810)  (SIGTERM)
+  traceback : Signal 15 (SIGTERM) received by PID 16810
+-------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 16811)  (SIGKILL)
+  traceback : Signal 9 (SIGKILL) received by PID 16811
+"""
+    assert _failure_reason(log) == "rank 1 exited with code -9 (Signal 9 (SIGKILL) received by PID 16811)"

@@ -1,0 +1,126 @@
+"""From raw per-rank records to a loadable profile, without torchrun: synthetic run directories
+written in the format of calibration/*.py, generated from known parameters."""
+
+import json
+
+import pytest
+import yaml
+
+from simdl.analytic.costs import Rates, row_times
+from simdl.calibrate.profile import build_profile, write_profile
+from simdl.calibrate.records import load_stage
+from simdl.calibrate.run import make_settings
+from simdl.cluster import load_cluster
+from simdl.collectives.cost import bus_bytes_factor, collective_time
+from simdl.predict import predict
+from simdl.workload.library import load_workload
+
+HEADER = {"type": "header", "world": 2, "local_world": 2, "nodes": 1, "host": "testhost", "device": "cpu: test",
+          "backend": "gloo", "threads": 1, "cpu_count": 2, "threads_note": "torch.set_num_threads(1)",
+          "versions": {"torch": "2.x"}, "loadavg": [0.1, 0.1, 0.1], "date": "2026-01-01T00:00:00+00:00"}
+TRUE = {"overhead": 30e-6, "alpha": 20e-6, "bw": 1.0e9, "factors": {"all_gather": 0.6, "reduce_scatter": 0.3,
+                                                                     "broadcast": 2.0, "send_recv": 1.2},
+        "e_m": 0.4, "e_b": 0.25, "launch": 6e-6}
+
+
+def _write(stage_dir, rank, records, done=True):
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    with open(stage_dir / f"rank{rank}.jsonl", "w") as f:
+        for r in [dict(HEADER, rank=rank), *records]:
+            f.write(json.dumps(r) + "\n")
+    if done:
+        (stage_dir / "DONE").write_text("{}\n")
+
+
+def make_run_dir(root, with_compute=True):
+    run = root / "calibrate-test"
+    colls = []
+    for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"):
+        for m in [4096 * 4**i for i in range(8)]:
+            t = TRUE["overhead"] + collective_time(c, m, 2, TRUE["bw"] * TRUE["factors"].get(c, 1.0), TRUE["alpha"])
+            colls.append({"type": "measurement", "key": f"world/{c}/{m}", "kind": "collective", "scope": "world",
+                          "collective": c, "bytes": m, "group_size": 2, "time_s": t,
+                          "busbw_GB_per_s": m / t * bus_bytes_factor(c, 2) / 1e9})
+    for r in (0, 1):
+        _write(run / "collectives", r, colls)
+    if with_compute:
+        rates = Rates(flops=332.3e9 / 2 * TRUE["e_m"], memory_bandwidth=38e9 / 2 * TRUE["e_b"],
+                      kernel_overhead=TRUE["launch"], activation_factor=1.0)
+        recs = []
+        for model, ds, batches in (("mnist_cnn", "mnist", (8, 32)), ("resnet18", "cifar10", (4, 8)),
+                                   ("densenet121", "cifar10", (2,))):
+            table = load_workload(model, ds)
+            for b in batches:
+                rt = row_times.__wrapped__(table, b, rates)
+                recs.append({"type": "measurement", "key": f"model/{model}/{ds}/{b}", "kind": "model", "model": model,
+                             "dataset": ds, "batch": b, "step_fwd_s": float(rt.fwd.sum()), "step_bwd_s": float(rt.bwd.sum()),
+                             "rows": {"name": list(table.names), "type": list(table.types),
+                                      "fwd_s": rt.fwd.tolist(), "bwd_s": rt.bwd.tolist()}})
+        for r in (0, 1):
+            _write(run / "compute", r, recs)
+    ps = [{"type": "measurement", "key": f"roundtrip/{m}", "kind": "ps_roundtrip", "bytes": m, "role": "worker",
+           "time_s": 2 * (40e-6 + m / 1.5e9)} for m in [4096 * 4**i for i in range(7)]]
+    ps += [{"type": "measurement", "key": f"update/{m}", "kind": "ps_update", "bytes": m, "role": "server",
+            "time_s": 8 * m / 12e9, "streamed_bytes": 8 * m} for m in [2**20 * 4**i for i in range(3)]]
+    _write(run / "ps", 0, [dict(p, role="server") if p["kind"] == "ps_roundtrip" else p for p in ps])
+    _write(run / "ps", 1, [dict(p, role="worker") if p["kind"] == "ps_update" else p for p in ps])
+    return run
+
+
+def test_profile_from_synthetic_run_recovers_values_and_loads(tmp_path):
+    run = make_run_dir(tmp_path)
+    settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
+    profile, report = build_profile(run, settings, name="synthetic")
+    eff = profile["efficiency"]
+    assert eff["matmul"]["kind"] == "calibrated"
+    assert eff["matmul"]["value"] == pytest.approx(TRUE["e_m"], rel=0.02)
+    assert eff["memory_bandwidth"]["value"] == pytest.approx(TRUE["e_b"], rel=0.05)
+    assert eff["kernel_launch_us"]["value"] == pytest.approx(TRUE["launch"] * 1e6, rel=0.05)
+    assert eff["collective_latency_intra_us"]["value"] == pytest.approx(20, rel=0.05)
+    assert eff["collective_bandwidth_factor_reduce_scatter"]["value"] == pytest.approx(0.3, rel=0.05)
+    # The held-out model (densenet121) is predicted, not fitted, and its error is reported.
+    assert report["compute"]["held_out"]["models"] == ["densenet121"]
+    assert report["compute"]["held_out"]["steps"]["max_abs_rel_error"] < 0.01
+    assert report["collectives"]["world"]["joint"]["held_out"]["max_abs_rel_error"] < 0.01
+    assert profile["ps_servers"]["latency_us"]["value"] == pytest.approx(40, rel=0.05)
+    assert profile["calibration"]["provenance"]["host"] == ["testhost"]
+    path = write_profile(profile, tmp_path / "mine.yaml")
+    spec = load_cluster(str(path))
+    assert spec.shared_device and spec.gpus_per_node == 2 and spec.calibration["provenance"]["backend"] == "gloo"
+    r = predict(model="mnist_cnn", strategy="fsdp", gpus=2, cluster=str(path), dataset="mnist")
+    assert r.iteration_time_s > 0
+    # Round trip: the spec written back is the same profile.
+    again = tmp_path / "again.yaml"
+    again.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+    assert load_cluster(str(again)).efficiency == spec.efficiency
+
+
+def test_partial_run_is_readable(tmp_path):
+    run = make_run_dir(tmp_path, with_compute=False)
+    (run / "compute").mkdir()
+    (run / "compute" / "rank1.jsonl").write_text(json.dumps(dict(HEADER, rank=1)) + '\n{"type": "measu')
+    st = load_stage(run, "compute")
+    assert not st.done and st.ranks == [1] and st.n_measured(1) == 0
+
+
+def test_interference_and_collective_factors_change_predictions(tmp_path):
+    base = {"extends": "cpu-local", "name": "x"}
+    p1, p0 = tmp_path / "o1.yaml", tmp_path / "o0.yaml"
+    for p, o in ((p1, 0.0), (p0, 1.0)):
+        d = dict(base, efficiency={"comm_compute_interference": {"value": o, "kind": "assumed", "source": "test"},
+                                   "collective_bandwidth_factor_all_gather": {"value": 0.25, "kind": "assumed", "source": "test"}})
+        p.write_text(yaml.safe_dump(d))
+    kw = dict(model="resnet18", strategy="ddp", gpus=2, dataset="cifar10")
+    r1, r0 = predict(cluster=str(p1), **kw), predict(cluster=str(p0), **kw)
+    assert r0.iteration_time_s > r1.iteration_time_s
+    fast = tmp_path / "fast.yaml"
+    fast.write_text(yaml.safe_dump(dict(base, efficiency={"collective_bandwidth_factor_all_gather": {
+        "value": 1.0, "kind": "assumed", "source": "test"}})))
+    f_slow = predict(cluster=str(p1), model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10")
+    f_base = predict(cluster=str(fast), model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10")
+    assert f_slow.comm_time_s > f_base.comm_time_s
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(dict(base, efficiency={"comm_compute_interference": {"value": -1, "kind": "assumed",
+                                                                                   "source": "test"}})))
+    with pytest.raises(Exception, match="comm_compute_interference"):
+        load_cluster(str(bad))
