@@ -10,4 +10,14 @@ from .predict import predict
 from .result import Result
 
 __version__ = "0.1.0"
-__all__ = ["predict", "Result", "SimdlError", "__version__"]
+__all__ = ["predict", "Result", "SimdlError", "__version__", "sweep", "recommend", "derive_cluster"]
+
+
+def __getattr__(name: str):
+    # simdl.sweep / simdl.recommend / simdl.derive_cluster (issue 7) load on first use, so that
+    # `import simdl` and `simdl predict` stay as light as before.
+    if name in ("sweep", "recommend", "derive_cluster"):
+        from . import explore
+
+        return getattr(explore, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

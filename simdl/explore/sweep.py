@@ -1,0 +1,380 @@
+"""Run a grid of predictions: one row per configuration, in parallel on local cores.
+
+>>> df = simdl.sweep(model="resnet50", strategy=["ddp", "fsdp-full"], gpus=[8, 16, 32],
+...                  cluster="dgx-a100", nic_Gb_per_s=[100, 400])       # doctest: +SKIP
+
+Every keyword is an axis (a list) or a fixed value; :mod:`simdl.explore.grid` lists the
+keys. A configuration that simdl rejects (ps-sync on a cluster without parameter servers,
+more GPUs than a one-node preset has) becomes a row with its message in ``error`` instead
+of stopping the sweep.
+
+Speed. The analytic engine answers a few thousand predictions per second in one process,
+so a 10,000-point grid is seconds of work and process start-up must not dominate:
+
+* the first configuration of every model runs in this process first, so that the workload
+  tables are loaded once and inherited by the workers (``fork`` on Linux);
+* the rest goes to a :class:`~concurrent.futures.ProcessPoolExecutor` in chunks (about eight
+  per worker: enough to balance the load, few enough that pickling is negligible);
+* grids below :data:`SERIAL_BELOW` points run in this process.
+
+``executor="dask"`` or ``"ray"`` sends the same chunks to a Dask or Ray cluster (the
+``simdl[dask]`` / ``simdl[ray]`` extras, imported only then). A progress bar (tqdm, if
+installed) is drawn when stderr is a terminal.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..errors import SimdlError, unknown
+from ..result import Result as _Result
+from ..result import Staleness as _Staleness
+from .grid import Grid, sim_keys_without_sim, to_call, split_strategy
+from .whatif import derive_cluster
+
+EXECUTORS = ("process", "serial", "dask", "ray")
+#: Below this many analytic configurations a pool costs more than it saves.
+SERIAL_BELOW = 400
+#: Result fields copied into every row first, in this order (the rest of Result.row() follows).
+LEAD_COLUMNS = ("label", "iteration_time_s", "total_time_s", "gpu_hours", "throughput_samples_per_s",
+                "peak_memory_bytes", "memory_capacity_bytes", "fits_in_memory", "gpu_utilization",
+                "compute_time_s", "comm_time_s", "exposed_comm_time_s", "comm_bytes_per_iteration")
+
+
+# ----------------------------------------------------------------------------- one point
+
+
+def _label(params: Mapping[str, Any]) -> str:
+    """What the result's ``config.label`` would say, for rows that have no result."""
+    strategy = params.get("strategy") or "fsdp"
+    try:
+        name, sharding = split_strategy(strategy)
+    except SimdlError:
+        return str(strategy)
+    if name == "fsdp":
+        return f"fsdp-{sharding or params.get('sharding') or 'full'}"
+    return name
+
+
+def _plain(v: Any) -> Any:
+    return v if isinstance(v, (str, int, float, bool)) or v is None else str(v)
+
+
+def run_one(params: Mapping[str, Any]) -> dict[str, Any]:
+    """Predict one grid point; a rejected configuration gives a row with ``error`` set."""
+    from ..predict import DEFAULT_CLUSTER, predict
+
+    row: dict[str, Any] = {k: _plain(v) for k, v in params.items()}
+    try:
+        kwargs, over = to_call(params)
+        if over:
+            kwargs["cluster"] = derive_cluster(kwargs.get("cluster") or DEFAULT_CLUSTER, **over)
+        result = predict(**kwargs)
+    except SimdlError as e:
+        row["label"] = _label(params)
+        row["error"] = str(e)
+        return row
+    except Exception as e:  # noqa: BLE001 -- one broken point must not lose a 10,000-point sweep
+        row["label"] = _label(params)
+        row["error"] = f"internal error: {type(e).__name__}: {e}"
+        return row
+    flat = _flat(result)
+    row["label"] = result.config.get("label")
+    gpu_hours = result.total_time_s * result.config.get("gpus", 1) / 3600.0
+    for k in LEAD_COLUMNS[1:]:
+        row[k] = gpu_hours if k == "gpu_hours" else flat.pop(k)
+    for k, v in flat.items():
+        row.setdefault(k, v)
+    row["error"] = None
+    return row
+
+
+def _flat(result: Any) -> dict[str, Any]:
+    """What :meth:`simdl.Result.row` gives, without its deep copy of the whole result.
+
+    ``Result.row`` goes through ``dataclasses.asdict``, which copies every list in the config
+    (DDP buckets, FSDP units) only for them to be dropped: a quarter of a sweep's time.
+    """
+    d: dict[str, Any] = {}
+    for f in _RESULT_FIELDS:
+        if f not in ("memory_breakdown_bytes", "staleness", "config", "notes"):
+            d[f] = getattr(result, f)
+    for k, v in result.memory_breakdown_bytes.items():
+        d[f"memory_{k}_bytes"] = v
+    st = result.staleness
+    for f in _STALENESS_FIELDS:
+        d[f"staleness_{f}"] = getattr(st, f)
+    for k, v in result.config.items():
+        if isinstance(v, (str, int, float, bool)) or v is None:
+            d[f"config.{k}"] = v
+    return d
+
+
+def _fields(cls: type) -> tuple[str, ...]:
+    import dataclasses
+
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+_RESULT_FIELDS = _fields(_Result)
+_STALENESS_FIELDS = _fields(_Staleness)
+
+
+def run_chunk(chunk: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The unit of work sent to a worker process (module level, so that it pickles)."""
+    return [run_one(p) for p in chunk]
+
+
+# ----------------------------------------------------------------------------- executors
+
+
+def _progress(total: int, show: bool | None):
+    if show is None:
+        show = sys.stderr.isatty()
+    if not show:
+        return None
+    try:
+        from tqdm.auto import tqdm
+    except ImportError:  # tqdm is optional (the explore extra)
+        return None
+    return tqdm(total=total, unit="config", desc="simdl sweep", file=sys.stderr, smoothing=0.1)
+
+
+def _mp_context():
+    import multiprocessing as mp
+
+    # fork: workers inherit the loaded tables and presets and start in milliseconds. Only on
+    # Linux: macOS' system libraries are not fork-safe, so there the platform default is kept.
+    if sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods():
+        return mp.get_context("fork")
+    return None
+
+
+def _run_processes(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> list[list[dict]]:
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    out: list[list[dict] | None] = [None] * len(chunks)
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=_mp_context()) as pool:
+        futures = {pool.submit(run_chunk, c): i for i, c in enumerate(chunks)}
+        for f in as_completed(futures):
+            i = futures[f]
+            out[i] = f.result()
+            tick(len(chunks[i]))
+    return out  # type: ignore[return-value]
+
+
+def _missing_extra(name: str) -> SimdlError:
+    return SimdlError(f"--executor {name} needs {name}, which is not installed; "
+                      f"accepted: pip install 'simdl[{name}]', or --executor process")
+
+
+def _require_extra(name: str) -> None:
+    import importlib
+
+    try:
+        importlib.import_module(name)
+    except ImportError:
+        raise _missing_extra(name) from None
+
+
+def _run_dask(chunks: list[list], tick: Callable[[int], None]) -> list[list[dict]]:
+    try:
+        import dask
+    except ImportError:
+        raise _missing_extra("dask") from None
+    try:  # a running dask.distributed Client (possibly a whole cluster) if there is one
+        from distributed import as_completed, get_client
+
+        client = get_client()
+    except (ImportError, ValueError):
+        client = None
+    if client is None:
+        from dask import delayed
+
+        results = dask.compute(*[delayed(run_chunk)(c) for c in chunks], scheduler="processes")
+        tick(sum(len(c) for c in chunks))
+        return list(results)
+    futures = client.map(run_chunk, chunks, pure=False)
+    index = {f.key: i for i, f in enumerate(futures)}
+    out: list[list[dict] | None] = [None] * len(chunks)
+    for f in as_completed(futures):
+        i = index[f.key]
+        out[i] = f.result()
+        tick(len(chunks[i]))
+    return out  # type: ignore[return-value]
+
+
+def _run_ray(chunks: list[list], tick: Callable[[int], None]) -> list[list[dict]]:
+    try:
+        import ray
+    except ImportError:
+        raise _missing_extra("ray") from None
+    if not ray.is_initialized():
+        ray.init()  # connects to RAY_ADDRESS if set, else starts a local Ray
+    remote = ray.remote(run_chunk)
+    refs = [remote.remote(c) for c in chunks]
+    index = {ref: i for i, ref in enumerate(refs)}
+    out: list[list[dict] | None] = [None] * len(chunks)
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1)
+        for ref in done:
+            i = index[ref]
+            out[i] = ray.get(ref)
+            tick(len(chunks[i]))
+    return out  # type: ignore[return-value]
+
+
+# ----------------------------------------------------------------------------- the sweep
+
+
+def _points(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None, axes: Mapping[str, Any]
+            ) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+    if grid is None:
+        g = Grid(axes)
+        return list(g), g.axes
+    if axes:
+        raise SimdlError("give either a grid (or a list of configurations) or keyword axes, not both")
+    if isinstance(grid, Grid):
+        return list(grid), grid.axes
+    if isinstance(grid, Mapping):
+        g = Grid(grid)
+        return list(g), g.axes
+    points = [dict(p) for p in grid]
+    for p in points:
+        Grid({k: [v] for k, v in p.items()})  # validates keys and values
+    return points, {}
+
+
+_PLAN_FREE = ("batch_size", "epochs", "train_samples", "grad_accumulation", "loader_workers")
+
+
+def _affinity(p: Mapping[str, Any]) -> tuple:
+    return tuple(str(v) for k, v in p.items() if k not in _PLAN_FREE)
+
+
+def _chunks(points: list, jobs: int, sim: bool, chunk_size: int | None) -> list[list]:
+    if chunk_size is None:
+        # ~8 chunks per worker balance the load; the cap keeps progress moving on huge grids.
+        chunk_size = max(1, min(2 if sim else 1000, math.ceil(len(points) / (jobs * 8))))
+    return [points[i:i + chunk_size] for i in range(0, len(points), chunk_size)]
+
+
+def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executor: str = "process",
+               progress: bool | None = None, chunk_size: int | None = None) -> list[dict[str, Any]]:
+    """Rows for ``points``, in their order."""
+    if executor not in EXECUTORS:
+        raise unknown("executor", executor, EXECUTORS)
+    jobs = jobs or os.cpu_count() or 1
+    if isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1:
+        raise SimdlError(f"--jobs {jobs!r} must be an integer >= 1")
+    if executor in ("dask", "ray"):
+        _require_extra(executor)  # before any work: a missing extra is a one-line error at once
+    sim = any(p.get("engine") == "sim" for p in points)
+    bar = _progress(len(points), progress)
+    tick = bar.update if bar is not None else (lambda n: None)
+    try:
+        rows: list[dict | None] = [None] * len(points)
+        # Warm up here: the first point of each workload loads its table once, for all workers.
+        seen: set = set()
+        rest: list[int] = []
+        for i, p in enumerate(points):
+            key = (p.get("model"), p.get("dataset"), p.get("input_shape"), p.get("num_classes"))
+            if key in seen:
+                rest.append(i)
+                continue
+            seen.add(key)
+            rows[i] = run_one(p)
+            tick(1)
+        # Points that differ only in batch-like keys share a strategy plan (built once per process):
+        # keep them in one chunk by ordering the work by everything else, then restore the order.
+        rest.sort(key=lambda i: _affinity(points[i]))
+        remaining = [points[i] for i in rest]
+        serial = executor == "serial" or (executor == "process" and (
+            jobs == 1 or (not sim and len(remaining) < SERIAL_BELOW)))
+        if serial:
+            for i in rest:
+                rows[i] = run_one(points[i])
+                tick(1)
+        elif remaining:
+            chunks = _chunks(remaining, jobs, sim, chunk_size)
+            if executor == "process":
+                done = _run_processes(chunks, jobs, tick)
+            elif executor == "dask":
+                done = _run_dask(chunks, tick)
+            else:
+                done = _run_ray(chunks, tick)
+            flat = [r for chunk in done for r in chunk]
+            for i, r in zip(rest, flat):
+                rows[i] = r
+    finally:
+        if bar is not None:
+            bar.close()
+    return rows  # type: ignore[return-value]
+
+
+def sweep(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = None, /, *,
+          jobs: int | None = None, executor: str = "process", progress: bool | None = None,
+          as_frame: bool = True, chunk_size: int | None = None, **axes: Any):
+    """Predict every point of a grid; a pandas DataFrame (or, ``as_frame=False``, a list of dicts).
+
+    Keywords are the axes: a list sweeps, a scalar is fixed (``gpus=[1, 2, 4]``,
+    ``cluster="dgx-a100"``, ``nic_Gb_per_s=[25, 100]``). Or pass one mapping of axes, or an
+    explicit list of configurations (dicts), as the first argument. Columns: the swept and
+    fixed keys as given, ``label`` (the strategy as results name it), the headline numbers
+    (:data:`LEAD_COLUMNS`), everything in :meth:`simdl.Result.row`, and ``error`` (None when
+    the configuration was predicted).
+
+    ``jobs``: worker processes (default: all cores). ``executor``: ``process`` | ``serial`` |
+    ``dask`` | ``ray``. ``progress``: a tqdm bar (default: when stderr is a terminal).
+    """
+    points, ax = _points(grid, axes)
+    bad = sim_keys_without_sim(ax)
+    if bad:
+        raise SimdlError(f"{bad} needs engine=sim (the analytic engine has no per-rank timeline)")
+    rows = run_points(points, jobs=jobs, executor=executor, progress=progress, chunk_size=chunk_size)
+    if not as_frame:
+        return rows
+    return to_frame(rows)
+
+
+def to_frame(rows: list[dict[str, Any]]):
+    try:
+        import pandas as pd
+    except ImportError:
+        raise SimdlError("a DataFrame needs pandas, which is not installed; accepted: pip install "
+                         "'simdl[explore]', or as_frame=False for a list of dicts") from None
+    return pd.DataFrame(rows, columns=columns(rows))
+
+
+def columns(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The union of the rows' keys in first-seen order, ``error`` last."""
+    seen: dict[str, None] = {}
+    for r in rows:
+        for k in r:
+            seen.setdefault(k, None)
+    cols = [k for k in seen if k != "error"]
+    return cols + ["error"] if "error" in seen else cols
+
+
+def write_rows(rows: Sequence[Mapping[str, Any]], path: str) -> None:
+    """Write rows as CSV (``.csv``) or JSON lines (``.jsonl``); no pandas needed."""
+    import csv
+    import json
+
+    if path.endswith(".jsonl"):
+        with open(path, "w", encoding="utf-8") as fh:
+            for r in rows:
+                fh.write(json.dumps(r, default=str) + "\n")
+        return
+    if not path.endswith(".csv"):
+        raise SimdlError(f"-o {path}: unknown output format; accepted: a .csv or .jsonl file name")
+    cols = columns(rows)
+    with open(path, "w", encoding="utf-8", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in cols})
