@@ -1,0 +1,137 @@
+"""Measured-vs-predicted pairs of a validation results file, and their errors.
+
+One place defines which measured figure is compared with which predicted one (both
+sides' origin in words, style.md section 8); the Markdown report, the figures and the
+tests all read them from here. Error is signed relative error ``(predicted - measured)
+/ measured``; MAPE is the mean of its absolute values.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Metric:
+    key: str
+    title: str
+    unit: str
+    measured_origin: str
+    predicted_origin: str
+    measured: Callable[[dict], Any]
+    predicted: Callable[[dict], Any]
+    applies: Callable[[dict], bool] = lambda r: True
+
+
+def _m(r: dict) -> dict:
+    return r.get("measured") or {}
+
+
+def _is_async_ps(r: dict) -> bool:
+    return r["spec"]["strategy"] in ("ps-async", "ps-ssp")
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("step_time", "steady-state step time", "s",
+           "median wall time of the steps after warm-up and the profiled step (slowest rank per step; PS: all "
+           "workers' iterations pooled), time.perf_counter",
+           "Result.iteration_time_s",
+           lambda r: _m(r).get("step_time_s", {}).get("median"), lambda p: p.get("iteration_time_s")),
+    Metric("total_time", "training time", "s",
+           "wall time of all training epochs (evaluation excluded; includes warm-up and the profiled step)",
+           "Result.total_time_s",
+           lambda r: _m(r).get("total_time_s"), lambda p: p.get("total_time_s")),
+    Metric("peak_memory", "peak memory per rank (allocator)", "B",
+           "largest rank's peak of live CPU-allocator bytes in the profiled step (torch.profiler "
+           "profile_memory running sum from before the model was built)",
+           "Result.peak_tensor_bytes (what torch.cuda.max_memory_allocated would report)",
+           lambda r: _m(r).get("peak_allocated_bytes"), lambda p: p.get("peak_tensor_bytes")),
+    Metric("busy", "compute busy fraction", "",
+           "union of aten op intervals on the training thread / step wall time (torch.profiler)",
+           "Result.gpu_utilization (compute-stream busy fraction)",
+           lambda r: _m(r).get("busy_fraction"), lambda p: p.get("gpu_utilization")),
+    Metric("comm_bytes", "bytes sent per rank per step", "B",
+           "collective payloads the backend ran (torch.profiler gloo:* records) x ring factor; PS: pushed "
+           "gradient bytes counted exactly",
+           "Result.comm_bytes_per_iteration",
+           lambda r: _m(r).get("comm_sent_bytes_per_step"), lambda p: p.get("comm_bytes_per_iteration"),
+           applies=lambda r: r["spec"]["ranks"] > 1),
+    Metric("staleness", "mean staleness of applied updates", "updates",
+           "server version counter at application minus the version the worker pulled, every update",
+           "Result.staleness.mean",
+           lambda r: (_m(r).get("staleness") or {}).get("mean"), lambda p: (p.get("staleness") or {}).get("mean"),
+           applies=_is_async_ps),
+)
+METRIC_BY_KEY = {m.key: m for m in METRICS}
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """Every complete JSON line (a torn last line is skipped)."""
+    out = []
+    for line in Path(path).read_text().splitlines():
+        line = line.strip()
+        if line:
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+    return out
+
+
+def rel_error(predicted: float | None, measured: float | None) -> float | None:
+    if predicted is None or measured is None:
+        return None
+    try:
+        p, m = float(predicted), float(measured)
+    except (TypeError, ValueError):
+        return None
+    if not (math.isfinite(p) and math.isfinite(m)):
+        return None
+    if m == 0:
+        return 0.0 if p == 0 else None
+    return (p - m) / abs(m)
+
+
+def pairs(records: list[dict], metric: Metric, engine: str = "analytic") -> list[tuple[dict, float, float, float]]:
+    """(record, measured, predicted, error) for every finished run the metric applies to."""
+    out = []
+    for r in records:
+        if r.get("status") != "ok" or not metric.applies(r):
+            continue
+        pred = (r.get("predicted") or {}).get(engine) or {}
+        if "error" in pred:
+            continue
+        m, p = metric.measured(r), metric.predicted(pred)
+        e = rel_error(p, m)
+        if e is not None:
+            out.append((r, float(m), float(p), e))
+    return out
+
+
+def summary(records: list[dict], engine: str = "analytic", keys: tuple[str, ...] | None = None) -> dict[str, dict]:
+    """Per metric: n, MAPE, max |error|, mean signed error (fractions)."""
+    out = {}
+    for metric in METRICS:
+        if keys and metric.key not in keys:
+            continue
+        ps = pairs(records, metric, engine)
+        errs = [e for *_, e in ps]
+        if not errs:
+            out[metric.key] = {"n": 0, "mape": None, "max": None, "bias": None}
+            continue
+        out[metric.key] = {"n": len(errs), "mape": sum(abs(e) for e in errs) / len(errs),
+                           "max": max(abs(e) for e in errs), "bias": sum(errs) / len(errs)}
+    return out
+
+
+def engines_present(records: list[dict]) -> list[str]:
+    found = []
+    for r in records:
+        for eng, v in (r.get("predicted") or {}).items():
+            if eng != "kwargs" and isinstance(v, dict) and "error" not in v and eng not in found:
+                found.append(eng)
+    return found

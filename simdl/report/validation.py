@@ -1,0 +1,405 @@
+"""The validation report: simdl's predictions against real runs, as Markdown and PNG figures.
+
+``simdl report RESULTS.jsonl -o report/ [--paper]`` reads the JSON lines written by
+``python -m validate.run`` and writes ``report/README.md`` with tables shaped like the
+source studies' (measured, predicted and error side by side), MAPE and max error per
+metric, the goals of issue 6, strategy-ordering checks, and figures (parity, error by
+strategy, memory over time, staleness histograms). ``--paper`` appends simdl's
+predictions of the studies' experiments at their own scale (:mod:`.paper`).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from pathlib import Path
+
+from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_results, rel_error, summary
+
+# Goals of issue 6 on the local profile (fractions).
+GOALS = {"step_mape": 0.05, "step_mape_stretch": 0.03, "step_max": 0.15, "memory_mean": 0.03, "staleness": 0.10}
+
+
+def _pct(x: float | None, signed: bool = False) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{100 * x:+.1f}%" if signed else f"{100 * x:.1f}%"
+
+
+def _num(x: float | None, unit: str = "") -> str:
+    if x is None:
+        return "-"
+    if unit == "B":
+        return f"{x / 2**20:.1f} MiB"
+    if unit == "s":
+        return f"{x:.3g} s" if x < 100 else f"{x:.0f} s"
+    return f"{x:.3g}"
+
+
+def _rel(path: str) -> str:
+    """A path relative to the working directory when it lies below it (reports get committed)."""
+    import os
+
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
+def _ok(records):
+    return [r for r in records if r.get("status") == "ok"]
+
+
+def _model(r: dict) -> str:
+    return r.get("model_name", r["spec"]["model"]).rpartition(":")[2]
+
+
+def _triple(r: dict, key: str, engine: str = "analytic") -> tuple[str, str, str]:
+    metric = METRIC_BY_KEY[key]
+    pred = (r.get("predicted") or {}).get(engine) or {}
+    m = metric.measured(r) if r.get("status") == "ok" else None
+    p = metric.predicted(pred) if "error" not in pred else None
+    return _num(m, metric.unit), _num(p, metric.unit), _pct(rel_error(p, m), signed=True)
+
+
+def mape_table(records: list[dict], engine: str) -> list[str]:
+    s = summary(records, engine)
+    lines = [f"| metric | runs | MAPE | max abs error | mean signed error | measured (origin) | predicted ({engine}) |",
+             "|---|---|---|---|---|---|---|"]
+    for metric in METRICS:
+        v = s[metric.key]
+        lines.append(f"| {metric.title} | {v['n']} | {_pct(v['mape'])} | {_pct(v['max'])} | "
+                     f"{_pct(v['bias'], True)} | {metric.measured_origin} | {metric.predicted_origin} |")
+    return lines
+
+
+ORDER_TOLERANCE = 0.03  # measured differences below 3% are ties (run-to-run noise on a shared CPU)
+
+
+def ordering(records: list[dict], key: str, engine: str = "analytic", tol: float = ORDER_TOLERANCE) -> list[dict]:
+    """Per (experiment, model, ranks, batch): do the predictions order the strategies as measured?
+
+    Pairwise: every pair of strategies whose measured values differ by more than ``tol``
+    must be ordered the same way by the prediction; closer pairs are ties and not judged.
+    """
+    metric = METRIC_BY_KEY[key]
+    groups: dict[tuple, list] = {}
+    for r, m, p, _ in pairs(records, metric, engine):
+        sp = r["spec"]
+        groups.setdefault((sp["experiment"], _model(r), sp["ranks"], sp["batch_size"]), []).append((r["label"], m, p))
+    out = []
+    for k, items in sorted(groups.items()):
+        if len(items) < 2:
+            continue
+        discordant, judged = [], 0
+        for i, (la, ma, pa) in enumerate(items):
+            for lb, mb, pb in items[i + 1:]:
+                if abs(ma - mb) <= tol * max(abs(ma), abs(mb)):
+                    continue
+                judged += 1
+                if (ma < mb) != (pa < pb):
+                    discordant.append(f"{la}/{lb}")
+        meas = [lab for lab, *_ in sorted(items, key=lambda t: t[1])]
+        pred = [lab for lab, *_ in sorted(items, key=lambda t: t[2])]
+        out.append({"group": k, "measured": meas, "predicted": pred, "match": not discordant,
+                    "pairs_judged": judged, "discordant": discordant})
+    return out
+
+
+def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str, str, str]]:
+    s = summary(records, engine)
+    st, mem, stale = s["step_time"], s["peak_memory"], s["staleness"]
+    rows = []
+
+    def verdict(v, limit):
+        return "-" if v is None else ("met" if v <= limit else "not met")
+
+    rows.append(("step-time MAPE", "<= 5% (stretch 3%)", _pct(st["mape"]),
+                 verdict(st["mape"], GOALS["step_mape"]) + (" (stretch met)" if st["mape"] is not None and st["mape"] <= GOALS["step_mape_stretch"] else "")))
+    rows.append(("step-time max error", "<= 15%", _pct(st["max"]), verdict(st["max"], GOALS["step_max"])))
+    rows.append(("peak-memory mean abs error", "<= 3%", _pct(mem["mape"]), verdict(mem["mape"], GOALS["memory_mean"])))
+    rows.append(("async PS staleness mean", "within 10% of measured", _pct(stale["max"]),
+                 verdict(stale["max"], GOALS["staleness"])))
+    for key, what in (("step_time", "time"), ("peak_memory", "memory")):
+        o = ordering(records, key, engine)
+        n_ok = sum(x["match"] for x in o)
+        rows.append((f"strategy order by {what}", "matches in every model", f"{n_ok}/{len(o)} groups",
+                     "-" if not o else ("met" if n_ok == len(o) else "not met")))
+    return rows
+
+
+def _calibration_section(records: list[dict]) -> list[str]:
+    import yaml
+
+    profiles = sorted({r.get("cluster_profile", "") for r in records if r.get("cluster_profile")})
+    lines = ["## Cluster profile and calibration", ""]
+    for p in profiles:
+        sha = next((r.get("cluster_profile_sha256") for r in records if r.get("cluster_profile") == p), "")
+        lines.append(f"- `{_rel(p)}` (sha256 {sha})")
+    fitted, calib = False, None
+    for p in profiles:
+        try:
+            text = Path(p).read_text()
+        except OSError:
+            continue
+        fitted = fitted or "kind: calibrated" in text
+        raw = yaml.safe_load(text) or {}
+        for k in ("calibration", "provenance", "calibrated_from"):
+            if k in raw and calib is None:
+                calib = raw[k]
+    lines.append("")
+    if not fitted:
+        lines += ["The profile holds no `kind: calibrated` value: the prediction used the **uncalibrated** "
+                  "cpu-local preset (most values `assumed`). Errors below measure the preset, not a fit. "
+                  "Rerun `python -m validate.run ... --cluster <fitted profile>` after `simdl calibrate`.", ""]
+    configs = calibration_configs(calib) if isinstance(calib, dict) else []
+    if configs:
+        lines += ["Configurations the calibration measured (from the profile's `calibration` record):", "",
+                  "| stage | model | dataset | batch/rank | ranks | variant |", "|---|---|---|---|---|---|"]
+        lines += [f"| {c['stage']} | {c['model']} | {c.get('dataset') or '-'} | {c['batch']} | {c.get('ranks') or '-'} | "
+                  f"{c.get('variant') or '-'} |" for c in configs]
+        lines.append("")
+    elif calib is not None:
+        lines += ["The profile's calibration record lists no model configurations.", ""]
+    else:
+        lines += ["No calibration configurations are recorded in the profile.", ""]
+    vals = _ok(records) or records
+    clash = sorted({r["run_id"] for r in vals for c in configs
+                    if c["model"] == _model(r) and int(c["batch"]) == r["spec"]["batch_size"]
+                    and c.get("dataset") in (None, r["spec"]["dataset"])})
+    if configs:
+        lines += ["Validation runs with a model, dataset and batch size the calibration also measured: "
+                  + (", ".join(f"`{c}`" for c in clash) if clash else "**none**") + ".", ""]
+    models = sorted({_model(r) for r in vals})
+    batches = sorted({r["spec"]["batch_size"] for r in vals})
+    worlds = sorted({r["spec"]["ranks"] for r in vals})
+    lines += [f"Validation runs: models {', '.join(models)}; per-rank batch sizes "
+              f"{', '.join(map(str, batches))}; world sizes {', '.join(map(str, worlds))}; full training loops.", ""]
+    return lines
+
+
+def calibration_configs(calib: dict) -> list[dict]:
+    """The model configurations a ``simdl calibrate`` record says it measured (best effort:
+    compute-stage models and batches, and the whole-step strategy runs)."""
+    out: list[dict] = []
+    prov = calib.get("provenance") or {}
+    ranks = prov.get("ranks")
+    datasets: dict[str, str] = {}
+    spec = ((prov.get("settings") or {}).get("compute_models")) or ""
+    for part in str(spec).split(";"):  # "model:dataset:b1,b2"
+        bits = part.split(":")
+        if len(bits) == 3:
+            datasets[bits[0]] = bits[1]
+    for model, batches in ((calib.get("compute") or {}).get("batches") or {}).items():
+        for b in batches or ():
+            out.append({"stage": "compute", "model": model, "dataset": datasets.get(model), "batch": int(b),
+                        "ranks": ranks})
+    for variant, v in (calib.get("strategy_steps_measured") or {}).items():
+        if isinstance(v, dict) and v.get("model") and v.get("batch") and not v.get("skipped"):
+            out.append({"stage": "strategies", "model": v["model"], "dataset": v.get("dataset"),
+                        "batch": int(v["batch"]), "ranks": ranks, "variant": variant})
+    return out
+
+
+def _setup_section(records: list[dict]) -> list[str]:
+    hosts = {(r.get("host") or {}).get("hostname", "?"): r.get("host") or {} for r in records}
+    lines = ["## Setup", ""]
+    for name, h in hosts.items():
+        lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores, torch {h.get('torch', '?')}, "
+                     f"CUDA {'yes' if h.get('cuda') else 'no'}, Python {h.get('python', '?')}")
+    over = [r for r in records if r.get("oversubscribed")]
+    lines += ["- DDP / FSDP: torchrun, gloo on CPU (NCCL on GPU); FSDP is FSDP2 `fully_shard` per block unit "
+              "(the units simdl's plan assumes), full = reshard after forward, grad_op = keep, none = a "
+              "world x 1 replicate x shard mesh.",
+              "- Parameter server: `torch.distributed.rpc` (TensorPipe) with one server process holding the "
+              "parameters, the SGD-momentum optimizer and a version counter; staleness = server version at "
+              "application minus the version the worker pulled.",
+              "- Every run: SGD(momentum 0.9), fp32, `DataLoader(num_workers=0)` over in-memory tensors, "
+              "test accuracy after the last epoch, no checkpoints."]
+    if over:
+        lines.append(f"- **Oversubscribed runs** ({len(over)} of {len(records)}): more processes than CPU cores "
+                     "(4-rank runs, and PS runs whose server is one more process). Allowed here because the "
+                     "prediction is given the same sharing: the cluster profile is a derived copy with one device "
+                     "slot per rank (named per run); marked with triangles in the parity plot and `*` in tables.")
+    lines.append("")
+    return lines
+
+
+def _flag(r: dict) -> str:
+    return "*" if r.get("oversubscribed") else ""
+
+
+def exp1_table(records: list[dict], engine: str) -> list[str]:
+    runs = [r for r in records if r["spec"]["experiment"] == "exp1"]
+    if not runs:
+        return []
+    ranks = sorted({r["spec"]["ranks"] for r in runs})
+    lines = ["## Study 1, experiment 1: DDP and FSDP on CIFAR-10-shaped data", "",
+             "Step time and peak memory per rank, measured / predicted / error, by model and strategy "
+             "(the layout of the study's training-time table). `*`: oversubscribed.", ""]
+    head = "| model | strategy | " + " | ".join(f"step {n} ranks | mem {n} ranks" for n in ranks) + " |"
+    lines += [head, "|" + "---|" * (2 + 2 * len(ranks))]
+    keys = []
+    for r in runs:
+        k = (_model(r), r["label"])
+        if k not in keys:
+            keys.append(k)
+    for model, label in keys:
+        cells = []
+        for n in ranks:
+            r = next((x for x in runs if (_model(x), x["label"]) == (model, label) and x["spec"]["ranks"] == n), None)
+            if r is None:
+                cells += ["", ""]
+            elif r.get("status") != "ok":
+                cells += ["failed", "failed"]
+            else:
+                cells.append(" / ".join(_triple(r, "step_time", engine)) + _flag(r))
+                cells.append(" / ".join(_triple(r, "peak_memory", engine)))
+        lines.append(f"| {model} | {label} | " + " | ".join(cells) + " |")
+    lines.append("")
+    return lines
+
+
+def exp2_table(records: list[dict], engine: str) -> list[str]:
+    runs = [r for r in records if r["spec"]["experiment"] == "exp2"]
+    if not runs:
+        return []
+    lines = ["## Study 1, experiment 2: parameter server, sync vs async", "",
+             "Measured / predicted / error. Accuracy is measured only (simdl predicts none). `*`: oversubscribed.", "",
+             "| model | mode | workers | step time | training time | peak memory | test accuracy | staleness mean (measured / predicted) | data |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if r.get("status") != "ok":
+            lines.append(f"| {_model(r)} | {r['label']} | {r['spec']['ranks']} | failed | | | | | |")
+            continue
+        m = r["measured"]
+        st = m.get("staleness") or {}
+        ps = ((r["predicted"].get(engine) or {}).get("staleness") or {})
+        acc = m.get("test_accuracy")
+        lines.append(f"| {_model(r)} | {r['label']} | {r['spec']['ranks']}{_flag(r)} | "
+                     f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'total_time', engine))} | "
+                     f"{' / '.join(_triple(r, 'peak_memory', engine))} | "
+                     f"{'-' if acc is None else f'{100 * acc:.1f}%'} | "
+                     f"{st.get('mean', 0):.2f} / {ps.get('mean', 0):.2f} | {m.get('data', '')} |")
+    lines.append("")
+    return lines
+
+
+def vit_table(records: list[dict], engine: str) -> list[str]:
+    runs = [r for r in records if r["spec"]["experiment"] == "vit"]
+    if not runs:
+        return []
+    lines = ["## Study 2: ViT under FSDP at several batch sizes", "",
+             "| model | sharding | ranks | batch/rank | step time | peak memory | bytes sent/step |",
+             "|---|---|---|---|---|---|---|"]
+    for r in runs:
+        if r.get("status") != "ok":
+            lines.append(f"| {_model(r)} | {r['spec']['sharding']} | {r['spec']['ranks']} | {r['spec']['batch_size']} | failed | | |")
+            continue
+        lines.append(f"| {_model(r)} | {r['spec']['sharding']} | {r['spec']['ranks']}{_flag(r)} | {r['spec']['batch_size']} | "
+                     f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'peak_memory', engine))} | "
+                     f"{' / '.join(_triple(r, 'comm_bytes', engine))} |")
+    lines.append("")
+    return lines
+
+
+def strategy_table(records: list[dict], engine: str) -> list[str]:
+    lines = ["## Error by strategy", "", "| strategy | runs | step-time MAPE | step-time bias | memory MAPE | busy-fraction MAPE |",
+             "|---|---|---|---|---|---|"]
+    labels = sorted({r["label"] for r in _ok(records)})
+    for lab in labels:
+        sub = [r for r in records if r.get("label") == lab]
+        s = summary(sub, engine)
+        lines.append(f"| {lab} | {s['step_time']['n']} | {_pct(s['step_time']['mape'])} | {_pct(s['step_time']['bias'], True)} | "
+                     f"{_pct(s['peak_memory']['mape'])} | {_pct(s['busy']['mape'])} |")
+    lines.append("")
+    return lines
+
+
+def ordering_table(records: list[dict], engine: str) -> list[str]:
+    lines = ["## Ordering of strategies", "",
+             f"Fastest / smallest first. Every pair of strategies whose measured values differ by more than "
+             f"{100 * ORDER_TOLERANCE:.0f}% must be ordered the same way by the prediction (closer pairs are ties).", "",
+             "| by | experiment, model, ranks, batch | measured | predicted | pairs judged | discordant pairs |",
+             "|---|---|---|---|---|---|"]
+    for key, what in (("step_time", "time"), ("peak_memory", "memory")):
+        for o in ordering(records, key, engine):
+            g = o["group"]
+            lines.append(f"| {what} | {g[0]}, {g[1]}, {g[2]}, {g[3]} | {' < '.join(o['measured'])} | "
+                         f"{' < '.join(o['predicted'])} | {o['pairs_judged']} | {', '.join(o['discordant']) or 'none'} |")
+    lines.append("")
+    return lines
+
+
+def runs_table(records: list[dict]) -> list[str]:
+    lines = ["## Runs", "", "| run | status | processes | steps/rank | wall | data |", "|---|---|---|---|---|---|"]
+    for r in records:
+        m = r.get("measured") or {}
+        status = r.get("status", "?") if r.get("status") == "ok" else f"failed: {str(r.get('error', ''))[:120]}"
+        lines.append(f"| `{r['run_id']}` | {status} | {r.get('processes', '?')}{_flag(r)} | {m.get('steps_per_rank', '-')} | "
+                     f"{r.get('wall_s', 0):.0f} s | {m.get('data', '-')} |")
+    lines.append("")
+    return lines
+
+
+def build_report(results: str | Path, out_dir: str | Path, paper: bool = False, command: str | None = None) -> Path:
+    """Write ``out_dir/README.md`` and its PNG figures; return the Markdown path."""
+    from . import figures
+
+    records = read_results(results)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    engines = engines_present(records) or ["analytic"]
+    ok = _ok(records)
+    profiles = sorted({r.get("profile", "?") for r in records})
+    lines = [f"# simdl validation report ({', '.join(profiles)} profile)", "",
+             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from `{results}` "
+             f"({len(ok)} runs finished, {len(records) - len(ok)} failed)."]
+    sweeps = sorted({r.get("sweep_command") for r in records if r.get("sweep_command")})
+    if sweeps:
+        lines += ["", "Runs made with: " + "; ".join(f"`{c}`" for c in sweeps)]
+    repred = sorted({r.get("repredicted_from") for r in records if r.get("repredicted_from")})
+    if repred:
+        lines += ["", f"Predictions remade (`python -m validate.repredict`) with the profile below; the runs were "
+                  f"first predicted with {', '.join(f'`{p}`' for p in repred)}."]
+    if command:
+        lines += ["", f"Report made with: `{command}`"]
+    lines += ["", "Error = (predicted - measured) / measured. Every prediction was made from the run's "
+              "configuration alone, before the run started (`validate/run.py`), with the cluster profile named below.", ""]
+    sim_missing = [r for r in records if "error" in ((r.get("predicted") or {}).get("sim") or {"error": 1})]
+    if sim_missing and "sim" not in engines:
+        err = ((sim_missing[0].get("predicted") or {}).get("sim") or {}).get("error", "not run")
+        lines += [f"The SimPy engine gave no prediction ({err}); only the analytic engine is compared.", ""]
+    lines += _setup_section(records) + _calibration_section(records)
+    for eng in engines:
+        lines += [f"## Accuracy per metric ({eng} engine)", ""] + mape_table(records, eng) + [""]
+    lines += ["## Goals (issue 6, on the local profile, configurations not used in calibration)", ""]
+    if "local" not in profiles:
+        lines += [f"This report is of the {', '.join(profiles)} profile: the goals are judged on `local`; "
+                  "they are shown here only to exercise the check.", ""]
+    lines += [
+              "| goal | target | achieved (analytic) | verdict |", "|---|---|---|---|"]
+    lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals(records)] + [""]
+    lines += exp1_table(records, "analytic") + exp2_table(records, "analytic") + vit_table(records, "analytic")
+    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic")
+    names = figures.write_all(records, out, engines)
+    if names:
+        lines += ["## Figures", ""] + [f"![{n}]({n})" for n in names] + [""]
+    lines += ["## Notes on the measurements", "",
+              "- gloo has no reduce-scatter of its own: FSDP's reduce-scatter runs as an all-reduce of the full "
+              "gradient buffer (seen in the profiler as `gloo:all_reduce`), so measured bytes for FSDP count "
+              "all-reduce traffic where simdl plans a reduce-scatter.",
+              "- Bytes sent per rank are derived from the measured collective payloads with ring factors "
+              "(2(n-1)/n for all-reduce, (n-1)/n for all-gather); gloo's own algorithms may move more.",
+              "- The profiled step (one per run, after warm-up) is excluded from the step-time statistics; "
+              "its profiler overhead is in the training time.",
+              "- Process RSS (`peak_rss_bytes` in the JSONL) includes the profiler's own buffers and is not compared.", ""]
+    lines += runs_table(records)
+    if paper:
+        from .paper import paper_tables
+
+        lines += [paper_tables()]
+    md = out / "README.md"
+    md.write_text("\n".join(lines) + "\n")
+    return md

@@ -1,0 +1,55 @@
+"""validate/measure.py on hand-made profiler events: peak, busy fraction, collective bytes."""
+
+from __future__ import annotations
+
+import math
+
+from validate import measure
+
+
+class Ev:
+    def __init__(self, name, start, dur=0, thread=1, nbytes=0, shapes=(), dtypes=()):
+        self._n, self._s, self._d, self._t, self._b = name, start, dur, thread, nbytes
+        self._shapes, self._dtypes = list(shapes), list(dtypes)
+
+    def name(self): return self._n
+    def start_ns(self): return self._s
+    def duration_ns(self): return self._d
+    def start_thread_id(self): return self._t
+    def nbytes(self): return self._b
+    def device_type(self): return "DeviceType.CPU"
+    def shapes(self): return self._shapes
+    def dtypes(self): return self._dtypes
+
+
+def test_analyse_profile():
+    events = [
+        Ev("[memory]", 10, nbytes=1000),  # model built before the step: counted in the baseline
+        Ev(measure.MEASURED_STEP, 100, dur=100),
+        Ev("[memory]", 110, nbytes=500),
+        Ev("aten::conv2d", 110, dur=30),
+        Ev("aten::convolution", 115, dur=20),  # nested: counted once
+        Ev("[memory]", 150, nbytes=-300),
+        Ev("aten::mm", 160, dur=20),
+        Ev("aten::add", 170, dur=5, thread=2),  # another thread: not the training thread
+        Ev("gloo:all_reduce", 170, dur=10, thread=3, shapes=[[[1000]]], dtypes=["float"]),
+        Ev("gloo:all_gather", 180, dur=10, thread=3, shapes=[[[250]]], dtypes=["float"]),
+        Ev("[memory]", 400, nbytes=5000),  # after the step: not in the peak
+    ]
+    a = measure.analyse_profile(events, world=2)
+    assert a["allocated_at_step_start_bytes"] == 1000
+    assert a["peak_allocated_bytes"] == 1500
+    assert math.isclose(a["busy_fraction"], 0.5)
+    # all_reduce 4000 B payload x 2(n-1)/n = 4000; all_gather 250 x 4 B x 2 ranks = 2000 x 1/2 = 1000
+    assert a["comm_payload_bytes_per_step"] == 6000
+    assert a["comm_sent_bytes_per_step"] == 5000
+    assert a["collectives_per_step"] == 2
+    assert a["memory_timeline"][0] == [0.0, 1000]
+
+
+def test_stats_and_staleness():
+    s = measure.step_stats([1.0, 2.0, 3.0, 4.0])
+    assert s["median"] == 2.5 and s["n"] == 4 and s["p10"] < s["p90"]
+    st = measure.staleness_summary([0, 1, 1, 3])
+    assert st["mean"] == 1.25 and st["histogram"] == {"0": 1, "1": 2, "3": 1} and st["max"] == 3
+    assert measure.staleness_summary([])["n"] == 0

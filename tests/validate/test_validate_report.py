@@ -1,0 +1,86 @@
+"""The validation report from a small synthetic results file (simdl/report/validation.py)."""
+
+from __future__ import annotations
+
+import math
+
+from simdl.cli import main
+from simdl.report.metrics import METRIC_BY_KEY, pairs, read_results, rel_error, summary
+from simdl.report.validation import build_report, ordering
+
+
+def test_rel_error():
+    assert rel_error(1.1, 1.0) == 0.10000000000000009
+    assert rel_error(None, 1.0) is None and rel_error(1.0, float("nan")) is None
+    assert rel_error(0.0, 0.0) == 0.0 and rel_error(1.0, 0.0) is None
+
+
+def test_summary_is_finite_and_right(results_file):
+    recs = read_results(results_file)
+    s = summary(recs)
+    st = s["step_time"]
+    assert st["n"] == 7  # the failed run is left out
+    assert math.isclose(st["max"], 0.10, rel_tol=1e-6)
+    assert all(math.isfinite(v[k]) for v in s.values() if v["n"] for k in ("mape", "max", "bias"))
+    assert math.isclose(s["peak_memory"]["mape"], 0.03, rel_tol=1e-6)
+    # staleness is compared for asynchronous PS runs only
+    assert [r["label"] for r, *_ in pairs(recs, METRIC_BY_KEY["staleness"])] == ["ps-async"]
+
+
+def test_ordering_ties_are_not_judged(results_file):
+    recs = read_results(results_file)
+    for o in ordering(recs, "peak_memory"):
+        assert o["pairs_judged"] == 0 and o["match"]  # equal memories: all ties
+    o = ordering(recs, "step_time")
+    assert o and all(isinstance(x["match"], bool) for x in o)
+
+
+def test_report_files(results_file, tmp_path):
+    out = tmp_path / "report"
+    md = build_report(results_file, out, paper=False)
+    text = md.read_text()
+    for section in ("Accuracy per metric", "Goals", "experiment 1", "experiment 2", "Ordering", "Runs",
+                    "Oversubscribed", "uncalibrated"):
+        assert section in text, section
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert {"parity_analytic.png", "error_by_strategy_analytic.png", "memory_over_time.png", "staleness.png",
+            "exp1_step_time.png"} <= set(pngs)
+    assert "nan" not in text.lower().replace("nan)", "")  # no NaN in the tables
+
+
+def test_cli_report_and_paper(results_file, tmp_path, capsys):
+    out = tmp_path / "r"
+    assert main(["report", str(results_file), "-o", str(out), "--paper"]) == 0
+    text = (out / "README.md").read_text()
+    assert "source studies' own scale" in text and "a100-80gb-pcie" in text
+    assert main(["report", "--paper"]) == 0
+    printed = capsys.readouterr().out
+    assert "experiment 2" in printed and "vit_b_32" in printed
+    assert main(["report", str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_calibration_configs_and_overlap(results_file, tmp_path):
+    import json
+
+    from simdl.report.validation import calibration_configs
+
+    calib = {"provenance": {"ranks": 2, "settings": {"compute_models": "mnist_cnn:mnist:8,48;resnet18:cifar10:4,8"}},
+             "compute": {"batches": {"mnist_cnn": [8, 48], "resnet18": [4, 8]}},
+             "strategy_steps_measured": {"ddp": {"model": "mnist_cnn", "dataset": "mnist", "batch": 16},
+                                         "fsdp1": {"skipped": True}}}
+    configs = calibration_configs(calib)
+    assert {(c["stage"], c["model"], c["batch"]) for c in configs} == {
+        ("compute", "mnist_cnn", 8), ("compute", "mnist_cnn", 48), ("compute", "resnet18", 4),
+        ("compute", "resnet18", 8), ("strategies", "mnist_cnn", 16)}
+    profile = tmp_path / "fitted.yaml"
+    profile.write_text("name: fitted\nx:\n  kind: calibrated\ncalibration:\n" +
+                       "\n".join("  " + line for line in json.dumps(calib, indent=1).splitlines()) + "\n")
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()]
+    for r in recs:
+        r["cluster_profile"] = str(profile)
+    path = tmp_path / "fitted.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = build_report(path, tmp_path / "rep").read_text()
+    assert "uncalibrated" not in text and "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text
+    # the smoke profile's PS runs use mnist_cnn at batch 48: flagged as overlapping
+    assert "also measured: `exp2-mnist_cnn-ps-async" in text

@@ -1,0 +1,90 @@
+"""Results JSONL: append, torn lines, resume without redoing finished runs (validate/run.py)."""
+
+from __future__ import annotations
+
+import json
+
+from validate import run as vrun
+from validate.experiments import experiments
+
+
+def test_append_and_read_skip_torn_line(tmp_path):
+    p = tmp_path / "r.jsonl"
+    vrun.append_result(p, {"run_id": "a", "status": "ok"})
+    with open(p, "a") as f:
+        f.write('{"run_id": "b", "sta')  # killed mid-write
+    vrun.append_result(p, {"run_id": "c", "status": "failed"})
+    recs = vrun.read_results(p)
+    assert [r["run_id"] for r in recs] == ["a", "c"]
+    assert vrun.finished_ids(recs) == {"a", "c"}
+    assert vrun.finished_ids(recs, retry_failed=True) == {"a"}
+
+
+class Interrupted(Exception):
+    """Stands for a kill of the sweep (an exception a sweep does not catch)."""
+
+
+def test_resume_skips_finished_runs(tmp_path, monkeypatch):
+    calls = []
+    interrupt = [True]
+    ids = [r.run_id for r in experiments("smoke")]
+
+    def fake_run_one(run, profile, cluster, root, timeout, data_dir, engines=(), sweep=""):
+        calls.append(run.run_id)
+        if len(calls) == 3 and interrupt[0]:
+            interrupt[0] = False
+            raise Interrupted  # the sweep is interrupted during the third run
+        return {"run_id": run.run_id, "status": "failed" if run.run_id == ids[1] else "ok", "error": "x",
+                "measured": {"step_time_s": {"median": 1.0}}, "predicted": {"analytic": {"iteration_time_s": 1.0}}}
+
+    monkeypatch.setattr(vrun, "run_one", fake_run_one)
+    out = tmp_path / "results.jsonl"
+    try:
+        vrun.main(["--profile", "smoke", "-o", str(out)])
+    except Interrupted:
+        pass
+    assert [r["run_id"] for r in vrun.read_results(out)] == ids[:2]
+    # without --resume an existing file is refused
+    assert vrun.main(["--profile", "smoke", "-o", str(out)]) == 2
+    calls.clear()
+    assert vrun.main(["--profile", "smoke", "-o", str(out), "--resume"]) == 0
+    assert calls == ids[2:]  # neither the finished nor the failed run is redone
+    calls.clear()
+    vrun.main(["--profile", "smoke", "-o", str(out), "--resume", "--retry-failed"])
+    assert calls == [ids[1]]  # only the failed one
+    assert len(vrun.read_results(out)) == len(ids) + 1
+
+
+def test_prediction_is_made_from_the_config_only(tmp_path):
+    smoke = experiments("smoke")
+    reduced = next(r for r in smoke if r.width > 1 and r.strategy == "ddp")
+    path, note = vrun.profile_for_ranks("cpu-local", reduced.ranks, tmp_path)
+    kw = vrun.prediction_kwargs(reduced, path)
+    assert kw["model"] == "validate.models:vgg16_w16"  # the reduced model's own table
+    assert kw["input_shape"] == "3x32x32" and kw["loader_workers"] == 0
+    pred = vrun.predict_run(reduced, path, engines=("analytic",))
+    full = vrun.predict_run(reduced.__class__(**{**reduced.to_dict(), "width": 1, "tags": ()}), path,
+                            engines=("analytic",))
+    assert 0 < pred["analytic"]["peak_tensor_bytes"] < full["analytic"]["peak_tensor_bytes"] / 20
+    json.dumps(pred)  # JSON-ready
+
+
+def test_oversubscribed_profile_is_derived(tmp_path):
+    from simdl.cluster import load_cluster
+
+    path, note = vrun.profile_for_ranks("cpu-local", 4, tmp_path)
+    spec = load_cluster(path)
+    assert spec.gpus_per_node == 4 and spec.shared_device and "oversubscribed" in spec.description
+    assert "derived" in note
+    same, note2 = vrun.profile_for_ranks("cpu-local", 2, tmp_path)
+    assert same.endswith("cpu-local.yaml") and note2 == ""
+
+
+def test_reduced_fsdp_prediction_uses_the_block_units(tmp_path):
+    from simdl.workload.zoo import DEFAULT_WRAP_TYPES
+
+    run = next(r for r in experiments("smoke") if r.strategy == "fsdp" and r.model == "vgg16")
+    pred = vrun.predict_run(run, "cpu-local", engines=("analytic",))
+    # 13 convs + 3 fc layers as units, plus the root: the units validate.train shards
+    assert pred["analytic"]["fsdp_units"] == 17
+    assert run.model_name not in DEFAULT_WRAP_TYPES

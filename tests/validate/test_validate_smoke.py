@@ -1,0 +1,49 @@
+"""End to end: ``python -m validate.run --profile smoke`` with real torchrun runs, then the report.
+
+Bounded for CI: 7 short runs on 2 cores, about 2 minutes (limit 10).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from simdl.report.metrics import read_results, summary
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.torch
+@pytest.mark.torchrun
+@pytest.mark.slow
+def test_smoke_profile_end_to_end(tmp_path):
+    pytest.importorskip("torch")
+    out = tmp_path / "results.jsonl"
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    subprocess.run([sys.executable, "-m", "validate.run", "--profile", "smoke", "-o", str(out), "--timeout", "300"],
+                   cwd=ROOT, env=env, check=True, timeout=600)
+    recs = read_results(out)
+    assert len(recs) == 7
+    failed = [(r["run_id"], r.get("error")) for r in recs if r["status"] != "ok"]
+    assert not failed, failed
+    for r in recs:
+        m = r["measured"]
+        assert m["step_time_s"]["median"] > 0 and m["peak_allocated_bytes"] > 0
+        assert 0 < m["busy_fraction"] <= 1.0
+        assert r["predicted"]["analytic"]["iteration_time_s"] > 0
+        assert r["cluster_profile"] and m["data"]
+    ps = [r for r in recs if r["spec"]["strategy"] == "ps-async"]
+    assert ps and ps[0]["measured"]["staleness"]["n"] > 0
+    assert ps[0]["measured"]["test_accuracy"] is not None
+    s = summary(recs)
+    for key in ("step_time", "peak_memory", "total_time", "busy"):
+        assert s[key]["n"] > 0 and math.isfinite(s[key]["mape"]) and math.isfinite(s[key]["max"]), key
+    report = tmp_path / "report"
+    subprocess.run([sys.executable, "-m", "simdl", "report", str(out), "-o", str(report)], cwd=ROOT, env=env,
+                   check=True, timeout=120)
+    assert (report / "README.md").exists() and (report / "parity_analytic.png").exists()

@@ -1,0 +1,215 @@
+"""What a validation run measures, and how (the measured side of every comparison).
+
+* Step time: ``time.perf_counter`` around each training step (data fetch included, as
+  simdl's step includes the loader), after ``warmup`` steps; the median and the spread
+  (p10, p90) of the steady-state steps. On GPU the step ends with a synchronize.
+* Peak memory per rank (allocator bytes): on CPU the PyTorch profiler with
+  ``profile_memory=True`` records every allocation and free of the CPU allocator. The
+  profiler is started *before* the model is built, so the running sum of its
+  ``[memory]`` events is the live tensor bytes of the process (parameters, gradients,
+  optimizer state, DDP buckets, FSDP buffers, activations, batches). The peak is the
+  maximum of that sum during the profiled steady-state step -- the CPU analogue of
+  ``torch.cuda.max_memory_allocated``, which is what simdl's ``peak_tensor_bytes``
+  predicts. On CUDA, ``torch.cuda.max_memory_allocated`` is used directly.
+* Compute busy fraction: the union of the intervals of ``aten::`` ops on the training
+  thread during the profiled step, over the step's wall time (communication ops
+  ``c10d::*`` / ``gloo:*`` and waits excluded): the CPU analogue of the compute stream's
+  busy fraction that simdl predicts as ``gpu_utilization``.
+* Bytes communicated: every collective the backend ran in the profiled step (the
+  profiler's ``gloo:*`` / ``nccl:*`` records, with tensor sizes; DDP's reducer and FSDP2
+  both end there); the payload is the collective's full buffer, and the bytes each rank
+  sends are derived from it with the ring factors of
+  :func:`simdl.collectives.bus_bytes_factor` (named as derived in the report).
+  Parameter-server bytes are the tensors each worker pushes and pulls, counted exactly.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
+               "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
+
+# Backend op (the profiler's record of the work gloo / NCCL actually ran, with tensor
+# shapes; the c10d:: dispatcher ops do not record TensorList shapes) -> (collective,
+# how many times the recorded tensor the full buffer is: all_gather records the input shard).
+# gloo has no reduce-scatter of its own: c10d's gloo backend runs FSDP's
+# reduce_scatter_tensor as an all_reduce of the full buffer (seen as gloo:all_reduce).
+_COLLECTIVES = {
+    "all_reduce": ("all_reduce", 1),
+    "allreduce": ("all_reduce", 1),
+    "all_gather": ("all_gather", "world"),
+    "allgather": ("all_gather", "world"),
+    "_allgather_base": ("all_gather", "world"),
+    "reduce_scatter": ("reduce_scatter", 1),
+    "broadcast": ("broadcast", 1),
+}
+
+
+def _backend_collective(name: str):
+    for prefix in ("gloo:", "nccl:"):
+        if name.startswith(prefix):
+            return _COLLECTIVES.get(name[len(prefix):])
+    return None
+
+
+MEASURED_STEP = "validate::measured_step"
+
+
+def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def step_stats(step_times: list[float]) -> dict[str, float]:
+    """Median and spread of steady-state step times (seconds)."""
+    if not step_times:
+        return {"median": float("nan"), "p10": float("nan"), "p90": float("nan"), "n": 0}
+    return {"median": statistics.median(step_times), "p10": percentile(step_times, 0.1),
+            "p90": percentile(step_times, 0.9), "mean": statistics.fmean(step_times), "n": len(step_times)}
+
+
+class StepTimer:
+    """Wall time of each step; ``sync`` is called before reading the clock (CUDA)."""
+
+    def __init__(self, sync=None) -> None:
+        self.times: list[float] = []
+        self._sync = sync or (lambda: None)
+        self._t0 = 0.0
+
+    def start(self) -> None:
+        self._sync()
+        self._t0 = time.perf_counter()
+
+    def stop(self) -> float:
+        self._sync()
+        dt = time.perf_counter() - self._t0
+        self.times.append(dt)
+        return dt
+
+
+def _tensor_bytes(shape: Any, dtype: str) -> float:
+    if not isinstance(shape, (list, tuple)) or not shape:
+        return 0.0
+    if isinstance(shape[0], (list, tuple)):  # a list of tensors
+        return sum(_tensor_bytes(s, dtype) for s in shape)
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return float(n * DTYPE_BYTES.get(dtype, 4))
+
+
+def analyse_profile(kineto_events: list[Any], world: int, timeline_points: int = 400) -> dict[str, Any]:
+    """Peak allocator bytes, busy fraction, collective bytes and a memory timeline of the
+    profiled step (marked by a ``validate::measured_step`` record_function)."""
+    from simdl.collectives import bus_bytes_factor
+
+    events = list(kineto_events)
+    marks = [e for e in events if e.name() == MEASURED_STEP]
+    if not marks:
+        raise RuntimeError(f"no {MEASURED_STEP} range in the profile")
+    mark = marks[-1]
+    t0, t1 = mark.start_ns(), mark.start_ns() + mark.duration_ns()
+    main_thread = mark.start_thread_id()
+
+    # Live bytes: running sum of every allocation (+) and free (-) since the profiler
+    # started, which was before the model was built.
+    mem = sorted((e.start_ns(), e.nbytes()) for e in events
+                 if e.name() == "[memory]" and str(e.device_type()).endswith("CPU"))
+    live, peak, at_start = 0.0, 0.0, None
+    curve: list[tuple[float, float]] = []
+    for t, nb in mem:
+        if t >= t0 and at_start is None:
+            at_start = live
+            curve.append((0.0, live))
+        live += nb
+        if t0 <= t <= t1:
+            peak = max(peak, live)
+            curve.append(((t - t0) / 1e9, live))
+    if at_start is None:
+        at_start = live
+    peak = max(peak, at_start)
+    curve.append(((t1 - t0) / 1e9, live))
+
+    # Busy: union of aten op intervals on the training thread inside the step.
+    spans = []
+    comm_payload, comm_sent, n_coll = 0.0, 0.0, 0
+    for e in events:
+        name = e.name()
+        s = e.start_ns()
+        if s < t0 or s > t1:
+            continue
+        coll = _backend_collective(name)
+        if coll is not None:
+            kind, times = coll
+            shapes, dtypes = e.shapes(), e.dtypes()
+            if shapes:
+                nbytes = _tensor_bytes(shapes[0], dtypes[0] if dtypes else "float")
+                nbytes *= world if times == "world" else 1
+                comm_payload += nbytes
+                comm_sent += bus_bytes_factor(kind, world) * nbytes
+                n_coll += 1
+            continue
+        if e.start_thread_id() != main_thread or not name.startswith("aten::") or "wait" in name:
+            continue
+        spans.append((s, min(s + e.duration_ns(), t1)))
+    spans.sort()
+    busy, cur_s, cur_e = 0, None, None
+    for s, e_ in spans:
+        if cur_e is None or s > cur_e:
+            if cur_e is not None:
+                busy += cur_e - cur_s
+            cur_s, cur_e = s, e_
+        else:
+            cur_e = max(cur_e, e_)
+    if cur_e is not None:
+        busy += cur_e - cur_s
+    step_ns = max(t1 - t0, 1)
+    return {
+        "peak_allocated_bytes": peak,
+        "allocated_at_step_start_bytes": at_start,
+        "busy_fraction": busy / step_ns,
+        "profiled_range_s": step_ns / 1e9,
+        "comm_payload_bytes_per_step": comm_payload,
+        "comm_sent_bytes_per_step": comm_sent,
+        "collectives_per_step": n_coll,
+        "memory_timeline": _thin(curve, timeline_points),
+    }
+
+
+def _thin(curve: list[tuple[float, float]], n: int) -> list[list[float]]:
+    """At most ``n`` points, keeping the maximum of each stretch (the peak survives)."""
+    if len(curve) <= n:
+        return [[round(t, 6), b] for t, b in curve]
+    out = []
+    size = len(curve) / n
+    for i in range(n):
+        chunk = curve[int(i * size): max(int((i + 1) * size), int(i * size) + 1)]
+        t, b = max(chunk, key=lambda p: p[1])
+        out.append([round(t, 6), b])
+    return out
+
+
+def staleness_summary(values: list[int]) -> dict[str, Any]:
+    """Distribution of the staleness of applied updates (server version counter deltas)."""
+    if not values:
+        return {"n": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0, "histogram": {}}
+    hist: dict[str, int] = {}
+    for v in values:
+        hist[str(int(v))] = hist.get(str(int(v)), 0) + 1
+    return {"n": len(values), "mean": statistics.fmean(values), "p50": percentile(values, 0.5),
+            "p99": percentile(values, 0.99), "max": float(max(values)),
+            "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0])))}
+
+
+def peak_rss_bytes() -> float:
+    """The process's peak resident set (ru_maxrss, kB on Linux): process-total memory."""
+    import resource
+
+    return float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024.0

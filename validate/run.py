@@ -1,0 +1,393 @@
+"""Run a profile's experiment matrix for real and predict every run with simdl.
+
+``python -m validate.run --profile smoke|local|paper -o runs/validate/<name>/results.jsonl [--resume]``
+
+For each run of :func:`validate.experiments.experiments`, in order:
+
+1. predict it with simdl (analytic engine, and the SimPy engine when it is available)
+   from the run's configuration only, with the cluster profile named by ``--cluster``
+   (default: the cpu-local preset; after ``simdl calibrate``, the fitted profile) --
+   before the run starts, so the prediction cannot have seen the measurement;
+2. launch it: ``torchrun --standalone --nproc-per-node N -m validate.train`` (PS: the
+   workers plus one server process);
+3. merge the ranks' measurements and append one JSON line (run config, measured,
+   predicted, the profile's path and checksum) to the results file.
+
+A failed run is recorded with its error and the sweep goes on. ``--resume`` skips every
+run whose ``run_id`` already has a line (``--retry-failed`` redoes failed ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from .experiments import CORES, PROFILES, RunSpec, experiments
+
+SCHEMA = "simdl-validation/1"
+DEFAULT_CLUSTER = "cpu-local"
+ENGINES = ("analytic", "sim")
+
+
+# ----------------------------------------------------------------------------- JSONL
+
+
+def read_results(path: str | Path) -> list[dict]:
+    """Every complete line of a results file (a torn last line, from a kill, is skipped)."""
+    p = Path(path)
+    if not p.exists():
+        return []
+    out = []
+    for line in p.read_text().splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def finished_ids(records: list[dict], retry_failed: bool = False) -> set[str]:
+    return {r["run_id"] for r in records if r.get("status") == "ok" or (r.get("status") and not retry_failed)}
+
+
+def append_result(path: str | Path, record: dict) -> None:
+    """Append one line and flush it to disk: an interrupted sweep keeps every finished run."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    text = Path(p).read_text() if p.exists() else ""
+    with open(p, "a") as f:
+        if text and not text.endswith("\n"):
+            f.write("\n")  # a torn last line stays on its own line
+        f.write(json.dumps(record, default=_jsonable) + "\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, tuple):
+        return list(o)
+    return str(o)
+
+
+# ----------------------------------------------------------------------------- cluster profile
+
+
+def resolve_profile(cluster: str) -> Path:
+    """The YAML file of a preset name or path."""
+    from simdl.cluster.spec import CLUSTER_DIR
+
+    p = Path(cluster)
+    if p.suffix in (".yaml", ".yml") and p.exists():
+        return p.resolve()
+    return (Path(CLUSTER_DIR) / f"{cluster}.yaml").resolve()
+
+
+def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str]:
+    """(profile path to predict with, note). A single-node preset with fewer device slots
+    than ranks (cpu-local: 2) gets a derived copy with ``gpus_per_node = ranks``: the ranks
+    are more processes sharing the same device (oversubscribed)."""
+    import yaml
+
+    from simdl.cluster import load_cluster
+
+    path = resolve_profile(cluster)
+    spec = load_cluster(str(path))
+    if ranks <= spec.gpus_per_node or spec.inter_node is not None:
+        return str(path), ""
+    d = spec.to_dict()
+    d["name"] = f"{spec.name}-x{ranks}"
+    d["gpus_per_node"] = ranks
+    d["description"] = (f"{spec.description} -- {ranks} rank processes on the same device "
+                        f"(oversubscribed; derived by validate.run from {path})")
+    out = workdir / "profiles" / f"{spec.name}-x{ranks}.yaml"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(f"# Derived from {path} by validate.run: gpus_per_node {spec.gpus_per_node} -> {ranks}.\n"
+                   + yaml.safe_dump(d, sort_keys=False))
+    return str(out), f"profile {spec.name} has {spec.gpus_per_node} device slots; derived {out.name} with {ranks}"
+
+
+def _sha256(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+
+
+# ----------------------------------------------------------------------------- prediction
+
+
+def prediction_kwargs(run: RunSpec, cluster_path: str) -> dict:
+    """simdl.predict arguments from the run's configuration alone."""
+    from .data import SHAPES
+
+    train = run.train_images
+    if run.max_steps_per_epoch:
+        train = min(train, run.max_steps_per_epoch * run.batch_size * run.ranks)
+    kw: dict[str, Any] = dict(model=run.model_name, strategy=run.strategy, gpus=run.ranks, nodes=run.nodes,
+                              cluster=cluster_path, train_samples=train, batch_size=run.batch_size,
+                              epochs=run.epochs, optimizer=run.optimizer, precision="fp32", loader_workers=0)
+    if run.width == 1:
+        kw["dataset"] = run.dataset
+    else:  # a reduced model: its own table, traced from its factory
+        kw.update(dataset=run.dataset, input_shape="x".join(map(str, SHAPES[run.dataset])), num_classes=10)
+    if run.strategy == "fsdp":
+        kw.update(sharding=run.sharding, wrap="block")
+    if run.is_ps:
+        kw["ps_servers"] = 1
+        if run.strategy == "ps-ssp":
+            kw["staleness_bound"] = run.staleness_bound
+    return kw
+
+
+def summarise_result(r) -> dict:
+    d = {
+        "iteration_time_s": r.iteration_time_s, "epoch_time_s": r.epoch_time_s, "total_time_s": r.total_time_s,
+        "iterations_per_epoch": r.iterations_per_epoch, "peak_tensor_bytes": r.peak_tensor_bytes,
+        "peak_memory_bytes": r.peak_memory_bytes, "memory_breakdown_bytes": r.memory_breakdown_bytes,
+        "gpu_utilization": r.gpu_utilization, "compute_time_s": r.compute_time_s, "comm_time_s": r.comm_time_s,
+        "exposed_comm_time_s": r.exposed_comm_time_s, "comm_bytes_per_iteration": r.comm_bytes_per_iteration,
+        "staleness": {"mean": r.staleness.mean, "p50": r.staleness.p50, "p99": r.staleness.p99,
+                      "max": r.staleness.max},
+        "notes": list(r.notes),
+        "assumed": r.config.get("assumed", {}),
+    }
+    for extra in ("memory_timeline", "staleness_histogram", "trace"):
+        v = getattr(r, extra, None)
+        if v is not None and extra != "trace":
+            d[extra] = v
+    return d
+
+
+def _sim_extras(sim_run, result, points: int = 400) -> dict:
+    """The simulated memory over one steady-state iteration (the first rank class, times from
+    its start) and the simulated staleness histogram, when the SimPy engine returned its run."""
+    out: dict[str, Any] = {}
+    hist = getattr(sim_run, "staleness_histogram", None)
+    if hist:
+        out["staleness_histogram"] = {str(int(k)): int(v) for k, v in sorted(hist.items())}
+    memory = getattr(sim_run, "memory", None)
+    if memory:  # the simulator records one steady-state iteration of each rank class
+        tl = memory[sorted(memory)[0]]
+        times, total = tl.times, tl.total
+        if len(times):
+            t0 = float(times[0])
+            curve = [[float(times[i]) - t0, float(total[i])] for i in range(len(times))]
+            if len(curve) > points:
+                step = len(curve) / points
+                curve = [max(curve[int(i * step): max(int((i + 1) * step), int(i * step) + 1)], key=lambda p: p[1])
+                         for i in range(points)]
+            out["memory_timeline"] = curve
+    return out
+
+
+def predict_run(run: RunSpec, cluster_path: str, engines=ENGINES) -> dict:
+    import simdl
+
+    from .models import registered_wrap_types
+
+    kw = prediction_kwargs(run, cluster_path)
+    out: dict[str, Any] = {"kwargs": {k: v for k, v in kw.items()}}
+    for engine in engines:
+        t = time.perf_counter()
+        try:
+            with registered_wrap_types(run.model_name):
+                if engine == "sim":
+                    sim_run = simdl.predict(**kw, engine=engine, return_run=True)
+                    r = getattr(sim_run, "result", sim_run)
+                    out[engine] = summarise_result(r)
+                    out[engine].update(_sim_extras(sim_run, r))
+                else:
+                    r = simdl.predict(**kw, engine=engine)
+                    out[engine] = summarise_result(r)
+            fsdp_units = r.config.get("fsdp_units")
+            if fsdp_units is not None:
+                out[engine]["fsdp_units"] = fsdp_units
+            out[engine]["predict_s"] = time.perf_counter() - t
+        except Exception as e:  # noqa: BLE001 -- the sim engine may not exist yet; record why
+            out[engine] = {"error": f"{type(e).__name__}: {e}"}
+    return out
+
+
+# ----------------------------------------------------------------------------- launching
+
+
+def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None) -> tuple[int, str, float]:
+    workdir.mkdir(parents=True, exist_ok=True)
+    for old in workdir.glob("rank*.json"):
+        old.unlink()
+    spec = workdir / "spec.json"
+    spec.write_text(json.dumps(run.to_dict(), indent=1))
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={run.processes}",
+           "-m", "validate.train", "--spec", str(spec), "--out", str(workdir)]
+    env = dict(os.environ)
+    env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, stated: one thread per rank process
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    if data_dir:
+        env["SIMDL_DATA_DIR"] = data_dir
+    t = time.perf_counter()
+    with open(workdir / "log.txt", "w") as log:
+        log.write(" ".join(cmd) + "\n")
+        log.flush()
+        try:
+            p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
+                               start_new_session=True)
+            rc = p.returncode
+        except subprocess.TimeoutExpired:
+            rc = -9
+    return rc, " ".join(cmd), time.perf_counter() - t
+
+
+def merge_ranks(run: RunSpec, workdir: Path) -> dict:
+    """One measured record from the ranks' files (see validate/measure.py for each figure)."""
+    from . import measure
+
+    ranks = []
+    for f in sorted(workdir.glob("rank*.json")):
+        ranks.append(json.loads(f.read_text()))
+    errors = [r["error"] for r in ranks if "error" in r]
+    if errors:
+        raise RuntimeError(errors[0].strip().splitlines()[-1] if errors[0].strip() else "rank failed")
+    if run.is_ps:
+        server = [r for r in ranks if r.get("role") == "server"]
+        trainers = [r for r in ranks if r.get("role") == "worker"]
+    else:
+        server, trainers = [], ranks
+    if len(trainers) != run.ranks:
+        raise RuntimeError(f"{len(trainers)} of {run.ranks} ranks wrote results")
+    trainers.sort(key=lambda r: r["rank"])
+    if run.is_ps:  # workers run independently: pool their iterations
+        steady = [t for r in trainers for t in r["steady_step_times_s"]]
+    else:  # ranks step in lockstep: a step lasts as long as its slowest rank
+        n = min(len(r["steady_step_times_s"]) for r in trainers)
+        steady = [max(r["steady_step_times_s"][i] for r in trainers) for i in range(n)]
+    first = trainers[0]
+    epochs = [max(r["epoch_times_s"][i] for r in trainers) for i in range(len(first["epoch_times_s"]))]
+    acc = next((r["test_accuracy"] for r in trainers if r.get("test_accuracy") is not None), None)
+    m = {
+        "step_time_s": measure.step_stats(steady),
+        "steady_step_times_s": steady,
+        "epoch_times_s": epochs,
+        "total_time_s": max(r["train_time_s"] for r in trainers),
+        "steps_per_rank": first["steps"],
+        "peak_allocated_bytes": max(r["peak_allocated_bytes"] for r in trainers),
+        "peak_allocated_bytes_per_rank": [r["peak_allocated_bytes"] for r in trainers],
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in trainers),
+        "busy_fraction": sum(r["busy_fraction"] for r in trainers) / len(trainers),
+        "comm_payload_bytes_per_step": first["comm_payload_bytes_per_step"],
+        "comm_sent_bytes_per_step": sum(r["comm_sent_bytes_per_step"] for r in trainers) / len(trainers),
+        "collectives_per_step": first["collectives_per_step"],
+        "test_accuracy": acc,
+        "memory_timeline": first["memory_timeline"],
+        "data": first.get("data"),
+        "input_shape": first.get("input_shape"),
+        "adaptation": first.get("adaptation"),
+        "device": first.get("device"),
+        "transport": first.get("transport", first.get("backend")),
+    }
+    if server:
+        m["staleness"] = server[0]["staleness"]
+        m["server_updates"] = server[0]["updates"]
+        m["server_update_time_s"] = server[0]["update_time_s"]
+        m["server_peak_rss_bytes"] = server[0]["peak_rss_bytes"]
+    return m
+
+
+def host_info() -> dict:
+    import torch
+
+    return {"hostname": platform.node(), "cpu_cores": CORES, "torch": torch.__version__,
+            "python": platform.python_version(), "machine": platform.machine(),
+            "cuda": torch.cuda.is_available()}
+
+
+def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
+            engines=ENGINES, sweep_command: str = "") -> dict:
+    workdir = root / run.run_id
+    cluster_path, profile_note = profile_for_ranks(cluster, run.ranks, root)
+    rec: dict[str, Any] = {
+        "schema": SCHEMA, "run_id": run.run_id, "profile": profile, "sweep_command": sweep_command,
+        "spec": run.to_dict(),
+        "label": run.label, "model_name": run.model_name, "oversubscribed": run.oversubscribed,
+        "processes": run.processes, "cores": CORES,
+        "cluster_profile": cluster_path, "cluster_profile_sha256": _sha256(cluster_path),
+        "cluster_profile_note": profile_note,
+        "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+    rec["predicted"] = predict_run(run, cluster_path, engines)  # before the run: blind to it
+    rc, cmd, wall = launch(run, workdir, timeout_s, data_dir)
+    rec.update(command=cmd, wall_s=wall, returncode=rc, workdir=str(workdir))
+    try:
+        rec["measured"] = merge_ranks(run, workdir)
+        rec["status"] = "ok" if rc == 0 else "failed"
+        if rc != 0:
+            rec["error"] = f"torchrun exited with {rc}"
+    except Exception as e:  # noqa: BLE001 -- a failed run is recorded, the sweep goes on
+        rec["status"] = "failed"
+        rec["error"] = f"{e}" + (" (timeout)" if rc == -9 else "") + f"; see {workdir / 'log.txt'}"
+    rec["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    rec["host"] = host_info()
+    return rec
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m validate.run", description=__doc__.splitlines()[0])
+    p.add_argument("--profile", required=True, choices=PROFILES)
+    p.add_argument("-o", "--output", required=True, help="results JSONL (runs/validate/<name>/results.jsonl)")
+    p.add_argument("--resume", action="store_true", help="skip runs already in the output file")
+    p.add_argument("--retry-failed", action="store_true", help="with --resume: redo runs recorded as failed")
+    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
+                   help="cluster profile (preset name or YAML path) to predict with; default cpu-local")
+    p.add_argument("--only", default=None, help="run only runs whose id contains this text")
+    p.add_argument("--limit", type=int, default=0, help="at most this many runs")
+    p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
+    p.add_argument("--data-dir", default=None, help="directory with CIFAR-10/MNIST (torchvision layout)")
+    p.add_argument("--engines", default=",".join(ENGINES), help="prediction engines, comma-separated")
+    p.add_argument("--list", action="store_true", help="print the matrix and exit")
+    a = p.parse_args(argv)
+    runs = experiments(a.profile)
+    if a.only:
+        runs = [r for r in runs if a.only in r.run_id]
+    if a.limit:
+        runs = runs[: a.limit]
+    if a.list:
+        for r in runs:
+            print(f"{r.run_id:60s} processes={r.processes}{' oversubscribed' if r.oversubscribed else ''}")
+        return 0
+    out = Path(a.output)
+    existing = read_results(out)
+    if existing and not a.resume:
+        print(f"{out} already has {len(existing)} results; pass --resume to continue it", file=sys.stderr)
+        return 2
+    done = finished_ids(existing, a.retry_failed)
+    root = out.parent
+    engines = tuple(e for e in a.engines.split(",") if e)
+    todo = [r for r in runs if r.run_id not in done]
+    sweep = "python -m validate.run " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(f"profile {a.profile}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run",
+          flush=True)
+    for i, run in enumerate(todo, 1):
+        t = time.perf_counter()
+        rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep)
+        append_result(out, rec)
+        msg = rec.get("error", "")
+        if rec["status"] == "ok":
+            m, pr = rec["measured"], rec["predicted"].get("analytic", {})
+            msg = f"step {m['step_time_s']['median']:.4g} s (predicted {pr.get('iteration_time_s', float('nan')):.4g})"
+        print(f"[{i}/{len(todo)}] {run.run_id}: {rec['status']} in {time.perf_counter() - t:.0f} s  {msg}",
+              flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
