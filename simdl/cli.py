@@ -58,6 +58,10 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--algorithm", default=None, help=f"collective algorithm: {' | '.join(ALGORITHMS)} (default auto)")
     p.add_argument("--loader-workers", type=_int, default=None, help="DataLoader workers per rank (default 4)")
     p.add_argument("--grad-accumulation", type=_int, default=1, help="micro-steps per optimizer step")
+    p.add_argument("--activation-checkpointing", action="store_true",
+                   help="checkpoint every block (torch.utils.checkpoint): less memory, recomputed forward")
+    p.add_argument("--cpu-offload", action="store_true",
+                   help="FSDP CPUOffloadPolicy: sharded params, grads and optimizer state in host memory")
     p.add_argument("--engine", default="analytic", help="analytic | sim (default analytic)")
 
 
@@ -65,14 +69,33 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
     keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes",
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
-            "grad_accumulation", "engine")
+            "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload")
     return {k: getattr(a, k) for k in keys}
+
+
+def _add_sim_args(p: argparse.ArgumentParser) -> None:
+    """Simulator options (issue 3), passed to predict(**engine_options) with --engine sim."""
+    p.add_argument("--straggler", action="append", default=None, metavar="rank=R,factor=F",
+                   help="slow a rank's compute by F (R may be A-B); repeatable; simulator only")
+    p.add_argument("--jitter", default=None, metavar="DIST:SPREAD",
+                   help="random compute-time factor: lognormal:0.1 | normal:0.05 | uniform:0.2 | none")
+    p.add_argument("--seed", type=_int, default=None, help="seed of the jitter draws (default 0)")
+    p.add_argument("--iterations", type=_int, default=None, help="iterations to simulate (default 3)")
+    p.add_argument("--warmup", type=_int, default=None, help="warm-up iterations excluded (default 1)")
+
+
+def _sim_kwargs(a: argparse.Namespace) -> dict:
+    given = {k: getattr(a, k, None) for k in ("straggler", "jitter", "seed", "iterations", "warmup")}
+    given = {k: v for k, v in given.items() if v is not None}
+    if given and a.engine != "sim":
+        raise SimdlError(f"--{next(iter(given))} needs --engine sim (the analytic engine has no timeline)")
+    return given
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
     from .predict import predict
 
-    result = predict(**_prediction_kwargs(a))
+    result = predict(**_prediction_kwargs(a), **_sim_kwargs(a))
     if a.json:
         print(result.to_json())
     else:
@@ -112,19 +135,262 @@ def _cmd_clusters(a: argparse.Namespace) -> int:
     return 0
 
 
+def _simulated_run(a: argparse.Namespace):
+    from .predict import predict
+
+    a.engine = "sim"
+    return predict(**_prediction_kwargs(a), **_sim_kwargs(a), return_run=True)
+
+
+def _cmd_trace(a: argparse.Namespace) -> int:
+    from .sim.trace import write_chrome_trace
+
+    n = write_chrome_trace(_simulated_run(a), a.output, max_links=a.max_links)
+    print(f"wrote {a.output}: {n} trace events (open in https://ui.perfetto.dev or chrome://tracing)")
+    return 0
+
+
+def _cmd_plot(a: argparse.Namespace) -> int:
+    from .sim.plot import plot_run
+
+    plot_run(_simulated_run(a), a.output)
+    print(f"wrote {a.output}")
+    return 0
+
+
+def _cmd_calibrate(a: argparse.Namespace) -> int:
+    """Measure this cluster with torchrun and write a profile (issue 5)."""
+    from .calibrate.run import StageFailed, calibrate, make_settings, new_run_dir, resume
+
+    try:
+        if a.resume:
+            resume(a.resume, output=a.output)
+            return 0
+        if a.nproc_per_node is None:
+            raise SimdlError("simdl calibrate: give --nproc-per-node P (ranks per node), or --resume RUN_DIR")
+        settings = make_settings(
+            nproc_per_node=a.nproc_per_node, quick=a.quick, time_budget=a.time_budget, output=a.output,
+            name=a.name, gpu=a.gpu, stages=_stages(a.stages), nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
+            rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id, master_addr=a.master_addr, master_port=a.master_port)
+        calibrate(settings, new_run_dir(a.run_root))
+        return 0
+    except StageFailed as e:
+        print(f"simdl: calibration stopped: {e}", file=sys.stderr)
+        return 1
+
+
+def _stages(text: str | None) -> tuple[str, ...]:
+    from .calibrate.records import STAGES
+
+    if not text:
+        return STAGES
+    chosen = tuple(s.strip() for s in text.split(",") if s.strip())
+    for s in chosen:
+        if s not in STAGES:
+            from .errors import unknown
+
+            raise unknown("calibration stage", s, STAGES)
+    return chosen
+
+
+def _add_calibrate_parser(sub) -> None:
+    k = sub.add_parser("calibrate", help="measure this cluster with short torchrun runs and write a profile")
+    k.add_argument("--nproc-per-node", type=_int, default=None, help="ranks per node (GPUs, or CPU processes)")
+    k.add_argument("--nnodes", default=None, help="torchrun --nnodes (N or MIN:MAX)")
+    k.add_argument("--node-rank", type=_int, default=None, help="torchrun --node-rank")
+    k.add_argument("--rdzv-backend", default=None, help="torchrun --rdzv-backend (e.g. c10d)")
+    k.add_argument("--rdzv-endpoint", default=None, help="torchrun --rdzv-endpoint HOST:PORT")
+    k.add_argument("--rdzv-id", default=None, help="torchrun --rdzv-id")
+    k.add_argument("--master-addr", default=None, help="torchrun --master-addr")
+    k.add_argument("--master-port", type=_int, default=None, help="torchrun --master-port")
+    k.add_argument("--quick", action="store_true", help="fewer sizes, models and repeats (a few minutes)")
+    k.add_argument("--time-budget", type=_number, default=None,
+                   help="seconds of measurement over all stages (default 150 quick, 900 full)")
+    k.add_argument("-o", "--output", default=None, help="profile YAML to write (also kept in the run directory)")
+    k.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
+    k.add_argument("--gpu", default=None, help="GPU file for the peaks (default: from the device name; cpu on CPU)")
+    k.add_argument("--stages", default=None, help="comma-separated subset of collectives,compute,strategies,ps (default all)")
+    k.add_argument("--run-root", default="runs", help="where run directories go (default runs/, git-ignored)")
+    k.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue an interrupted run")
+    k.set_defaults(func=_cmd_calibrate)
+
+
+def _cmd_report(a: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    if a.results is None and not a.paper:
+        raise SimdlError("simdl report: give a results JSONL (from python -m validate.run) or --paper")
+    if a.results is None:  # --paper alone: the predictions at the studies' scale, printed
+        from .report.paper import paper_tables
+
+        print(paper_tables())
+        return 0
+    if not Path(a.results).exists():
+        raise SimdlError(f"simdl report: no results file {a.results!r}")
+    from .report.validation import build_report
+
+    md = build_report(a.results, a.output, paper=a.paper, command=f"simdl report {a.results} -o {a.output}" + (" --paper" if a.paper else ""))
+    print(md)
+    return 0
+
+
+def _cmd_sweep(a: argparse.Namespace) -> int:
+    """A grid of predictions (issue 7): comma lists and --set key=v1,v2 are the axes."""
+    from .explore.commands import sweep_command
+
+    options = {k: getattr(a, k) for k in a.sweep_keys}
+    return sweep_command(options, a.set or (), jobs=a.jobs, executor=a.executor,
+                         progress=False if a.no_progress else None, output=a.output, plot=a.plot, x=a.x,
+                         time_column=a.time, list_keys=a.list_keys)
+
+
+def _add_sweep_parser(sub) -> None:
+    w = sub.add_parser("sweep", help="predict a grid of configurations (comma lists, --set key=v1,v2) in parallel")
+    # The same options as predict, each taking a comma list: read from _add_prediction_args so that
+    # an option added there is sweepable here too.
+    proto = argparse.ArgumentParser(add_help=False)
+    _add_prediction_args(proto)
+    keys = []
+    for act in proto._actions:
+        if act.option_strings:
+            w.add_argument(*act.option_strings, dest=act.dest, default=None, metavar="V[,V...]",
+                           help=f"{act.help}; a comma list sweeps")
+            keys.append(act.dest)
+    w.set_defaults(sweep_keys=tuple(keys))
+    w.add_argument("--set", action="append", default=None, metavar="KEY=V1,V2",
+                   help="sweep any predict keyword, simulator option or cluster override (repeatable; "
+                        "--list-keys shows them), e.g. --set nic_Gb_per_s=25,100,400")
+    w.add_argument("--list-keys", action="store_true", help="print the keys --set accepts and exit")
+    w.add_argument("-o", "--output", default=None, help="write every row to a .csv or .jsonl file")
+    w.add_argument("--plot", default=None, metavar="PNG", help="draw time and memory against the swept variable")
+    w.add_argument("--x", default=None, help="swept key on the plot's x axis (default: the first swept one)")
+    w.add_argument("--time", default="total_time_s", help="time column to plot (default total_time_s)")
+    w.add_argument("--jobs", type=_int, default=None, help="worker processes (default: all cores)")
+    w.add_argument("--executor", default="process", help="process | serial | dask | ray (dask/ray: the extras)")
+    w.add_argument("--no-progress", action="store_true", help="no progress bar (default: shown on a terminal)")
+    w.set_defaults(func=_cmd_sweep)
+
+
+def _cmd_recommend(a: argparse.Namespace) -> int:
+    """Rank strategy, sharding, batch, precision (issue 7) and explain the winner."""
+    from .explore.commands import recommend_command
+
+    fixed = {k: getattr(a, k) for k in ("dataset", "input_shape", "num_classes", "train_samples", "epochs",
+                                         "optimizer", "wrap", "loader_workers", "grad_accumulation")}
+    return recommend_command(model=a.model, cluster=a.cluster, gpus=a.gpus, memory_budget=a.memory_budget,
+                             objective=a.objective, price_per_gpu_hour=a.price_per_gpu_hour,
+                             batch_sizes=a.batch_size, precisions=a.precision, strategies=a.strategy,
+                             allow_stale=a.allow_stale, fixed=fixed, top=a.top, as_json=a.json)
+
+
+def _add_recommend_parser(sub) -> None:
+    r = sub.add_parser("recommend", help="rank strategies, sharding, batch and precision for a model and cluster")
+    r.add_argument("--model", required=True, help="zoo model name or package.module:factory")
+    r.add_argument("--cluster", default=None, help="preset name or cluster YAML (default a100-80gb-nvlink)")
+    r.add_argument("--gpus", type=_int, default=None, help="GPU count (default: try powers of two up to the preset's size)")
+    r.add_argument("--memory-budget", default=None, metavar="GIB",
+                   help="per-GPU memory limit: a number of GiB, or 40GiB / 42GB / 900MiB (default: the GPU's memory)")
+    r.add_argument("--objective", default="time", help="time | memory | cost (default time)")
+    r.add_argument("--price-per-gpu-hour", type=_number, default=None,
+                   help="price of one GPU-hour, for --objective cost (default: rank by GPU-hours)")
+    r.add_argument("--strategy", default=None, metavar="S[,S...]",
+                   help="strategies to rank (ddp, fsdp-full, fsdp-grad_op, fsdp-hybrid, fsdp-none, ps-sync, ...)")
+    r.add_argument("--batch-size", default=None, metavar="B[,B...]", help="per-GPU batch sizes (default 16,32,64,128)")
+    r.add_argument("--precision", default=None, metavar="P[,P...]",
+                   help="precisions (default: fp32 and what the GPU runs faster: tf32, bf16 or fp16-amp)")
+    r.add_argument("--allow-stale", action="store_true", help="also rank ps-async and ps-ssp (stale updates)")
+    r.add_argument("--dataset", default=None, help="cifar10 | mnist | imagenet (default cifar10)")
+    r.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
+    r.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
+    r.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
+    r.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
+    r.add_argument("--optimizer", default=None, help="sgd | momentum | adam (default momentum)")
+    r.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
+    r.add_argument("--loader-workers", type=_int, default=None, help="DataLoader workers per rank (default 4)")
+    r.add_argument("--grad-accumulation", type=_int, default=None, help="micro-steps per optimizer step")
+    r.add_argument("--top", type=_int, default=10, help="rows of the ranking to print (default 10)")
+    r.add_argument("--json", action="store_true", help="print the whole ranking as JSON")
+    r.set_defaults(func=_cmd_recommend)
+
+
+def _cmd_maxbatch(a: argparse.Namespace) -> int:
+    """The largest per-GPU batch that fits (issue 4): binary search on the memory model."""
+    from .memory.maxbatch import max_batch
+    from .units import format_bytes
+
+    kw = _prediction_kwargs(a)
+    kw.pop("batch_size")
+    batch, r = max_batch(**kw)
+    if a.json:
+        import json
+
+        print(json.dumps({"max_batch_size": batch, "prediction": r.to_dict()}, default=str))
+        return 0
+    c = r.config
+    if batch == 0:
+        print(f"{c.get('model')} / {c.get('label')} on {c.get('gpus')} x {c.get('gpu')}: not even batch 1 fits "
+              f"(peak {format_bytes(r.peak_memory_bytes)} of {format_bytes(r.memory_capacity_bytes)})")
+        return 1
+    print(f"{c.get('model')} / {c.get('label')} on {c.get('gpus')} x {c.get('gpu')} ({c.get('cluster')}): "
+          f"largest batch per GPU that fits: {batch} (peak {format_bytes(r.peak_memory_bytes)} of "
+          f"{format_bytes(r.memory_capacity_bytes)}; tensors {format_bytes(r.peak_tensor_bytes)})")
+    return 0
+
+
+def _cmd_memplot(a: argparse.Namespace) -> int:
+    """Memory over one iteration on the analytic schedule, per rank role, as a PNG (issue 4)."""
+    from .memory.commands import memplot_command
+
+    return memplot_command(_prediction_kwargs(a), a.output, first_iteration=a.first_iteration)
+
+
+def _add_memory_parsers(sub) -> None:
+    mb = sub.add_parser("maxbatch", help="largest per-GPU batch that fits in GPU memory")
+    _add_prediction_args(mb)
+    mb.add_argument("--json", action="store_true", help="print one JSON object")
+    mb.set_defaults(func=_cmd_maxbatch)
+    mp = sub.add_parser("memplot", help="per-rank memory over one iteration (analytic schedule) as a PNG")
+    _add_prediction_args(mp)
+    mp.add_argument("-o", "--output", default="mem.png", help="PNG file (default mem.png)")
+    mp.add_argument("--first-iteration", action="store_true",
+                    help="the first iteration: optimizer state created at the step")
+    mp.set_defaults(func=_cmd_memplot)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="simdl", description="Predict time and memory of distributed PyTorch training.")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
     p = sub.add_parser("predict", help="predict one configuration")
     _add_prediction_args(p)
+    _add_sim_args(p)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_predict)
+    t = sub.add_parser("trace", help="simulate and write a Chrome trace (Perfetto)")
+    _add_prediction_args(t)
+    _add_sim_args(t)
+    t.add_argument("-o", "--output", default="trace.json", help="output file (default trace.json)")
+    t.add_argument("--max-links", type=_int, default=None, help="link tracks to keep, busiest first (default all)")
+    t.set_defaults(func=_cmd_trace)
+    pl = sub.add_parser("plot", help="simulate and draw the timeline and memory over time (PNG)")
+    _add_prediction_args(pl)
+    _add_sim_args(pl)
+    pl.add_argument("-o", "--output", default="timeline.png", help="output PNG (default timeline.png)")
+    pl.set_defaults(func=_cmd_plot)
     m = sub.add_parser("models", help="list models and shipped workload tables")
     m.set_defaults(func=_cmd_models)
     c = sub.add_parser("clusters", help="list cluster presets, or `clusters show NAME`")
     c.add_argument("action", nargs="?", default=None, help="list | show")
     c.add_argument("name", nargs="?", default=None)
     c.set_defaults(func=_cmd_clusters)
+    r = sub.add_parser("report", help="validation report from a results JSONL; --paper: the studies at full scale")
+    r.add_argument("results", nargs="?", default=None, help="results JSONL written by python -m validate.run")
+    r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
+    r.add_argument("--paper", action="store_true", help="add simdl's predictions of the studies at their own scale")
+    r.set_defaults(func=_cmd_report)
+    _add_calibrate_parser(sub)
+    _add_sweep_parser(sub)
+    _add_recommend_parser(sub)
+    _add_memory_parsers(sub)
     return parser
 
 
