@@ -25,7 +25,7 @@ import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 import torch
 import torch.distributed as dist
@@ -156,17 +156,7 @@ class RankLog:
         self._f.close()
 
 
-def read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
-    """Records of a JSONL file; a torn last line (a rank killed mid-write) is skipped."""
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
+from simdl.calibrate.records import read_jsonl  # noqa: E402  (a torn last line is skipped)
 
 
 def agreed_done(ctx: Ctx) -> set[str]:

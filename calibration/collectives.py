@@ -35,14 +35,8 @@ STAGE = "collectives"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
 
 
-def bus_factor(collective: str, n: int) -> float:
-    if n <= 1:
-        return 0.0
-    if collective == "all_reduce":
-        return 2.0 * (n - 1) / n
-    if collective in ("all_gather", "reduce_scatter"):
-        return (n - 1) / n
-    return 1.0
+# nccl-tests' busbw / algbw factor: the one simdl's cost model uses.
+from simdl.collectives.cost import bus_bytes_factor as bus_factor  # noqa: E402
 
 
 def make_op(collective: str, nbytes: int, group, group_ranks: list[int], rank: int, device):

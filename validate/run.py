@@ -43,19 +43,10 @@ ENGINES = ("analytic", "sim")
 
 def read_results(path: str | Path) -> list[dict]:
     """Every complete line of a results file (a torn last line, from a kill, is skipped)."""
+    from simdl.calibrate.records import read_jsonl
+
     p = Path(path)
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    return read_jsonl(p) if p.exists() else []
 
 
 def finished_ids(records: list[dict], retry_failed: bool = False) -> set[str]:

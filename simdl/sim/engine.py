@@ -168,6 +168,12 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
 
     iteration = mean(periods) if is_ps else (t_end - t_start) / measured
     compute, comm_busy, any_busy = mean(comp), mean(commb), mean(anyb)
+    interference = cluster.spec.efficiency.comm_compute_interference
+    if not is_ps and interference is not None and interference.value > 0.0:
+        # The profile's fitted compute/communication interference (issue 5; on CPU gloo's
+        # threads take the cores the compute needs): the links model no core contention, so
+        # the same correction as the analytic engine's is applied to the simulated overlap.
+        iteration += interference.value * max(compute + comm_busy - any_busy, 0.0)
 
     # Links over the steady-state window.
     s0, s1 = snapshots[warmup - 1] if warmup > 0 else None, snapshots[-1]
