@@ -5,7 +5,9 @@ every CPU allocation and free of the step, on top of the live parameters, buffer
 optimizer state). simdl side: ``simdl.predict(..., cluster="cpu-local")``'s tensor peak
 (no 512-byte rounding on the CPU device; per-tensor optimizer kernels, as PyTorch
 picks on CPU). TOLERANCE 5%: the goal is 3%; real CPU kernels (oneDNN) and gloo's
-collectives allocate a little beyond what the meta-device trace records.
+collectives allocate a little beyond what the meta-device trace records. The 2-rank FSDP2
+step takes the lowest of three steps' peaks per rank (see ``reference._fsdp_worker``: gloo's
+background thread occasionally keeps a unit-sized buffer alive a little longer).
 """
 
 from __future__ import annotations
