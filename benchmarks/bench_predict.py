@@ -43,6 +43,13 @@ def grid_rate(seconds: float = 5.0) -> tuple[int, float, int]:
     # Warm the table cache once per model, as a sweep would.
     for m in models:
         simdl.predict(model=m, strategy="ddp", gpus=1, cluster="dgx-a100")
+    # First pass: every config distinct, so plans and row times are computed, not memoised.
+    t0 = time.perf_counter()
+    for m, (s, kw), g, b in grid:
+        simdl.predict(model=m, strategy=s, gpus=g, cluster="dgx-a100", batch_size=b, **kw)
+    first = time.perf_counter() - t0
+    print(f"analytic predictions, first pass over {len(grid)} distinct configs: {first:.2f} s = "
+          f"{len(grid) / first:,.0f} /s (goal > 1,000/s)")
     n = 0
     t0 = time.perf_counter()
     for m, (s, kw), g, b in itertools.cycle(grid):
@@ -59,8 +66,8 @@ def main() -> None:
     print(f"simdl predict --model vgg16 --strategy fsdp --gpus 4: wall time median {statistics.median(times):.3f} s "
           f"(min {min(times):.3f}, max {max(times):.3f}, {len(times)} runs; goal < 0.5 s)")
     n, dt, size = grid_rate()
-    print(f"analytic predictions in one process: {n} in {dt:.2f} s = {n / dt:,.0f} /s "
-          f"(grid of {size} configs: 6 models x 5 strategies x 8 GPU counts (1-1024) x 4 batches; goal > 1,000/s)")
+    print(f"analytic predictions repeated over the same grid (plans and row times memoised): {n} in {dt:.2f} s = "
+          f"{n / dt:,.0f} /s (grid of {size} configs: 6 models x 5 strategies x 8 GPU counts (1-1024) x 4 batches)")
 
 
 if __name__ == "__main__":
