@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from _common import agreed_done, base_parser, finish, plan, setup, within_budget  # noqa: E402
+from _common import agreed_done, base_parser, finish, plan, setup, timed, within_budget  # noqa: E402
 
 STAGE = "compute"
 # model:dataset:batches;...  Fit set first, held-out model last (it is predicted, not fitted).
@@ -267,9 +267,9 @@ def main() -> None:
             stopped = True
             break
         fn()
-        per = max(1e-7, min(_time(fn, ctx, 1)))
+        per = max(1e-7, min(timed(ctx, fn, 1)))
         inner = max(1, int(0.01 / per))
-        times = [t / inner for t in _time(lambda: [fn() for _ in range(inner)], ctx, 5 if not ctx.quick else 3)]
+        times = [t / inner for t in timed(ctx, lambda: [fn() for _ in range(inner)], 5 if not ctx.quick else 3)]
         ctx.log.measurement(k, kind="micro", name=key, **desc, time_s=min(times), times_s=times,
                             calls_per_sample=inner)
     for name, dataset, batch in runs:
@@ -283,16 +283,6 @@ def main() -> None:
         ctx.log.measurement(k, kind="model", **rec)
     finish(ctx, stopped_by_budget=stopped)
 
-
-def _time(fn, ctx, repeats):
-    out = []
-    for _ in range(repeats):
-        ctx.sync()
-        t0 = time.perf_counter()
-        fn()
-        ctx.sync()
-        out.append(time.perf_counter() - t0)
-    return out
 
 
 if __name__ == "__main__":
