@@ -284,6 +284,5 @@ def main() -> None:
     finish(ctx, stopped_by_budget=stopped)
 
 
-
 if __name__ == "__main__":
     main()
