@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 
-from _common import agreed_done, base_parser, finish, plan, setup, within_budget  # noqa: E402
+from _common import agreed_done, base_parser, finish, plan, setup, timed, within_budget  # noqa: E402
 
 STAGE = "ps"
 MOMENTUM_PASSES = 8  # simdl.strategies.optimizer_step.PASSES["momentum"]
@@ -92,13 +92,7 @@ def main() -> None:
                 param.add_(mom, alpha=-0.01)
 
             update()
-            times = []
-            for _ in range(repeats):
-                ctx.sync()
-                t0 = time.perf_counter()
-                update()
-                ctx.sync()
-                times.append(time.perf_counter() - t0)
+            times = timed(ctx, update, repeats)
             med = sorted(times)[len(times) // 2]
             rec = {"times_s": times, "time_s": med, "passes": MOMENTUM_PASSES,
                    "streamed_bytes": MOMENTUM_PASSES * nbytes}

@@ -59,24 +59,7 @@ def test_fsdp_full_moves_one_and_a_half_times_ddp_minus_the_root():
     assert go.comm_bytes_per_iteration == pytest.approx(f * 2 * table.param_bytes)
 
 
-def test_fsdp_memory_falls_as_one_over_n_while_activations_stay():
-    model = "vit_b_16"
-    rs = {n: simdl.predict(model=model, strategy="fsdp", gpus=n, cluster="dgx-a100", sharding="full", dataset="imagenet",
-                           optimizer="adam") for n in (2, 4, 8)}
-    for n in (4, 8):
-        a, b = rs[2].memory_breakdown_bytes, rs[n].memory_breakdown_bytes
-        # 1/N up to the allocator's 512-byte rounding of each shard (simdl.memory.model)
-        assert b["optimizer"] == pytest.approx(a["optimizer"] * 2 / n, rel=0.01)
-        assert b["activations"] == pytest.approx(a["activations"], rel=0.02)
-    assert rs[8].peak_tensor_bytes < rs[4].peak_tensor_bytes < rs[2].peak_tensor_bytes
-
-
-def test_hybrid_sits_between_full_and_none():
-    kw = dict(model="vit_b_16", strategy="fsdp", gpus=16, cluster="dgx-a100", optimizer="adam")
-    full = simdl.predict(sharding="full", **kw).peak_tensor_bytes
-    hybrid = simdl.predict(sharding="hybrid", **kw).peak_tensor_bytes
-    none = simdl.predict(sharding="none", **kw).peak_tensor_bytes
-    assert full < hybrid < none
+# FSDP memory against N and hybrid between full and none: tests/memory/test_timeline.py.
 
 
 def test_more_bandwidth_never_slows_ddp():
