@@ -112,17 +112,24 @@ class CommCosts:
 
     Bandwidth is the group's bus bandwidth (raw ring bottleneck x the profile's collective
     efficiency, :meth:`Cluster.group_bus_bandwidth`), alpha the per-step latency, plus a
-    fixed cost per call (:attr:`Cluster.collective_overhead`).
+    fixed cost per call (:attr:`Cluster.collective_overhead`). A profile with regime curves
+    (``efficiency.collective_regimes_intra``, :mod:`simdl.collectives.regimes`) replaces all
+    three, per call, for the collectives it covers inside a node: that collective's
+    overhead, and the alpha and bandwidth of the regime its message size falls in, always
+    with the ring form (the scaling assumption the curves are fitted with).
     """
 
     def __init__(self, cluster: Cluster, algorithm: str = "auto"):
         self.cluster = cluster
         self.algorithm = algorithm
         self._overhead = cluster.collective_overhead
+        eff = cluster.spec.efficiency
         # Optional per-collective bandwidth factors of the profile (calibrated gloo: its
         # all_gather/reduce_scatter are slower than its all_reduce); 1 when absent.
-        self._factor = {c: f.value for c, f in cluster.spec.efficiency.collective_bandwidth_factors.items()}
+        self._factor = {c: f.value for c, f in eff.collective_bandwidth_factors.items()}
+        self._regimes = eff.collective_regimes_intra
         self._cache: dict[tuple, float] = {}
+        self._parts: dict[tuple, tuple] = {}
 
     def bandwidth(self, scope: str) -> float:
         return self.cluster.group_bus_bandwidth(scope)
@@ -130,13 +137,44 @@ class CommCosts:
     def alpha(self, scope: str) -> float:
         return self.cluster.group_latency(scope)
 
+    def curve(self, collective: str, scope: str):
+        """The regime curve that prices ``collective`` over ``scope``, or None. Curves are
+        measured between the ranks of one node: they apply to 'intra', and to 'world' on a
+        single node."""
+        if self._regimes is None or not (scope == "intra" or (scope == "world" and self.cluster.nodes == 1)):
+            return None
+        return self._regimes.curve(collective)
+
+    def parts(self, collective: str, nbytes: float, size: int, scope: str) -> tuple[float, float, float, str]:
+        """(overhead s, alpha s per step, bus bandwidth bytes/s, algorithm 'ring'|'tree') of one
+        call: what :meth:`time` evaluates, and what the simulator's flows are built from."""
+        key = (collective, nbytes, size, scope)
+        p = self._parts.get(key)
+        if p is None:
+            curve = self.curve(collective, scope)
+            if curve is not None:
+                scale = self.cluster.group_bandwidth(scope) / self._regimes.link_bandwidth
+                o, alpha, bw = curve.parts(nbytes, size, scale)
+                p = (o, alpha, bw, "ring")
+            else:
+                bw = self.bandwidth(scope) * self._factor.get(collective, 1.0)
+                alpha = self.alpha(scope)
+                algo = self.algorithm
+                if algo == "auto":
+                    ring = collective_time(collective, nbytes, size, bw, alpha, "ring")
+                    tree = collective_time(collective, nbytes, size, bw, alpha, "tree")
+                    algo = "tree" if tree < ring else "ring"
+                p = (self._overhead, alpha, bw, algo)
+            self._parts[key] = p
+        return p
+
     def time(self, collective: str, nbytes: float, size: int, scope: str) -> float:
         key = (collective, nbytes, size, scope)
         t = self._cache.get(key)
         if t is None:
-            bw = self.bandwidth(scope) * self._factor.get(collective, 1.0)
-            t = collective_time(collective, nbytes, size, bw, self.alpha(scope), self.algorithm)
+            o, alpha, bw, algo = self.parts(collective, nbytes, size, scope)
+            t = collective_time(collective, nbytes, size, bw, alpha, algo)
             if t > 0:
-                t += self._overhead
+                t += o
             self._cache[key] = t
         return t

@@ -36,8 +36,11 @@ from typing import Any, Iterator, Mapping
 
 import yaml
 
+from ..collectives.cost import COLLECTIVES
+from ..collectives.regimes import Regime, RegimeCurve, RegimeModel
 from ..errors import SimdlError, unknown
-from ..provenance import Sourced, read
+from ..provenance import KINDS, Sourced, read
+from ..units import GB
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 GPU_DIR = DATA_DIR / "gpus"
@@ -386,7 +389,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              "collective_bandwidth_inter", "collective_latency_intra_us", "collective_latency_inter_us",
              "collective_overhead_us", "comm_compute_interference",
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
-             *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us")
+             *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra")
 
 
 @dataclass(frozen=True)
@@ -414,6 +417,10 @@ class Efficiency:
     # Optional fixed seconds per matmul/convolution call (forward, and each backward gradient),
     # added to kernel_launch: large for oneDNN on CPU. Fitted by `simdl calibrate` (issue 5).
     matmul_call_overhead: Sourced | None = None
+    # Optional piecewise alpha-beta costs of collectives inside a node (calibrated gloo:
+    # bandwidth changes with message size). Where a collective has a curve it replaces
+    # bandwidth x factor, latency and overhead above (simdl.collectives.regimes).
+    collective_regimes_intra: RegimeModel | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -431,7 +438,89 @@ class Efficiency:
         for p, v in self.matmul_by_precision.items():
             _put(out, f"matmul_{p}", v)
         _put(out, "matmul_call_overhead_us", self.matmul_call_overhead)
+        if self.collective_regimes_intra is not None:
+            out["collective_regimes_intra"] = regimes_to_dict(self.collective_regimes_intra)
         return out
+
+
+_REGIME_SECTION_KEYS = ("kind", "source", "link_GB_per_s", "collectives")
+_REGIME_CURVE_KEYS = ("overhead_us", "regimes")
+_REGIME_KEYS = ("step_bytes", "alpha_us", "bus_GB_per_s")
+
+
+def _number(raw: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float:
+    v = raw.get(key)
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise SimdlError(f"{where}: {key} = {v!r}; accepted: a number")
+    if (v <= 0) if positive else (v < 0):
+        raise SimdlError(f"{where}: {key} = {v}; accepted: a number {'>' if positive else '>='} 0")
+    return float(v)
+
+
+def _parse_regimes(raw: Any, where: str) -> RegimeModel:
+    """``collective_regimes_intra``: {kind, source, link_GB_per_s, collectives: {name:
+    {overhead_us, regimes: [{step_bytes: [lo, hi], alpha_us, bus_GB_per_s}, ...]}}}; a regime's
+    ``step_bytes`` is the range of bytes per ring step it was fitted on (ordered, disjoint)."""
+    if not isinstance(raw, Mapping):
+        raise SimdlError(f"{where} must be a mapping {{kind, source, link_GB_per_s, collectives}}, got {raw!r}")
+    _check_keys(raw, _REGIME_SECTION_KEYS, where)
+    kind = raw.get("kind")
+    if kind not in KINDS:
+        raise SimdlError(f"{where}: kind is {kind!r}; accepted: {', '.join(KINDS)}")
+    source = raw.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise SimdlError(f"{where}: source must name where the regimes come from")
+    link = _number(raw, "link_GB_per_s", where, positive=True) * GB
+    colls = raw.get("collectives")
+    if not isinstance(colls, Mapping) or not colls:
+        raise SimdlError(f"{where}: collectives must be a non-empty mapping collective -> {{overhead_us, regimes}}")
+    curves = []
+    for name, c in colls.items():
+        w = f"{where}: collectives: {name}"
+        if name not in COLLECTIVES:
+            raise SimdlError(f"{where}: {unknown('collective', name, COLLECTIVES)}")
+        if not isinstance(c, Mapping):
+            raise SimdlError(f"{w} must be a mapping {{overhead_us, regimes}}, got {c!r}")
+        _check_keys(c, _REGIME_CURVE_KEYS, w)
+        regs = c.get("regimes")
+        if not isinstance(regs, list) or not regs:
+            raise SimdlError(f"{w}: regimes must be a non-empty list of {{step_bytes, alpha_us, bus_GB_per_s}}")
+        out = []
+        for i, r in enumerate(regs):
+            wr = f"{w}: regimes[{i}]"
+            if not isinstance(r, Mapping):
+                raise SimdlError(f"{wr} must be a mapping {{step_bytes, alpha_us, bus_GB_per_s}}, got {r!r}")
+            _check_keys(r, _REGIME_KEYS, wr)
+            rng = r.get("step_bytes")
+            ok = (isinstance(rng, list) and len(rng) == 2 and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in rng)
+                  and rng[0] <= rng[1])
+            if not ok:
+                raise SimdlError(f"{wr}: step_bytes = {rng!r}; accepted: [lo, hi], 0 <= lo <= hi (bytes per ring "
+                                 "step of the sizes the regime was fitted on)")
+            out.append(Regime(float(rng[0]), float(rng[1]), _number(r, "alpha_us", wr) * 1e-6,
+                              _number(r, "bus_GB_per_s", wr, positive=True) * GB))
+        for i in range(1, len(out)):
+            if out[i].lo_step_bytes <= out[i - 1].hi_step_bytes:
+                raise SimdlError(f"{w}: regimes[{i}].step_bytes starts at {out[i].lo_step_bytes:g}; accepted: above "
+                                 f"regimes[{i - 1}]'s end ({out[i - 1].hi_step_bytes:g}): ordered, disjoint ranges")
+        curves.append(RegimeCurve(name, _number(c, "overhead_us", w) * 1e-6, tuple(out)))
+    return RegimeModel(tuple(curves), link, kind, source.strip())
+
+
+def regimes_to_dict(model: RegimeModel) -> dict[str, Any]:
+    """The YAML form of a :class:`RegimeModel` (inverse of ``_parse_regimes``)."""
+    def g(x: float) -> float | int:
+        r = float(f"{x:.5g}")
+        return int(r) if r.is_integer() and abs(r) < 1e15 else r
+
+    return {
+        "kind": model.kind, "source": model.source, "link_GB_per_s": g(model.link_bandwidth / GB),
+        "collectives": {c.collective: {"overhead_us": g(c.overhead * 1e6), "regimes": [
+            {"step_bytes": [int(r.lo_step_bytes), int(r.hi_step_bytes)], "alpha_us": g(r.alpha * 1e6),
+             "bus_GB_per_s": g(r.bandwidth / GB)}
+            for r in c.regimes]} for c in model.curves},
+    }
 
 
 _MEM_KEYS = ("context_MiB", "allocator_fragmentation", "workspace_MiB")
@@ -641,6 +730,9 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         matmul_by_precision=FrozenMap({p: _fraction(raw, f"matmul_{p}", where)
                                        for p in PRECISIONS if f"matmul_{p}" in raw}),
         matmul_call_overhead=_nonneg(raw, "matmul_call_overhead_us", where, required=False),
+        # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
+        collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
+                                  if raw.get("collective_regimes_intra") is not None else None),
     )
     return eff
 
@@ -671,11 +763,13 @@ def _parse_host(raw: Mapping[str, Any], where: str) -> Host:
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
-    """Deep-merge ``over`` into a copy of ``base``; a ``{value, kind, source}`` entry is replaced whole."""
+    """Deep-merge ``over`` into a copy of ``base``; an entry with its own provenance (a
+    ``{value, kind, source}`` number, or a sourced table such as ``collective_regimes_intra``)
+    is replaced whole."""
     out = copy.deepcopy(base)
     for key, value in over.items():
         if (isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
-                and "value" not in value):
+                and "value" not in value and "kind" not in value):
             out[key] = _merge(dict(out[key]), value)
         else:
             out[key] = copy.deepcopy(value)

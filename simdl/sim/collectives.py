@@ -30,8 +30,10 @@ Efficiency and latency come from the same numbers the analytic model uses
 (:class:`simdl.analytic.costs.CommCosts`): an edge inside a node reaches
 ``collective_bandwidth_intra`` of its links' bandwidth, an edge across nodes
 ``collective_bandwidth_inter`` (modelled as demand ``1/efficiency`` per byte on each link
-it crosses), and every step costs the group's ``alpha``. Hence, with no contention, a
-simulated ring collective takes exactly ``collective_time(...)`` of the analytic model.
+it crosses), and every step costs the call's ``alpha``. A call the analytic model prices at
+another bus bandwidth (a per-collective factor, or a size regime of a calibrated profile,
+:meth:`CommCosts.parts`) carries its bytes scaled by base / its bandwidth. Hence, with no
+contention, a simulated collective takes exactly the analytic ``CommCosts.time``.
 """
 
 from __future__ import annotations
@@ -42,7 +44,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..collectives.cost import collective_time
 from ..errors import SimdlError
 from ..strategies.plan import Group
 
@@ -271,39 +272,41 @@ class Collectives:
         return out
 
     def algorithm_for(self, op: str, nbytes: float, n: int, scope: str) -> str:
-        """The algorithm the analytic model's cost is for ('auto' = the cheaper one, as NCCL's tuner)."""
-        if op in ("all_gather", "reduce_scatter", "send_recv") or self.algorithm == "ring":
+        """The algorithm the analytic model's cost is for ('auto' = the cheaper one, as NCCL's
+        tuner; a regime curve is always a ring)."""
+        if op in ("all_gather", "reduce_scatter", "send_recv"):
             return "ring"
-        if self.algorithm == "tree":
-            return "tree"
-        bw, alpha = self.comm.bandwidth(scope), self.comm.alpha(scope)
-        ring = collective_time(op, nbytes, n, bw, alpha, "ring")
-        tree = collective_time(op, nbytes, n, bw, alpha, "tree")
-        return "tree" if tree < ring else "ring"
+        return self.comm.parts(op, nbytes, n, scope)[3]
 
     def overhead(self, op: str, nbytes: float, n: int, scope: str) -> float:
-        """The fixed per-call cost the analytic model adds (whatever it is): its time minus alpha-beta."""
+        """The fixed per-call cost of the analytic model (not multiplied by ring steps)."""
         if n <= 1 or nbytes <= 0:
             return 0.0
-        algo = self.comm.algorithm
-        pure = collective_time(op, nbytes, n, self.comm.bandwidth(scope), self.comm.alpha(scope), algo)
-        return max(self.comm.time(op, nbytes, n, scope) - pure, 0.0)
+        return self.comm.parts(op, nbytes, n, scope)[0]
 
     def phases(self, op: str, nbytes: float, kind: str, ranks: tuple[int, ...], scope: str) -> list[Phase]:
+        """Phases of one call. The flows run at the group's bus bandwidth when alone
+        (``comm.bandwidth(scope)``); a call priced at another bandwidth -- a per-collective
+        factor, or the regime its size falls in -- carries ``bytes x base / its bandwidth``, as
+        if it moved more (or fewer) bytes, and pays its own alpha per step. With no contention
+        a call therefore takes exactly the analytic ``comm.time``; under contention its whole
+        bandwidth term, not only the base part, is shared."""
         n = len(ranks)
         if n <= 1 or nbytes <= 0:
             return []
-        algo = self.algorithm_for(op, nbytes, n, scope)
+        _, alpha, bw, algo = self.comm.parts(op, nbytes, n, scope)
+        if op in ("all_gather", "reduce_scatter", "send_recv"):
+            algo = "ring"
+        scale = self.comm.bandwidth(scope) / bw
         key = (op, algo, kind, ranks[0], n, scope)
         pattern = self._pattern_cache.get(key)
         if pattern is None:
             pattern = self._pattern_cache[key] = self._pattern(op, algo, kind, ranks, scope)
-        return [Phase(flows, nbytes * factor, latency) for flows, factor, latency in pattern]
+        return [Phase(flows, nbytes * factor * scale, steps * alpha) for flows, factor, steps in pattern]
 
     def _pattern(self, op: str, algo: str, kind: str, ranks: tuple[int, ...], scope: str) -> list[tuple]:
-        """[(flows, bytes factor, latency)] of a collective, independent of its size."""
+        """[(flows, bytes factor, latency steps)] of a collective, independent of its size."""
         n = len(ranks)
-        alpha = self.comm.alpha(scope)
         key = (kind, ranks[0], n)
         if algo == "tree":
             depth = math.ceil(math.log2(n))
@@ -313,10 +316,10 @@ class Collectives:
             down = tuple(self._flow(("tree-down", t) + key, [(p, c) for c, p in edges], share)
                          for t, edges in enumerate(trees))
             if op == "all_reduce":
-                return [(up, 1.0, depth * alpha), (down, 1.0, depth * alpha)]
+                return [(up, 1.0, depth), (down, 1.0, depth)]
             if op == "reduce":
-                return [(up, 1.0, depth * alpha)]
-            return [(down, 1.0, depth * alpha)]  # broadcast
+                return [(up, 1.0, depth)]
+            return [(down, 1.0, depth)]  # broadcast
         rings = self._rings(kind, ranks)
         share = 1.0 / len(rings)
         if op in ("broadcast", "reduce", "send_recv"):
@@ -325,13 +328,13 @@ class Collectives:
                 chains = [c[:1] for c in chains]
             flows = tuple(self._flow(("chain", c, op == "send_recv") + key, e, share) for c, e in enumerate(chains))
             steps = 1 if op == "send_recv" else n - 1
-            return [(flows, 1.0, steps * alpha)]
+            return [(flows, 1.0, steps)]
         cycles = [[(r[i], r[(i + 1) % len(r)]) for i in range(len(r))] for r in rings]
         flows = tuple(self._flow(("ring", c) + key, e, share) for c, e in enumerate(cycles))
         if op == "all_reduce":
-            return [(flows, 2.0 * (n - 1) / n, 2 * (n - 1) * alpha)]
+            return [(flows, 2.0 * (n - 1) / n, 2 * (n - 1))]
         if op in ("all_gather", "reduce_scatter"):
-            return [(flows, (n - 1) / n, (n - 1) * alpha)]
+            return [(flows, (n - 1) / n, n - 1)]
         raise SimdlError(f"unknown collective {op!r}")
 
 

@@ -91,3 +91,73 @@ def test_hybrid_replicate_groups_share_the_node_nic():
     for t in ends:
         assert t == pytest.approx(comm.time("all_reduce", m, 2, "inter"), rel=1e-9)
     assert cluster.group_bandwidth("inter") * 4 == pytest.approx(cluster.node_network_bandwidth)
+
+
+# ---------------------------------------------------------------------------- size regimes
+
+REGIMES = {
+    "kind": "calibrated", "source": "test", "link_GB_per_s": None,
+    "collectives": {
+        "all_reduce": {"overhead_us": 20, "regimes": [
+            {"step_bytes": [1000, 1000000], "alpha_us": 100, "bus_GB_per_s": 1.0},
+            {"step_bytes": [4000000, 64000000], "alpha_us": 0, "bus_GB_per_s": 0.5}]},
+        "all_gather": {"overhead_us": 10, "regimes": [
+            {"step_bytes": [1000, 8000000], "alpha_us": 50, "bus_GB_per_s": 0.8},
+            {"step_bytes": [16000000, 64000000], "alpha_us": 3000, "bus_GB_per_s": 0.5}]},
+        "reduce_scatter": {"overhead_us": 30, "regimes": [
+            {"step_bytes": [1000, 64000000], "alpha_us": 250, "bus_GB_per_s": 0.4}]},
+        "broadcast": {"overhead_us": 12, "regimes": [
+            {"step_bytes": [4000, 700000], "alpha_us": 140, "bus_GB_per_s": 7.0},
+            {"step_bytes": [1000000, 12000000], "alpha_us": 220, "bus_GB_per_s": 4.0}]},
+    },
+}
+
+
+def _regime_preset(tmp_path, base):
+    import yaml
+
+    from simdl.cluster import load_cluster
+
+    link = load_cluster(base).intra_node.bandwidth.value / 1e9
+    p = tmp_path / f"{base}-regimes.yaml"
+    p.write_text(yaml.safe_dump({"extends": base, "name": f"{base}-regimes", "efficiency": {
+        "collective_regimes_intra": dict(REGIMES, link_GB_per_s=link)}}))
+    return str(p)
+
+
+@pytest.mark.parametrize("base,gpus", [("cpu-local", 2), ("a100-80gb-nvlink", 4), ("dgx-a100", 8)])
+@pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
+def test_size_regimes_agree_with_the_analytic_engine_without_contention(tmp_path, base, gpus, op):
+    path = _regime_preset(tmp_path, base)
+    # Sizes inside regimes, in the gaps between them (blended) and beyond both ends.
+    for m in (1e3, 64e3, 1.5e6, 5e6, 12e6, 40e6, 300e6):
+        (t,), comm, _ = _run(path, gpus, [(op, m, "world", tuple(range(gpus)), "intra")], algorithm="auto")
+        assert comm.curve(op, "intra") is not None
+        assert t == pytest.approx(comm.time(op, m, gpus, "intra"), rel=1e-9), m
+
+
+def test_a_collective_slower_than_the_base_rate_shares_its_whole_bandwidth_term(tmp_path):
+    # Two concurrent all_gathers priced by a regime at a fraction of the link: each takes its
+    # latency plus twice its bandwidth term (the extra time is bytes on the link, not a delay).
+    path = _regime_preset(tmp_path, "cpu-local")
+    m, ranks = 32e6, (0, 1)
+    (alone,), comm, _ = _run(path, 2, [("all_gather", m, "world", ranks, "intra")])
+    o, alpha, bw, _ = comm.parts("all_gather", m, 2, "intra")
+    wire = 0.5 * m / bw
+    assert alone == pytest.approx(o + alpha + wire, rel=1e-9)
+    (t1, t2), _, _ = _run(path, 2, [("all_gather", m, "world", ranks, "intra")] * 2)
+    assert t1 == pytest.approx(o + alpha + 2 * wire, rel=1e-9) and t2 == pytest.approx(t1, rel=1e-12)
+
+
+def test_per_collective_factors_without_regimes_agree_too(tmp_path):
+    import yaml
+
+    p = tmp_path / "f.yaml"
+    p.write_text(yaml.safe_dump({"extends": "cpu-local", "name": "f", "efficiency": {
+        "collective_regimes_intra": None,
+        **{f"collective_bandwidth_factor_{c}": {"value": v, "kind": "assumed", "source": "test"}
+           for c, v in (("all_gather", 0.5), ("reduce_scatter", 0.28), ("broadcast", 2.5))}}}))
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
+        (t,), comm, _ = _run(str(p), 2, [(op, 8e6, "world", (0, 1), "intra")], algorithm="auto")
+        assert comm.curve(op, "intra") is None
+        assert t == pytest.approx(comm.time(op, 8e6, 2, "intra"), rel=1e-9)
