@@ -135,16 +135,34 @@ def fit_with_holdout(X: list[Mapping], **kwargs) -> dict:
     out: dict = {}
     if len(fit_part) >= 3 and test_part:
         est = CollectiveFit(**kwargs).fit(fit_part)
-        pred = est.predict(test_part)
-        err = [(int(x["bytes"]), x["collective"], float(p / x["time_s"] - 1.0)) for x, p in zip(test_part, pred)]
-        out["held_out"] = {
-            "sizes_bytes": sorted({e[0] for e in err}),
-            "errors": [{"bytes": b, "collective": c, "rel_error": round(e, 4)} for b, c, e in err],
-            "max_abs_rel_error": round(max(abs(e[2]) for e in err), 4),
-            "median_abs_rel_error": round(float(np.median([abs(e[2]) for e in err])), 4),
-            "within_10pct": int(sum(abs(e[2]) <= 0.10 for e in err)),
-            "n": len(err),
-        }
+        out["held_out"] = _held_out_errors(test_part, est.predict(test_part))
     est = CollectiveFit(**kwargs).fit(X)
     out["estimator"] = est
+    return out
+
+
+def _held_out_errors(test_part: list[Mapping], pred) -> dict:
+    err = [(int(x["bytes"]), x["collective"], float(p / x["time_s"] - 1.0)) for x, p in zip(test_part, pred)]
+    return {
+        "sizes_bytes": sorted({e[0] for e in err}),
+        "errors": [{"bytes": b, "collective": c, "rel_error": round(e, 4)} for b, c, e in err],
+        "max_abs_rel_error": round(max(abs(e[2]) for e in err), 4),
+        "median_abs_rel_error": round(float(np.median([abs(e[2]) for e in err])), 4),
+        "within_10pct": int(sum(abs(e[2]) <= 0.10 for e in err)),
+        "n": len(err),
+    }
+
+
+def regimes_with_holdout(X: list[Mapping], collective: str, **kwargs) -> dict:
+    """:class:`~simdl.calibrate.regimes.RegimeFit` on the kept sizes of one collective, errors
+    on the held-out ones (:func:`held_out_split`), then the fit on all sizes."""
+    from .regimes import RegimeFit
+
+    fit_part, test_part = held_out_split(X)
+    out: dict = {}
+    if len(fit_part) >= 3 and test_part:
+        est = RegimeFit(collective, **kwargs).fit(fit_part)
+        out["held_out"] = _held_out_errors(test_part, est.predict(test_part))
+        out["held_out"]["fit_on_held_out_split"] = est.params()
+    out["estimator"] = RegimeFit(collective, **kwargs).fit(X)
     return out

@@ -4,8 +4,10 @@
 report (fitted values, fit quality, held-out errors) that :mod:`.profile` turns into a
 cluster profile. Groups:
 
-* collectives -- per collective and jointly (what the profile holds: one alpha-beta model per
-  scope), each with a held-out check on message sizes left out of the fit;
+* collectives -- per collective a piecewise alpha-beta regime curve (what the profile holds,
+  ``efficiency.collective_regimes_intra``) and, for reference, one alpha-beta line; jointly one
+  alpha-beta model per scope (the profile's base ``collective_*`` keys); each with a held-out
+  check on message sizes left out of the fit;
 * compute -- the per-row roofline on the fit models, checked on a held-out model;
   microbenchmarks per op class for reference;
 * ps -- push/pull latency and bandwidth, server update bandwidth;
@@ -21,7 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from .collectives import fit_with_holdout
+from ..collectives.cost import bus_bytes_factor as bus_factor
+from .collectives import fit_with_holdout, regimes_with_holdout
 from .compute import MicroFit, RooflineFit, make_run
 from .ps import PSFit
 from .records import StageRecords, load_run
@@ -30,23 +33,62 @@ from .records import StageRecords, load_run
 PROFILE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")
 
 
+# Which of a size's chunk times is its time (see _collective_points).
+CHUNK_QUANTILE = 0.25
+
+
 def _collective_points(st: StageRecords, scope: str) -> list[dict]:
-    """One point per (collective, size): the slowest rank's time (a collective ends when
-    its last rank does)."""
-    out = []
+    """One point per (collective, size). Every chunk (a run of back-to-back calls between two
+    barriers, on all ranks at once) counts with its slowest rank (a collective ends when its
+    last rank does); the size's time is the 25th percentile of its chunks over all passes
+    (keys ``.../p<k>``; older runs have one pass and no suffix). ``time_s_passes`` keeps each
+    pass's fastest chunk.
+
+    Why a low quantile, neither the fastest chunk nor the median: on the 2-core VM this was
+    measured on, a small call is either fast (~0.15 ms) or waits for a 4 ms scheduler tick
+    (250 Hz: send/recv chunks of exactly 3.99 ms), and the slow mode sticks for whole passes,
+    so medians are often in the slow mode; for large sizes a chunk is a single call and the
+    fastest of 14 is an outlier as often as not (one 256 MB broadcast in 69 ms, the 13 others
+    in 99-130 ms). Of min, second fastest, 25th percentile and median over 7 passes x 2
+    chunks, the 25th percentile gave the smoothest curves against size (median |second
+    difference of log time| 5-14 %, issue-5 run of 2026-11-23), i.e. the least noise."""
+    by: dict[tuple[str, int], dict] = {}
+    chunks: dict[tuple[str, int], list[float]] = {}
+    passes: dict[tuple[str, int], list[float]] = {}
     for key in sorted(st.keys_all_ranks()):
         recs = [r for r in st.records(key) if r.get("scope") == scope]
         if not recs:
             continue
-        r = dict(recs[0])
-        r["time_s"] = max(x["time_s"] for x in recs)
+        k = (recs[0]["collective"], int(recs[0]["bytes"]))
+        by.setdefault(k, dict(recs[0]))
+        per_rank = [r.get("chunk_times_s") or [r["time_s"]] for r in recs]
+        if len({len(c) for c in per_rank}) == 1:
+            worst = [max(c) for c in zip(*per_rank)]
+        else:  # malformed: fall back on each rank's fastest chunk
+            worst = [max(r["time_s"] for r in recs)]
+        chunks.setdefault(k, []).extend(worst)
+        passes.setdefault(k, []).append(min(worst))
+    out = []
+    for k in sorted(by, key=lambda k: (k[0], k[1])):
+        r = by[k]
+        r["time_s"] = float(np.quantile(chunks[k], CHUNK_QUANTILE))
+        r["time_s_passes"] = passes[k]
+        r["n_chunks"] = len(chunks[k])
+        r["busbw_GB_per_s"] = r["bytes"] / r["time_s"] * bus_factor(r["collective"], r["group_size"]) / 1e9
         out.append(r)
     return out
 
 
+def call_overheads(st: StageRecords) -> dict[str, float]:
+    """Seconds of one call on a one-rank group (scope 'self'), per collective: the fixed
+    per-call cost the regime curves use as their overhead."""
+    return {p["collective"]: p["time_s"] for p in _collective_points(st, "self")}
+
+
 def fit_collectives(st: StageRecords) -> dict[str, Any]:
     report: dict[str, Any] = {}
-    scopes = sorted({r.get("scope") for m in st.measurements.values() for r in m.values()})
+    scopes = sorted({r.get("scope") for m in st.measurements.values() for r in m.values()} - {"self", None})
+    overheads = call_overheads(st)
     for scope in scopes:
         pts = _collective_points(st, scope)
         if len(pts) < 3:
@@ -60,6 +102,16 @@ def fit_collectives(st: StageRecords) -> dict[str, Any]:
             est = res.pop("estimator")
             per[coll] = {"params": _r(est.params()), "quality": est.quality_, **res,
                          "bytes_range": list(est.bytes_range_), "group_size": sub[0]["group_size"]}
+            if len(sub) >= 4:
+                o = overheads.get(coll)
+                reg = regimes_with_holdout(sub, coll, overhead_s=o or 0.0)
+                rest = reg.pop("estimator")
+                per[coll]["regimes"] = {
+                    "params": rest.params(), "n_regimes": rest.n_regimes_, "cv_error": rest.cv_error_,
+                    "quality": rest.quality_, "regime_quality": rest.regime_quality_, **reg,
+                    "overhead_source": ("one-rank group, same call" if o is not None else
+                                        "assumed 0 (no one-rank measurement in this run)"),
+                    "passes": max(len(p["time_s_passes"]) for p in sub)}
         joint_pts = [p for p in pts if p["collective"] in PROFILE_COLLECTIVES]
         joint = None
         if len(joint_pts) >= 3:
@@ -72,7 +124,9 @@ def fit_collectives(st: StageRecords) -> dict[str, Any]:
                      "overhead_s": est.overhead_s_, "alpha_s": est.alpha_s_,
                      "bus_bandwidth_B_per_s": est.bus_bandwidth_B_per_s_}
         report[scope] = {"per_collective": per, "joint": joint,
+                         "call_overhead_us": {c: round(v * 1e6, 3) for c, v in overheads.items()},
                          "points": [{"collective": p["collective"], "bytes": p["bytes"], "time_s": p["time_s"],
+                                     "time_s_passes": p["time_s_passes"],
                                      "busbw_GB_per_s": p["busbw_GB_per_s"]} for p in pts]}
     return report
 

@@ -22,6 +22,7 @@ import yaml
 from ..cluster.spec import CLUSTER_DIR, cluster_names, load_cluster, load_gpu, raw_preset
 from ..errors import SimdlError
 from . import fit as F
+from .records import STAGES
 from .overlap import InterferenceFit
 
 GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
@@ -57,6 +58,31 @@ def _val(value: float, source: str, kind: str = "calibrated") -> dict[str, Any]:
     if abs(v) < 1e-6:
         v = 0.0  # a bound reached by the fit, not a measured femtosecond
     return {"value": int(v) if v.is_integer() else v, "kind": kind, "source": source}
+
+
+def _regimes_section(per: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any] | None:
+    """``efficiency.collective_regimes_intra`` from the per-collective regime fits (the
+    collectives DDP and FSDP call), with their fit quality and held-out errors in the source."""
+    fits = {c: v["regimes"] for c, v in sorted(per.items()) if c in F.PROFILE_COLLECTIVES and v.get("regimes")}
+    if not fits:
+        return None
+    v0 = next(iter(fits.values()))
+    n = next(iter(per.values()))["group_size"]
+    lo = min(per[c]["bytes_range"][0] for c in fits)
+    hi = max(per[c]["bytes_range"][1] for c in fits)
+    quality = "; ".join(
+        f"{c}: {r['n_regimes']} regime(s), fit median |err| {r['quality']['median_abs_rel_error']:.3f}"
+        + (f", held-out sizes {r['held_out']['within_10pct']}/{r['held_out']['n']} within 10 % (median "
+           f"{r['held_out']['median_abs_rel_error']:.3f}, max {r['held_out']['max_abs_rel_error']:.3f})"
+           if r.get("held_out") else "") for c, r in fits.items())
+    source = (f"{tag}: {prov['backend']} {', '.join(fits)} at {n} ranks, {lo}-{hi} B, {v0['passes']} pass(es); "
+              "a size's time is the 25th percentile of its chunks; piecewise ring alpha-beta fitted per collective "
+              "(simdl.calibrate.regimes: Huber NNLS per regime, regimes by dynamic programming, their number by "
+              "cross-validation), regime looked up by bytes per ring step (m/n; m for broadcast), overhead = the "
+              f"same call on a one-rank group; held-out check refits without every third size and the largest: {quality}")
+    return {"kind": "calibrated", "source": source, "link_GB_per_s": link_GB_per_s,
+            "collectives": {c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]}
+                            for c, r in fits.items()}}
 
 
 def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
@@ -138,9 +164,11 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     share = 1.0 / per_node if shared else 1.0
     tag = f"simdl calibrate run {run_dir.name} ({prov['date']}, {', '.join(prov['host'])})"
     report: dict[str, Any] = {"provenance": prov}
+    # Stages this calibration ran; what the others measure is kept from the base profile.
+    ran = set(settings.get("stages") or STAGES)
 
     # -- collectives ------------------------------------------------------------------------
-    coll = F.fit_collectives(stages["collectives"]) if stages["collectives"].measurements else {}
+    coll = F.fit_collectives(stages["collectives"]) if "collectives" in ran and stages["collectives"].measurements else {}
     report["collectives"] = coll
     scope = "intra" if "intra" in coll else "world"
     c = coll.get(scope, {})
@@ -166,18 +194,26 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             intra["bandwidth_GB_per_s"] = _val(link_bw / 1e9, f"{tag}: {prov['backend']} send/recv bandwidth "
                                                f"(ring, every rank sends and receives), alpha-beta fit"
                                                + (f" R2 {p2p['quality']['r2']}" if p2p else ""))
-            if p2p:
+            if p2p and "ps" in ran:  # the ps stage's ping-pong replaces it below; without that stage, keep the base's
                 intra["latency_us"] = _val(p2p["params"]["alpha_us"] + p2p["params"]["overhead_us"],
                                            f"{tag}: {prov['backend']} send/recv latency (alpha + overhead of the fit)")
         else:
             link_bw = load_cluster(base["name"]).intra_node.bandwidth.value if "name" in base else bus
         e = min(bus / link_bw, 1.0)
+        regimes = _regimes_section(c.get("per_collective", {}), tag, prov, float(f"{link_bw / 1e9:.4g}"))
+        covered = sorted(regimes["collectives"]) if regimes else []
+        note = (f"; the collectives with size regimes ({', '.join(covered)}) are priced by "
+                "collective_regimes_intra instead, this line remains the simulator's base rate" if covered else "")
         eff["collective_bandwidth_intra"] = _val(e, f"{tag}: joint alpha-beta fit of {rng}: all_reduce bus bandwidth "
-                                                 f"{bus / 1e9:.4g} GB/s / link {link_bw / 1e9:.4g} GB/s; {fitq}")
+                                                 f"{bus / 1e9:.4g} GB/s / link {link_bw / 1e9:.4g} GB/s; {fitq}{note}")
         for cname, f in sorted(joint["bandwidth_factors"].items()):
-            if cname != "all_reduce":
+            eff.pop(f"collective_bandwidth_factor_{cname}", None)
+            if cname != "all_reduce" and cname not in covered:
                 eff[f"collective_bandwidth_factor_{cname}"] = _val(
                     f, f"{tag}: {cname} bus bandwidth relative to all_reduce's in the joint fit ({rng}); {fitq}")
+        eff.pop("collective_regimes_intra", None)
+        if regimes:
+            eff["collective_regimes_intra"] = regimes
         eff["collective_latency_intra_us"] = _val(joint["alpha_s"] * 1e6, f"{tag}: joint fit alpha per ring step; {fitq}")
         eff["collective_overhead_us"] = _val(joint["overhead_s"] * 1e6, f"{tag}: joint fit fixed cost per call; {fitq}")
 
@@ -197,7 +233,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
         eff["collective_latency_inter_us"] = _val(inter_fit["alpha_s"] * 1e6, src)
 
     # -- parameter server ------------------------------------------------------------------------
-    ps = F.fit_ps(stages["ps"]) if stages["ps"].measurements else None
+    ps = F.fit_ps(stages["ps"]) if "ps" in ran and stages["ps"].measurements else None
     if shared and ps:
         # One-way latency between two processes of this host: half the push/pull ping-pong
         # (the send/recv ring above sends and receives at once, which costs more than one hop).
@@ -209,7 +245,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     held_out = list(settings.get("compute_held_out", []))
     comp_st = stages["compute"]
     comp = F.fit_compute(comp_st, gpu_spec.peak("fp32") * share, gpu_spec.memory_bandwidth.value * share,
-                         held_out) if comp_st.measurements else {}
+                         held_out) if "compute" in ran and comp_st.measurements else {}
     est = comp.pop("estimator", None)
     report["compute"] = comp
     if est is not None:
@@ -276,7 +312,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff.pop(k, None)
 
     # -- overlap (needs the provisional profile) -----------------------------------------------
-    strat = F.strategy_points(stages["strategies"]) if stages["strategies"].measurements else {}
+    strat = F.strategy_points(stages["strategies"]) if "strategies" in ran and stages["strategies"].measurements else {}
     report["strategies"] = {"measured": strat}
     if strat and est is not None and joint:
         with tempfile.TemporaryDirectory() as td:
@@ -295,21 +331,55 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
                 f"{', '.join(f'{x:+.1%}' for x in ov.errors_before_)} with free overlap -> "
                 f"{', '.join(f'{x:+.1%}' for x in ov.residuals_)} fitted")
 
+    kept = [st for st in STAGES if st not in ran]
+    kept_from = _kept_from_base(base, kept)
+    kept_note = ""
+    if kept_from:
+        bp = kept_from["provenance"]
+        kept_note = (f" Only the {', '.join(st for st in STAGES if st in ran)} stage(s) ran here; the values the "
+                     f"{', '.join(kept)} stage(s) measure are kept from the base profile "
+                     f"'{kept_from['profile']}'" + (f" (calibrated {bp.get('date')} on {', '.join(bp.get('devices', []))})"
+                                                    if bp else "") + ", with their fit records (calibration.kept_from_base).")
+    if kept_from:
+        bp = kept_from["provenance"]
+        profile["description"] += (f"; {', '.join(st for st in STAGES if st in ran)} stage(s) only, the "
+                                   f"{', '.join(kept)} values kept from '{kept_from['profile']}'"
+                                   + (f" ({', '.join(bp.get('devices', []))})" if bp else ""))
     threads = f" Each rank ran {prov['threads_per_rank']} thread(s)" + (f" ({prov['threads_note']})" if prov["threads_note"] else "") + "."
     profile["notes"] = (f"Written by `simdl calibrate` from {run_dir}. Values of kind 'calibrated' were fitted to "
                         f"measurements of this machine; others come from the base preset '{base.get('name', '?')}'."
-                        + threads + (" Other processes were using the machine when calibration started (1-min load average "
+                        + kept_note + threads + (" Other processes were using the machine when calibration started (1-min load average "
                                      "above 0.5 before the ranks started): timings include contention." if prov["machine_busy"]
                                      else " The machine was otherwise idle when calibration started (1-min load average "
                                      f"{', '.join(str(b['loadavg'][0]) for b in prov['loadavg_before'])} before the ranks started)."
                                      if prov["loadavg_before"] else ""))
     profile["calibration"] = _summary(report)
+    base_cal = base.get("calibration") or {}
+    if kept_from:
+        # Values of stages not run here came from the base profile: so do their fit records.
+        for key, stage in (("collectives", "collectives"), ("compute", "compute"), ("ps", "ps"),
+                           ("interference", "strategies"), ("strategy_steps_measured", "strategies")):
+            if stage in kept and key in base_cal:
+                profile["calibration"][key] = copy.deepcopy(base_cal[key])
+        profile["calibration"]["kept_from_base"] = kept_from
     # The profile must load: validate now, with a one-line error naming the bad key.
     with tempfile.TemporaryDirectory() as td:
         p = Path(td) / "check.yaml"
         p.write_text(yaml.safe_dump(profile, sort_keys=False))
         load_cluster(str(p))
     return profile, report
+
+
+def _kept_from_base(base: dict, kept: list[str]) -> dict | None:
+    """Where the values of the stages not run here come from: the base profile's run, or, when
+    the base itself kept those stages from an earlier run, that run."""
+    base_cal = base.get("calibration") or {}
+    if not kept or not base_cal:
+        return None
+    prior = base_cal.get("kept_from_base") or {}
+    if prior and set(kept) <= set(prior.get("stages", [])):
+        return dict(copy.deepcopy(prior), stages=kept)
+    return {"profile": base.get("name"), "stages": kept, "provenance": copy.deepcopy(base_cal.get("provenance", {}))}
 
 
 def _summary(report: dict) -> dict:
@@ -326,6 +396,10 @@ def _summary(report: dict) -> dict:
                                    "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
                                    "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error")}
                                for k, v in c.get("per_collective", {}).items()},
+            # The piecewise (size-regime) fits: what efficiency.collective_regimes_intra holds.
+            "regimes": {k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items()
+                        if v.get("regimes")},
+            "call_overhead_us": c.get("call_overhead_us", {}),
         }
     out["collectives"] = coll
     comp = report.get("compute") or {}
@@ -353,6 +427,19 @@ def _summary(report: dict) -> dict:
     return _plain(out)
 
 
+def _regime_summary(r: dict) -> dict:
+    ho = r.get("held_out") or {}
+    return {
+        "params": r["params"], "n_regimes": r["n_regimes"], "cv_error_by_n_regimes": r["cv_error"],
+        "fit": {k: r["quality"][k] for k in ("n", "r2_log", "median_abs_rel_error", "max_abs_rel_error")},
+        "fit_by_regime": [{"step_bytes": q["step_bytes"], "n": q["n"], "median_abs_rel_error": q["median_abs_rel_error"],
+                           "max_abs_rel_error": q["max_abs_rel_error"]} for q in r["regime_quality"]],
+        "held_out": {k: ho[k] for k in ("sizes_bytes", "within_10pct", "n", "median_abs_rel_error", "max_abs_rel_error")}
+        | {"errors": {e["bytes"]: e["rel_error"] for e in ho.get("errors", [])}} if ho else {},
+        "overhead_source": r["overhead_source"], "passes": r["passes"],
+    }
+
+
 def _plain(x):
     """Plain YAML types (numpy scalars and tuples out), floats to 5 significant digits."""
     if isinstance(x, dict):
@@ -366,6 +453,18 @@ def _plain(x):
     return x
 
 
+class _Dumper(yaml.SafeDumper):
+    """safe_dump, but a short list of numbers on one line (``step_bytes: [2048, 11863296]``)."""
+
+
+def _represent_list(dumper: yaml.SafeDumper, data: list):
+    flow = len(data) <= 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data)
+    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
+
+
+_Dumper.add_representer(list, _represent_list)
+
+
 def write_profile(profile: dict, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -373,6 +472,6 @@ def write_profile(profile: dict, path: Path) -> Path:
               "# Fitted values have kind 'calibrated'; `calibration` holds provenance and fit quality.\n"
               f"# Use it with: simdl predict --cluster {path}\n")
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(header + yaml.safe_dump(profile, sort_keys=False, width=110, allow_unicode=True))
+    tmp.write_text(header + yaml.dump(profile, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True))
     os.replace(tmp, path)
     return path

@@ -11,6 +11,13 @@ def _apct(x) -> str:
     return "n/a" if x is None else f"{abs(x):.1%}"
 
 
+def _bytes(n: float) -> str:
+    for unit, f in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= f:
+            return f"{n / f:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
 def format_report(report: dict, profile: dict) -> str:
     lines = []
     prov = report["provenance"]
@@ -39,6 +46,32 @@ def format_report(report: dict, profile: dict) -> str:
             if p.get("bandwidth_factors"):
                 lines.append("    bandwidth relative to all_reduce: " + ", ".join(
                     f"{k} {v:.3f}" for k, v in p["bandwidth_factors"].items()))
+        regs = {k: v["regimes"] for k, v in c.get("per_collective", {}).items() if v.get("regimes")}
+        if regs:
+            lines.append(f"  size regimes (piecewise ring alpha-beta; held-out = refit without every third size "
+                         f"and the largest, then predict them)")
+            lines.append(f"    {'collective':<15} {'regimes':>7} {'overhead':>9}  {'fit med|err|':>12} {'max':>6}  "
+                         f"{'held-out <=10%':>14} {'median':>7} {'max':>7}   (one line: {'held-out <=10%':>14} {'max':>7})")
+            for coll, r in regs.items():
+                ho = r.get("held_out") or {}
+                ab = c["per_collective"][coll].get("held_out") or {}
+                q = r["quality"]
+                lines.append(
+                    f"    {coll:<15} {r['n_regimes']:>7} {r['params']['overhead_us']:>6.1f} us  "
+                    f"{_apct(q['median_abs_rel_error']):>12} {_apct(q['max_abs_rel_error']):>6}  "
+                    f"{(str(ho.get('within_10pct')) + '/' + str(ho.get('n'))) if ho else 'n/a':>14} "
+                    f"{_apct(ho.get('median_abs_rel_error')):>7} {_apct(ho.get('max_abs_rel_error')):>7}   "
+                    f"(one line: {(str(ab.get('within_10pct')) + '/' + str(ab.get('n'))) if ab else 'n/a':>14} "
+                    f"{_apct(ab.get('max_abs_rel_error')):>7})")
+                for g, rq in zip(r["params"]["regimes"], r["regime_quality"]):
+                    lo, hi = g["step_bytes"]
+                    lines.append(f"      step {_bytes(lo):>9} .. {_bytes(hi):<9} alpha {g['alpha_us']:8.1f} us  "
+                                 f"bus {g['bus_GB_per_s']:8.3f} GB/s  fit med|err| {_apct(rq['median_abs_rel_error'])} "
+                                 f"max {_apct(rq['max_abs_rel_error'])} (n={rq['n']})")
+            tot = [r["held_out"] for r in regs.values() if r.get("held_out")]
+            if tot:
+                lines.append(f"    all: held-out {sum(h['within_10pct'] for h in tot)}/{sum(h['n'] for h in tot)} "
+                             f"within 10 %, max {_apct(max(h['max_abs_rel_error'] for h in tot))}")
     comp = report.get("compute") or {}
     if comp.get("params"):
         p, q = comp["params"], comp["quality"]
@@ -78,5 +111,7 @@ def format_report(report: dict, profile: dict) -> str:
         lines.append(f"  comm_compute_interference {o['comm_compute_interference']}: step errors "
                      + ", ".join(f"{p['variant']} {_pct(b)} -> {_pct(a)}" for p, b, a in
                                  zip(o["points"], o["rel_errors_before_interference_0"], o["rel_errors_after"])))
-    lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items()))
+    lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items() if "value" in v)
+                 + ("; collective_regimes_intra for " + ", ".join(eff["collective_regimes_intra"]["collectives"])
+                    if "collective_regimes_intra" in eff else ""))
     return "\n".join(lines)

@@ -77,7 +77,17 @@ def test_profile_from_synthetic_run_recovers_values_and_loads(tmp_path):
     assert eff["memory_bandwidth"]["value"] == pytest.approx(TRUE["e_b"], rel=0.05)
     assert eff["kernel_launch_us"]["value"] == pytest.approx(TRUE["launch"] * 1e6, rel=0.05)
     assert eff["collective_latency_intra_us"]["value"] == pytest.approx(20, rel=0.05)
-    assert eff["collective_bandwidth_factor_reduce_scatter"]["value"] == pytest.approx(0.3, rel=0.05)
+    # The collectives DDP/FSDP call get size-regime curves (one regime: the synthetic data is
+    # one alpha-beta line), which replace the bandwidth factors of the joint line.
+    regs = eff["collective_regimes_intra"]
+    assert sorted(regs["collectives"]) == ["all_gather", "all_reduce", "broadcast", "reduce_scatter"]
+    assert regs["link_GB_per_s"] == eff_link(profile)
+    rs = regs["collectives"]["reduce_scatter"]["regimes"]
+    assert len(rs) == 1 and rs[0]["bus_GB_per_s"] == pytest.approx(0.3, rel=0.05)
+    assert not any(k.startswith("collective_bandwidth_factor_") and k != "collective_bandwidth_factor_send_recv"
+                   for k in eff)
+    for c in regs["collectives"]:
+        assert report["collectives"]["world"]["per_collective"][c]["regimes"]["held_out"]["max_abs_rel_error"] < 0.01
     # The held-out model (densenet121) is predicted, not fitted, and its error is reported.
     assert report["compute"]["held_out"]["models"] == ["densenet121"]
     assert report["compute"]["held_out"]["steps"]["max_abs_rel_error"] < 0.01
@@ -95,6 +105,10 @@ def test_profile_from_synthetic_run_recovers_values_and_loads(tmp_path):
     assert load_cluster(str(again)).efficiency == spec.efficiency
 
 
+def eff_link(profile):
+    return profile["intra_node"]["bandwidth_GB_per_s"]["value"]
+
+
 def test_partial_run_is_readable(tmp_path):
     run = make_run_dir(tmp_path, with_compute=False)
     (run / "compute").mkdir()
@@ -104,18 +118,21 @@ def test_partial_run_is_readable(tmp_path):
 
 
 def test_interference_and_collective_factors_change_predictions(tmp_path):
+    # Without size regimes (null drops the base's), so that the all_gather factor applies.
     base = {"extends": "cpu-local", "name": "x"}
     p1, p0 = tmp_path / "o1.yaml", tmp_path / "o0.yaml"
     for p, o in ((p1, 0.0), (p0, 1.0)):
         d = dict(base, efficiency={"comm_compute_interference": {"value": o, "kind": "assumed", "source": "test"},
+                                   "collective_regimes_intra": None,
                                    "collective_bandwidth_factor_all_gather": {"value": 0.25, "kind": "assumed", "source": "test"}})
         p.write_text(yaml.safe_dump(d))
     kw = dict(model="resnet18", strategy="ddp", gpus=2, dataset="cifar10")
     r1, r0 = predict(cluster=str(p1), **kw), predict(cluster=str(p0), **kw)
     assert r0.iteration_time_s > r1.iteration_time_s
     fast = tmp_path / "fast.yaml"
-    fast.write_text(yaml.safe_dump(dict(base, efficiency={"collective_bandwidth_factor_all_gather": {
-        "value": 1.0, "kind": "assumed", "source": "test"}})))
+    fast.write_text(yaml.safe_dump(dict(base, efficiency={"collective_regimes_intra": None,
+                                                          "collective_bandwidth_factor_all_gather": {
+                                                              "value": 1.0, "kind": "assumed", "source": "test"}})))
     f_slow = predict(cluster=str(p1), model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10")
     f_base = predict(cluster=str(fast), model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10")
     assert f_slow.comm_time_s > f_base.comm_time_s
@@ -124,3 +141,34 @@ def test_interference_and_collective_factors_change_predictions(tmp_path):
                                                                                    "source": "test"}})))
     with pytest.raises(Exception, match="comm_compute_interference"):
         load_cluster(str(bad))
+
+
+def test_a_collectives_only_run_keeps_the_other_stages_of_the_base(tmp_path, monkeypatch):
+    """`simdl calibrate --stages collectives`: the collective section is refitted, what the
+    other stages measure (and their fit records) stays the base profile's, and says so."""
+    from simdl.calibrate import profile as P
+    from simdl.cluster.spec import raw_preset
+
+    run = make_run_dir(tmp_path, with_compute=False)
+    base = raw_preset("cpu-local")
+    base["calibration"] = {"provenance": {"date": "2026-01-01", "devices": ["cpu: older"]},
+                           "compute": {"params": {"matmul": 0.5}}, "interference": {"x": 1}}
+    monkeypatch.setattr(P, "base_preset_for", lambda gpu: base)
+    settings = make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None, stages=("collectives",))
+    profile, _ = build_profile(run, settings, name="cpu-local")
+    eff = profile["efficiency"]
+    for key in ("matmul", "memory_bandwidth", "comm_compute_interference", "matmul_call_overhead_us"):
+        assert eff[key] == base["efficiency"][key]
+    assert profile["intra_node"]["latency_us"] == base["intra_node"]["latency_us"]  # the ps stage measures it
+    assert profile["ps_servers"] == base["ps_servers"]
+    assert "collective_regimes_intra" in eff and "synthetic" not in eff["collective_regimes_intra"]["source"]
+    cal = profile["calibration"]
+    assert cal["compute"] == {"params": {"matmul": 0.5}} and cal["interference"] == {"x": 1}
+    assert cal["kept_from_base"]["stages"] == ["compute", "strategies", "ps"]
+    assert cal["kept_from_base"]["provenance"]["devices"] == ["cpu: older"]
+    assert cal["provenance"]["host"] == ["testhost"]  # the collectives come from this run
+    assert "kept from the base profile" in profile["notes"] and "cpu: older" in profile["notes"]
+    # Refitting again on top of that profile keeps pointing at the run the values came from.
+    monkeypatch.setattr(P, "base_preset_for", lambda gpu: profile)
+    again, _ = build_profile(run, settings, name="cpu-local")
+    assert again["calibration"]["kept_from_base"]["provenance"]["devices"] == ["cpu: older"]
