@@ -93,42 +93,49 @@ def fit_collectives(st: StageRecords) -> dict[str, Any]:
         pts = _collective_points(st, scope)
         if len(pts) < 3:
             continue
-        per: dict[str, Any] = {}
-        for coll in sorted({p["collective"] for p in pts}):
-            sub = [p for p in pts if p["collective"] == coll]
-            if len(sub) < 3:
-                continue
-            res = fit_with_holdout(sub)
-            est = res.pop("estimator")
-            per[coll] = {"params": _r(est.params()), "quality": est.quality_, **res,
-                         "bytes_range": list(est.bytes_range_), "group_size": sub[0]["group_size"]}
-            if len(sub) >= 4:
-                o = overheads.get(coll)
-                reg = regimes_with_holdout(sub, coll, overhead_s=o or 0.0)
-                rest = reg.pop("estimator")
-                per[coll]["regimes"] = {
-                    "params": rest.params(), "n_regimes": rest.n_regimes_, "cv_error": rest.cv_error_,
-                    "quality": rest.quality_, "regime_quality": rest.regime_quality_, **reg,
-                    "overhead_source": ("one-rank group, same call" if o is not None else
-                                        "assumed 0 (no one-rank measurement in this run)"),
-                    "passes": max(len(p["time_s_passes"]) for p in sub)}
-        joint_pts = [p for p in pts if p["collective"] in PROFILE_COLLECTIVES]
-        joint = None
-        if len(joint_pts) >= 3:
-            res = fit_with_holdout(joint_pts, per_collective_bandwidth=True)
-            est = res.pop("estimator")
-            joint = {"params": _r(est.params()), "quality": est.quality_, **res,
-                     "bandwidth_factors": est.bandwidth_factors_,
-                     "collectives": est.collectives_, "bytes_range": list(est.bytes_range_),
-                     "group_size": joint_pts[0]["group_size"],
-                     "overhead_s": est.overhead_s_, "alpha_s": est.alpha_s_,
-                     "bus_bandwidth_B_per_s": est.bus_bandwidth_B_per_s_}
-        report[scope] = {"per_collective": per, "joint": joint,
-                         "call_overhead_us": {c: round(v * 1e6, 3) for c, v in overheads.items()},
-                         "points": [{"collective": p["collective"], "bytes": p["bytes"], "time_s": p["time_s"],
-                                     "time_s_passes": p["time_s_passes"],
-                                     "busbw_GB_per_s": p["busbw_GB_per_s"]} for p in pts]}
+        report[scope] = fit_scope(pts, overheads)
     return report
+
+
+def fit_scope(pts: list[dict], overheads: dict[str, float]) -> dict[str, Any]:
+    """Every fit of one scope's points (``collective``, ``bytes``, ``group_size``, ``time_s``):
+    per collective one alpha-beta line and the size-regime curve, each with its held-out
+    check, and the joint line. ``overheads``: seconds per call on a one-rank group."""
+    per: dict[str, Any] = {}
+    for coll in sorted({p["collective"] for p in pts}):
+        sub = [p for p in pts if p["collective"] == coll]
+        if len(sub) < 3:
+            continue
+        res = fit_with_holdout(sub)
+        est = res.pop("estimator")
+        per[coll] = {"params": _r(est.params()), "quality": est.quality_, **res,
+                     "bytes_range": list(est.bytes_range_), "group_size": sub[0]["group_size"]}
+        if len(sub) >= 4:
+            o = overheads.get(coll)
+            reg = regimes_with_holdout(sub, coll, overhead_s=o or 0.0)
+            rest = reg.pop("estimator")
+            per[coll]["regimes"] = {
+                "params": rest.params(), "n_regimes": rest.n_regimes_, "cv_error": rest.cv_error_,
+                "quality": rest.quality_, "regime_quality": rest.regime_quality_, **reg,
+                "overhead_source": ("one-rank group, same call" if o is not None else
+                                    "assumed 0 (no one-rank measurement in this run)"),
+                "passes": max(len(p.get("time_s_passes", [0])) for p in sub)}
+    joint_pts = [p for p in pts if p["collective"] in PROFILE_COLLECTIVES]
+    joint = None
+    if len(joint_pts) >= 3:
+        res = fit_with_holdout(joint_pts, per_collective_bandwidth=True)
+        est = res.pop("estimator")
+        joint = {"params": _r(est.params()), "quality": est.quality_, **res,
+                 "bandwidth_factors": est.bandwidth_factors_,
+                 "collectives": est.collectives_, "bytes_range": list(est.bytes_range_),
+                 "group_size": joint_pts[0]["group_size"],
+                 "overhead_s": est.overhead_s_, "alpha_s": est.alpha_s_,
+                 "bus_bandwidth_B_per_s": est.bus_bandwidth_B_per_s_}
+    return {"per_collective": per, "joint": joint,
+            "call_overhead_us": {c: round(v * 1e6, 3) for c, v in overheads.items()},
+            "points": [{"collective": p["collective"], "bytes": p["bytes"], "time_s": p["time_s"],
+                        "group_size": p["group_size"], "time_s_passes": p.get("time_s_passes", [p["time_s"]]),
+                        "busbw_GB_per_s": p.get("busbw_GB_per_s")} for p in pts]}
 
 
 def _compute_runs(st: StageRecords) -> dict[str, list]:

@@ -400,6 +400,13 @@ def _summary(report: dict) -> dict:
             "regimes": {k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items()
                         if v.get("regimes")},
             "call_overhead_us": c.get("call_overhead_us", {}),
+            # The measured points the fits were made on, [bytes, us] per size (the 25th percentile
+            # of its chunks), so that `python -m simdl.calibrate.check` can redo the held-out
+            # check from the shipped profile alone.
+            "group_size": (c.get("points") or [{}])[0].get("group_size") or j.get("group_size"),
+            "points_us": {coll: [[p["bytes"], float(f"{p['time_s'] * 1e6:.5g}")] for p in c.get("points", [])
+                                 if p["collective"] == coll]
+                          for coll in sorted({p["collective"] for p in c.get("points", [])})},
         }
     out["collectives"] = coll
     comp = report.get("compute") or {}

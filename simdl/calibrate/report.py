@@ -18,6 +18,47 @@ def _bytes(n: float) -> str:
     return f"{n:.0f} B"
 
 
+def format_regimes(per_collective: dict) -> list[str]:
+    """The size-regime fits of one scope: per collective the regimes, the fit quality, and the
+    held-out check beside the one-line (single alpha-beta) fit's."""
+    lines: list[str] = []
+    regs = {k: v["regimes"] for k, v in per_collective.items() if v.get("regimes")}
+    if regs:
+        lines.append(f"  size regimes (piecewise ring alpha-beta; held-out = refit without every third size "
+                     f"and the largest, then predict them)")
+        lines.append(f"    {'collective':<15} {'regimes':>7} {'overhead':>9}  {'fit med|err|':>12} {'max':>6}  "
+                     f"{'held-out <=10%':>14} {'median':>7} {'max':>7}   (one line: {'held-out <=10%':>14} {'max':>7})")
+        for coll, r in regs.items():
+            ho = r.get("held_out") or {}
+            ab = per_collective[coll].get("held_out") or {}
+            q = r["quality"]
+            lines.append(
+                f"    {coll:<15} {r['n_regimes']:>7} {r['params']['overhead_us']:>6.1f} us  "
+                f"{_apct(q['median_abs_rel_error']):>12} {_apct(q['max_abs_rel_error']):>6}  "
+                f"{(str(ho.get('within_10pct')) + '/' + str(ho.get('n'))) if ho else 'n/a':>14} "
+                f"{_apct(ho.get('median_abs_rel_error')):>7} {_apct(ho.get('max_abs_rel_error')):>7}   "
+                f"(one line: {(str(ab.get('within_10pct')) + '/' + str(ab.get('n'))) if ab else 'n/a':>14} "
+                f"{_apct(ab.get('max_abs_rel_error')):>7})")
+            for g, rq in zip(r["params"]["regimes"], r["regime_quality"]):
+                lo, hi = g["step_bytes"]
+                lines.append(f"      step {_bytes(lo):>9} .. {_bytes(hi):<9} alpha {g['alpha_us']:8.1f} us  "
+                             f"bus {g['bus_GB_per_s']:8.3f} GB/s  fit med|err| {_apct(rq['median_abs_rel_error'])} "
+                             f"max {_apct(rq['max_abs_rel_error'])} (n={rq['n']})")
+        from .fit import PROFILE_COLLECTIVES
+
+        for label, names in (("profile's collectives", PROFILE_COLLECTIVES), ("all", tuple(regs))):
+            tot = [regs[c]["held_out"] for c in names if c in regs and regs[c].get("held_out")]
+            one = [per_collective[c]["held_out"] for c in names if c in regs and per_collective[c].get("held_out")]
+            if tot:
+                lines.append(f"    {label}: held-out {sum(h['within_10pct'] for h in tot)}/{sum(h['n'] for h in tot)} "
+                             f"within 10 %, max {_apct(max(h['max_abs_rel_error'] for h in tot))}"
+                             + (f" (one line per collective: {sum(h['within_10pct'] for h in one)}/"
+                                f"{sum(h['n'] for h in one)})" if one else ""))
+            if set(names) == set(regs):
+                break
+    return lines
+
+
 def format_report(report: dict, profile: dict) -> str:
     lines = []
     prov = report["provenance"]
@@ -46,32 +87,7 @@ def format_report(report: dict, profile: dict) -> str:
             if p.get("bandwidth_factors"):
                 lines.append("    bandwidth relative to all_reduce: " + ", ".join(
                     f"{k} {v:.3f}" for k, v in p["bandwidth_factors"].items()))
-        regs = {k: v["regimes"] for k, v in c.get("per_collective", {}).items() if v.get("regimes")}
-        if regs:
-            lines.append(f"  size regimes (piecewise ring alpha-beta; held-out = refit without every third size "
-                         f"and the largest, then predict them)")
-            lines.append(f"    {'collective':<15} {'regimes':>7} {'overhead':>9}  {'fit med|err|':>12} {'max':>6}  "
-                         f"{'held-out <=10%':>14} {'median':>7} {'max':>7}   (one line: {'held-out <=10%':>14} {'max':>7})")
-            for coll, r in regs.items():
-                ho = r.get("held_out") or {}
-                ab = c["per_collective"][coll].get("held_out") or {}
-                q = r["quality"]
-                lines.append(
-                    f"    {coll:<15} {r['n_regimes']:>7} {r['params']['overhead_us']:>6.1f} us  "
-                    f"{_apct(q['median_abs_rel_error']):>12} {_apct(q['max_abs_rel_error']):>6}  "
-                    f"{(str(ho.get('within_10pct')) + '/' + str(ho.get('n'))) if ho else 'n/a':>14} "
-                    f"{_apct(ho.get('median_abs_rel_error')):>7} {_apct(ho.get('max_abs_rel_error')):>7}   "
-                    f"(one line: {(str(ab.get('within_10pct')) + '/' + str(ab.get('n'))) if ab else 'n/a':>14} "
-                    f"{_apct(ab.get('max_abs_rel_error')):>7})")
-                for g, rq in zip(r["params"]["regimes"], r["regime_quality"]):
-                    lo, hi = g["step_bytes"]
-                    lines.append(f"      step {_bytes(lo):>9} .. {_bytes(hi):<9} alpha {g['alpha_us']:8.1f} us  "
-                                 f"bus {g['bus_GB_per_s']:8.3f} GB/s  fit med|err| {_apct(rq['median_abs_rel_error'])} "
-                                 f"max {_apct(rq['max_abs_rel_error'])} (n={rq['n']})")
-            tot = [r["held_out"] for r in regs.values() if r.get("held_out")]
-            if tot:
-                lines.append(f"    all: held-out {sum(h['within_10pct'] for h in tot)}/{sum(h['n'] for h in tot)} "
-                             f"within 10 %, max {_apct(max(h['max_abs_rel_error'] for h in tot))}")
+        lines += format_regimes(c.get("per_collective", {}))
     comp = report.get("compute") or {}
     if comp.get("params"):
         p, q = comp["params"], comp["quality"]

@@ -22,9 +22,11 @@ STRUCTURAL = {"gpus_per_node", "nodes", "max_nodes", "count", "links", "calibrat
 
 
 def _walk_numbers(node, path=()):
-    """Yield (path, entry) for every number in a raw YAML tree: either a sourced mapping or a bare number."""
+    """Yield (path, entry) for every number in a raw YAML tree: either a sourced mapping (a
+    ``{value, kind, source}`` number, or a table with one kind and source for all its numbers,
+    such as ``collective_regimes_intra``) or a bare number."""
     if isinstance(node, dict):
-        if "value" in node:
+        if "value" in node or ("kind" in node and "source" in node):
             yield path, node
             return
         for key, value in node.items():
