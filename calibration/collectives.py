@@ -11,9 +11,10 @@ walked ``--passes`` times (alternately small-first and large-first, keys
 the whole stage: on the shared 2-core VM this was written on, a small call either takes
 ~0.1 ms or waits for a 4 ms scheduler tick, and the slow mode sticks for a few hundred ms
 -- all chunks of a size measured back to back can land in it (7 such chunks in a row
-scattered by 20-50 %, up to 10x, between three repeats). The fit takes the fastest pass.
+scattered by 20-50 %, up to 10x, between three repeats). The fit takes the 25th percentile
+of all chunks of a size (simdl/calibrate/fit.py, ``_collective_points``).
 Defaults: 7 passes x 2 chunks (about 5 minutes for 33 sizes x 5 collectives at 2 ranks);
-``--quick``: 1 pass x 5 chunks, one size per octave, up to 64 MB.
+``--quick``: 3 passes x 2 chunks, one size per octave, up to 64 MB.
 Bytes are counted as nccl-tests counts them: the whole buffer for all_reduce/broadcast,
 the gathered output for all_gather, the input for reduce_scatter, the message for
 send/recv (every rank sends to the next and receives from the previous at once).
@@ -152,17 +153,19 @@ def main() -> None:
     p.add_argument("--max-bytes", type=int, default=256 * 1024 * 1024)
     p.add_argument("--points-per-octave", type=int, default=2,
                    help="message sizes per doubling (2: powers of 2 and the geometric midpoints); --quick: 1")
-    p.add_argument("--chunks", type=int, default=2, help="timed chunks per size and pass; --quick: 5")
+    p.add_argument("--chunks", type=int, default=2, help="timed chunks per size and pass")
     p.add_argument("--passes", type=int, default=7,
                    help="passes over the whole grid (alternately small-first and large-first); the fit takes "
-                        "the fastest pass; --quick: 1")
+                        "the 25th percentile of all their chunks; --quick: 3")
     p.add_argument("--collectives", default=",".join(COLLECTIVES))
     args = p.parse_args()
     ctx = setup(args, STAGE)
     per_octave = args.points_per_octave if not args.quick else min(args.points_per_octave, 1)
     max_bytes = args.max_bytes if not args.quick else min(args.max_bytes, 64 * 1024 * 1024)
-    passes = args.passes if not args.quick else 1
-    chunks = args.chunks if not args.quick else 5
+    # --quick keeps the pass structure (what makes a size's time robust to the host's slow
+    # spells) and cuts the grid: 3 passes instead of 7, one size per octave up to 64 MB.
+    passes = args.passes if not args.quick else min(args.passes, 3)
+    chunks = args.chunks
     msg_sizes = sizes(args.min_bytes, max_bytes, per_octave)
     colls = [c for c in args.collectives.split(",") if c]
 
