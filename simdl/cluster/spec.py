@@ -471,7 +471,7 @@ class Host:
 
 
 _CLUSTER_KEYS = ("name", "description", "extends", "gpu", "gpus_per_node", "nodes", "max_nodes",
-                 "shared_device", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
+                 "shared_device", "collective_backend", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
                  "host", "notes", "calibration")
 
 
@@ -492,6 +492,9 @@ class ClusterSpec:
     memory: MemoryOverheads
     host: Host
     shared_device: bool = False  # True: the ranks of a node share one device (cpu-local)
+    # c10d backend of the collectives (simdl.collectives.backends): configuration, not a
+    # measured number; absent in the file, PyTorch's default for the device.
+    collective_backend: str = "nccl"
     notes: str = ""
     source_path: str = ""
     gpu_ref: str = ""  # the ``gpu`` value as written in the file
@@ -520,6 +523,7 @@ class ClusterSpec:
         }
         if self.shared_device:
             out["shared_device"] = True
+        out["collective_backend"] = self.collective_backend
         out["intra_node"] = self.intra_node.to_dict()
         if self.inter_node is not None:
             out["inter_node"] = self.inter_node.to_dict()
@@ -670,6 +674,17 @@ def _parse_host(raw: Mapping[str, Any], where: str) -> Host:
                 dataloader_sample=_nonneg(raw, "dataloader_sample_us", where))
 
 
+def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:
+    from ..collectives.backends import BACKENDS, DEFAULT_FOR_DEVICE
+
+    name = raw.get("collective_backend")
+    if name is None:
+        return DEFAULT_FOR_DEVICE["cpu" if gpu.name == "cpu" else "cuda"]
+    if name not in BACKENDS:
+        raise SimdlError(f"{where}: collective_backend = {name!r}; accepted: {', '.join(sorted(BACKENDS))}")
+    return name
+
+
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     """Deep-merge ``over`` into a copy of ``base``; a ``{value, kind, source}`` entry is replaced whole."""
     out = copy.deepcopy(base)
@@ -733,6 +748,7 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
     if not isinstance(shared, bool):
         raise SimdlError(f"{where}: shared_device = {shared!r}; accepted: true or false")
 
+    backend = _parse_backend(raw, where, gpu)
     intra = _parse_intra(_section(raw, "intra_node", where), f"{where}: intra_node", gpus_per_node)
     inter_raw = _section(raw, "inter_node", where, required=False)
     inter = _parse_inter(inter_raw, f"{where}: inter_node") if inter_raw is not None else None
@@ -754,7 +770,7 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
     return ClusterSpec(
         name=name, description=description.strip(), gpu=gpu, gpus_per_node=gpus_per_node,
         nodes=nodes, max_nodes=max_nodes, intra_node=intra, inter_node=inter, ps_servers=ps,
-        efficiency=efficiency, memory=memory, host=host, shared_device=shared,
+        efficiency=efficiency, memory=memory, host=host, shared_device=shared, collective_backend=backend,
         notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref, calibration=dict(calibration),
     )
 
