@@ -434,7 +434,7 @@ class Efficiency:
         return out
 
 
-_MEM_KEYS = ("context_MiB", "allocator_fragmentation", "workspace_MiB")
+_MEM_KEYS = ("context_MiB", "allocator_fragmentation", "workspace_MiB", "conv_backward_scratch")
 
 
 @dataclass(frozen=True)
@@ -444,12 +444,17 @@ class MemoryOverheads:
     context_bytes: Sourced  # CUDA context + library handles (for the CPU device: process baseline)
     allocator_fragmentation: Sourced  # fraction of reserved memory lost to fragmentation
     workspace_bytes: Sourced  # cuBLAS workspace kept per handle/stream
+    # Scratch a convolution's backward allocates, per byte of its input plus its output
+    # gradient, while it runs (oneDNN on the CPU reorders both; absent: none, as on CUDA,
+    # where cuDNN's workspace is part of workspace_MiB).
+    conv_backward_scratch: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         _put(out, "context_MiB", self.context_bytes)
         _put(out, "allocator_fragmentation", self.allocator_fragmentation)
         _put(out, "workspace_MiB", self.workspace_bytes)
+        _put(out, "conv_backward_scratch", self.conv_backward_scratch)
         return out
 
 
@@ -665,6 +670,7 @@ def _parse_memory(raw: Mapping[str, Any], where: str) -> MemoryOverheads:
         context_bytes=_nonneg(raw, "context_MiB", where),
         allocator_fragmentation=_fraction(raw, "allocator_fragmentation", where, allow_zero=True),
         workspace_bytes=_nonneg(raw, "workspace_MiB", where),
+        conv_backward_scratch=_nonneg(raw, "conv_backward_scratch", where, required=False),
     )
 
 

@@ -85,7 +85,9 @@ def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster
                          foreach=cluster.spec.gpu.name != "cpu",
                          gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)),
                          all_gather_scratch=backend.scratch_factor("all_gather"),
-                         reduce_scatter_scratch=backend.scratch_factor("reduce_scatter"))
+                         reduce_scatter_scratch=backend.scratch_factor("reduce_scatter"),
+                         conv_backward_scratch=(cluster.spec.memory.conv_backward_scratch.value
+                                                if cluster.spec.memory.conv_backward_scratch else 0.0))
 
 
 def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,

@@ -17,7 +17,8 @@ What is modelled (tensor bytes, as ``torch.cuda.memory_allocated`` counts them):
 * optimizer: the state (steady state: it exists from the first step on; with
   ``first_iteration=True`` it is created lazily at the step) and the step's scratch
   (foreach Adam's ``_foreach_sqrt(exp_avg_sq)``, one parameter-sized copy;
-  torch/optim/adam.py ``_multi_tensor_adam``; per-tensor Adam: one tensor at a time).
+  torch/optim/adam.py ``_multi_tensor_adam``; per-tensor Adam, PyTorch's choice on the
+  CPU: two copies of the largest parameter, ``_single_tensor_adam``).
 * activations: tensors saved for backward (the table's per-row ``saved_bytes``),
   allocated when the row's forward returns and freed after the row's backward; under
   activation checkpointing only each block's input, and the block's activations again
@@ -83,6 +84,8 @@ class MemoryOptions:
     all_gather_scratch, reduce_scatter_scratch: the communication backend's scratch per
       byte of an FSDP all-gather's output / reduce-scatter's input, live during the call
       (:mod:`simdl.collectives.backends`: 0 for NCCL, 1 for gloo).
+    conv_backward_scratch: the device's scratch during a convolution's backward, per byte
+      of its input plus its output gradient (the cluster's ``memory.conv_backward_scratch``).
     """
 
     activation_checkpointing: bool = False
@@ -92,6 +95,7 @@ class MemoryOptions:
     gradient_as_bucket_view: bool = False
     all_gather_scratch: float = 0.0
     reduce_scatter_scratch: float = 0.0
+    conv_backward_scratch: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -229,8 +233,11 @@ def _positions(n: int):
     return tree_pos_f, tree_pos_b
 
 
+CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d")
+
+
 def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float, mixed: bool,
-                checkpoint: bool, grad_scale: float) -> None:
+                checkpoint: bool, grad_scale: float, conv_scratch: float = 0.0) -> None:
     """Forward and backward events of the rows: activations, temporaries, gradients."""
     tree = row_tree(table)
     r = _rows(table, batch, act_factor)
@@ -289,6 +296,13 @@ def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float
     ev.add(bwd + 0.75, TEMP, -g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.75, GRADS, g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.3, TEMP, r.grad_in, direction=BWD, row=rows, label="input gradient")
+    if conv_scratch:
+        # The kernel's own copies (oneDNN reorders input and output gradient on the CPU),
+        # beside the input gradient it has produced.
+        conv = tree.leaf & np.isin(np.asarray(table.types), CONV_TYPES)
+        sc = np.where(conv, conv_scratch * (r.grad_in + r.out), 0.0)
+        ev.add(bwd + 0.32, TEMP, sc, direction=BWD, row=rows, label="convolution backward scratch")
+        ev.add(bwd + 0.34, TEMP, -sc, direction=BWD, row=rows, label="convolution backward scratch")
     ev.add(bwd + 0.7, ACT, -saved, direction=BWD, row=rows, edge=1, label="saved activations")
     ev.add(bwd + 0.8, TEMP, -np.where(tree.leaf, r.out, 0.0), direction=BWD, row=rows, edge=1,
            label="output gradient")
@@ -305,7 +319,9 @@ def _optimizer_events(ev: _Events, n: int, workload: Workload, opts: MemoryOptio
         if opts.foreach:
             tf, ts = local_fixed, local_sharded
         else:
-            tf, ts = largest_fixed, largest_sharded
+            # _single_tensor_adam: ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)``
+            # holds sqrt's output and the quotient at once, for one parameter at a time.
+            tf, ts = 2.0 * largest_fixed, 2.0 * largest_sharded
         ev.add(pos + 0.3, OPT, tf, ts, STEP, label="adam sqrt scratch")
         ev.add(pos + 0.5, OPT, -tf, -ts, STEP, edge=1, label="adam sqrt scratch")
     ev.add(pos + 0.9, GRADS, -grads_fixed, -grads_sharded, STEP, edge=1, label="zero_grad")
@@ -325,7 +341,8 @@ def _replica_timeline(table: WorkloadTable, batch: int, optimizer: str, precisio
     n = table.n_rows
     ev = _Events()
     grad_scale = 0.0 if opts.gradient_as_bucket_view and bucket_bytes > 0 else 1.0
-    _row_events(ev, table, batch, _act_factor(wl), wl.mixed_precision, opts.activation_checkpointing, grad_scale)
+    _row_events(ev, table, batch, _act_factor(wl), wl.mixed_precision, opts.activation_checkpointing, grad_scale,
+                opts.conv_backward_scratch)
     P = float(table.param_bytes)
     largest = max((p.numel for p in table.params), default=0) * 4.0
     base = np.zeros(len(CATEGORIES))
@@ -391,7 +408,8 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
     ev = _Events()
     # Under FSDP mixed precision the module computes in 16 bits with 16-bit parameters:
     # no autocast cache; activations in 16 bits.
-    _row_events(ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0)
+    _row_events(ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0,
+                opts.conv_backward_scratch)
     units = [u for u in _unit_rows(table, wrap) if u.numel > 0]
     offload = opts.cpu_offload
     base_f = np.zeros(len(CATEGORIES))
