@@ -145,3 +145,25 @@ def test_memplot_writes_a_png(tmp_path):
     out = tmp_path / "mem.png"
     assert main(["memplot", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "-o", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_memory_draws_each_simulated_rank(tmp_path, capsys):
+    """`simdl plot --memory` (issue 4): per-rank memory over time from the simulator."""
+    from simdl.cli import main
+
+    out = tmp_path / "mem.png"
+    assert main(["plot", "--memory", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "rank class" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["plot", "--memory"], ["memplot"]])
+@pytest.mark.parametrize("output,needle", [("mem.txt", ".png"), ("no/such/dir/mem.png", "does not exist")])
+def test_memory_plots_reject_bad_output_in_one_line(command, output, needle, tmp_path, capsys):
+    from simdl.cli import main
+
+    path = str(tmp_path / output) if output.endswith(".txt") else output
+    code = main([*command, "--model", "resnet18", "--gpus", "2", "-o", path])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("simdl: error:") and needle in err
