@@ -8,7 +8,8 @@ Sources:
   PyTorch  - MemTracker (single rank, DDP-like) and FSDPMemTracker (FSDP2 fully_shard,
              fake process group of 4 ranks) under FakeTensorMode, computed now
              (simdl/memory/reference.py); real CPU steps measured with torch.profiler
-             (single process, and FSDP2 over gloo with 2 processes).
+             (single process, and FSDP2 full / grad_op / none and DDP over gloo with 2 processes;
+             allocations paired with their frees, simdl.memory.measured).
 
 Run: ``python benchmarks/memory_report.py [--quick] [--no-real]`` (full: ~10-20 min on 2 cores).
 """
@@ -78,7 +79,7 @@ def main() -> None:
             for o in OPTIMIZERS:
                 rows.append(_row(compare_fsdp(m, b, o, sharding="full"), "fsdp"))
     for m in ("mnist_cnn", "resnet18", "vit_b_32", "convnext_tiny"):
-        for sh in ("grad_op", "hybrid"):
+        for sh in ("grad_op", "hybrid", "none"):
             rows.append(_row(compare_fsdp(m, 32, "adam", sharding=sh), "fsdp"))
     real = []
     if not a.no_real:
@@ -100,12 +101,16 @@ def main() -> None:
         for m, ds, b in [("mnist_cnn", "mnist", 32), ("resnet18", "cifar10", 32)]:
             t = load_workload(m, dataset=ds)
             units = [u.name for u in fsdp_units(t, "block").units[1:]]
-            meas = max(real_fsdp_step(m, t.input_shape, t.num_classes, b, units, world=2))
-            ours = simdl.predict(model=m, strategy="fsdp", gpus=2, cluster="cpu-local", dataset=ds,
-                                 batch_size=b).peak_tensor_bytes
-            real.append(ours / meas - 1)
-            print(f"fsdp2x2 {m} b={b} momentum (gloo): measured {meas / 2**20:.2f} MiB per rank, "
-                  f"simdl {ours / 2**20:.2f} MiB, error {real[-1]:+.2%}", flush=True)
+            for strategy in ("fsdp-full", "fsdp-grad_op", "fsdp-none", "ddp"):
+                sharding = strategy.removeprefix("fsdp-")
+                meas = max(max(p) for p in real_fsdp_step(m, t.input_shape, t.num_classes, b, units, world=2,
+                                                          sharding=sharding))
+                kw = {} if strategy == "ddp" else {"sharding": sharding}
+                ours = simdl.predict(model=m, strategy=strategy.split("-")[0], gpus=2, cluster="cpu-local", dataset=ds,
+                                     batch_size=b, **kw).peak_tensor_bytes
+                real.append(ours / meas - 1)
+                print(f"{strategy}x2 {m} b={b} momentum (gloo): measured {meas / 2**20:.2f} MiB per rank, "
+                      f"simdl {ours / 2**20:.2f} MiB, error {real[-1]:+.2%}", flush=True)
     print("== summary ==")
     for kind in ("single", "ac", "fsdp"):
         _summary(rows, kind)

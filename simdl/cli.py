@@ -151,6 +151,11 @@ def _cmd_trace(a: argparse.Namespace) -> int:
 
 
 def _cmd_plot(a: argparse.Namespace) -> int:
+    from .memory.commands import check_figure_path, sim_memory_plot_command
+
+    check_figure_path(a.output)  # before minutes of simulation, not after
+    if a.memory:
+        return sim_memory_plot_command(_simulated_run(a), a.output)
     from .sim.plot import plot_run
 
     plot_run(_simulated_run(a), a.output)
@@ -375,6 +380,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_prediction_args(pl)
     _add_sim_args(pl)
     pl.add_argument("-o", "--output", default="timeline.png", help="output PNG (default timeline.png)")
+    pl.add_argument("--memory", action="store_true",
+                    help="only per-rank memory over time, stacked by category (as the studies draw it)")
     pl.set_defaults(func=_cmd_plot)
     m = sub.add_parser("models", help="list models and shipped workload tables")
     m.set_defaults(func=_cmd_models)

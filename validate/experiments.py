@@ -153,7 +153,8 @@ def experiments(profile: str) -> list[RunSpec]:
     if profile == "local":
         # Sized for about 2 hours on 2 cores (estimate in validate/README.md). One epoch of
         # 1,536 images: 24 steps at 2 ranks, 12 at 4 (the same data over more ranks, as in
-        # the study), so every run has warm-up, a profiled step and >= 9 timed steps.
+        # the study), so every run has warm-up, three profiled steps (one timed,
+        # two for the memory peak only) and >= 7 timed steps.
         runs = _vit(("vit_b_32", "vit_b_16"), 2, (16, 32, 64), ("full", "none"), 1, 1536, 256)
         runs += _exp1(EXP1_MODELS, (2, 4), 32, 1, 1536, 256)
         # PS: 1,024 digits per epoch over 4 workers at 32 = 8 iterations per worker per epoch.

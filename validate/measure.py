@@ -5,12 +5,17 @@
   (p10, p90) of the steady-state steps. On GPU the step ends with a synchronize.
 * Peak memory per rank (allocator bytes): on CPU the PyTorch profiler with
   ``profile_memory=True`` records every allocation and free of the CPU allocator. The
-  profiler is started *before* the model is built, so the running sum of its
-  ``[memory]`` events is the live tensor bytes of the process (parameters, gradients,
-  optimizer state, DDP buckets, FSDP buffers, activations, batches). The peak is the
-  maximum of that sum during the profiled steady-state step -- the CPU analogue of
-  ``torch.cuda.max_memory_allocated``, which is what simdl's ``peak_tensor_bytes``
-  predicts. On CUDA, ``torch.cuda.max_memory_allocated`` is used directly.
+  profiler is started *before* the model is built, so the live bytes of its allocation
+  events are the live tensor bytes of the process (parameters, gradients, optimizer
+  state, DDP buckets, FSDP buffers, activations, batches). Allocations are paired with
+  their frees by address (:mod:`simdl.memory.measured`): under gloo some frees happen on
+  a worker thread the profiler does not follow and are never reported, and a plain
+  running sum of the events drifts upwards by those buffers, step after step. The peak
+  is the maximum of the live bytes during each of ``MEMORY_STEPS`` consecutive
+  steady-state steps; the largest is reported (the CPU analogue of
+  ``torch.cuda.max_memory_allocated`` over those steps, which is what simdl's
+  ``peak_tensor_bytes`` predicts) and the per-step peaks are kept, to show how steady it
+  is. On CUDA, ``torch.cuda.max_memory_allocated`` is used directly.
 * Compute busy fraction: the union of the intervals of ``aten::`` ops on the training
   thread during the profiled step, over the step's wall time (communication ops
   ``c10d::*`` / ``gloo:*`` and waits excluded): the CPU analogue of the compute stream's
@@ -28,6 +33,8 @@ from __future__ import annotations
 import statistics
 import time
 from typing import Any
+
+import numpy as np
 
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
                "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
@@ -56,6 +63,9 @@ def _backend_collective(name: str):
 
 
 MEASURED_STEP = "validate::measured_step"
+# Further steady-state steps profiled for their memory peak only (not timed).
+MEMORY_STEP = "validate::memory_step"
+MEMORY_STEPS = 3
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -105,10 +115,17 @@ def _tensor_bytes(shape: Any, dtype: str) -> float:
     return float(n * DTYPE_BYTES.get(dtype, 4))
 
 
-def analyse_profile(kineto_events: list[Any], world: int, timeline_points: int = 400) -> dict[str, Any]:
+def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | None = None,
+                    timeline_points: int = 400) -> dict[str, Any]:
     """Peak allocator bytes, busy fraction, collective bytes and a memory timeline of the
-    profiled step (marked by a ``validate::measured_step`` record_function)."""
+    profiled step (marked by a ``validate::measured_step`` record_function; further
+    ``validate::memory_step`` ranges count for the memory peak only).
+
+    ``allocs``: the profile's allocations paired with their frees
+    (:func:`simdl.memory.measured.allocations`); without them no memory is reported.
+    """
     from simdl.collectives import bus_bytes_factor
+    from simdl.memory.measured import live_curve, peak_between
 
     events = list(kineto_events)
     marks = [e for e in events if e.name() == MEASURED_STEP]
@@ -118,24 +135,15 @@ def analyse_profile(kineto_events: list[Any], world: int, timeline_points: int =
     t0, t1 = mark.start_ns(), mark.start_ns() + mark.duration_ns()
     main_thread = mark.start_thread_id()
 
-    # Live bytes: running sum of every allocation (+) and free (-) since the profiler
-    # started, which was before the model was built.
-    mem = sorted((e.start_ns(), e.nbytes()) for e in events
-                 if e.name() == "[memory]" and str(e.device_type()).endswith("CPU"))
-    live, peak, at_start = 0.0, 0.0, None
-    curve: list[tuple[float, float]] = []
-    for t, nb in mem:
-        if t >= t0 and at_start is None:
-            at_start = live
-            curve.append((0.0, live))
-        live += nb
-        if t0 <= t <= t1:
-            peak = max(peak, live)
-            curve.append(((t - t0) / 1e9, live))
-    if at_start is None:
-        at_start = live
-    peak = max(peak, at_start)
-    curve.append(((t1 - t0) / 1e9, live))
+    # Live bytes: allocations paired with their frees, since the profiler started (before
+    # the model was built).
+    mem_t, live = live_curve(allocs or [])
+    at_start, peak = peak_between(mem_t, live, t0, t1)
+    steps = [peak] + [peak_between(mem_t, live, e.start_ns(), e.start_ns() + e.duration_ns())[1]
+                      for e in sorted((e for e in events if e.name() == MEMORY_STEP), key=lambda e: e.start_ns())]
+    k0, k1 = np.searchsorted(mem_t, t0, side="left"), np.searchsorted(mem_t, t1, side="right")
+    curve = [(0.0, at_start)] + [((t - t0) / 1e9, float(b)) for t, b in zip(mem_t[k0:k1], live[k0:k1])]
+    curve.append(((t1 - t0) / 1e9, float(live[k1 - 1]) if k1 > 0 else at_start))
 
     # Busy: union of aten op intervals on the training thread inside the step.
     spans = []
@@ -172,7 +180,8 @@ def analyse_profile(kineto_events: list[Any], world: int, timeline_points: int =
         busy += cur_e - cur_s
     step_ns = max(t1 - t0, 1)
     return {
-        "peak_allocated_bytes": peak,
+        "peak_allocated_bytes": max(steps),
+        "peak_allocated_bytes_steps": steps,
         "allocated_at_step_start_bytes": at_start,
         "busy_fraction": busy / step_ns,
         "profiled_range_s": step_ns / 1e9,

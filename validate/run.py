@@ -273,6 +273,8 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         "steps_per_rank": first["steps"],
         "peak_allocated_bytes": max(r["peak_allocated_bytes"] for r in trainers),
         "peak_allocated_bytes_per_rank": [r["peak_allocated_bytes"] for r in trainers],
+        # each rank's peak in each profiled steady step (validate/measure.py): how steady it is
+        "peak_allocated_bytes_steps_per_rank": [r.get("peak_allocated_bytes_steps") for r in trainers],
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in trainers),
         "busy_fraction": sum(r["busy_fraction"] for r in trainers) / len(trainers),
         "comm_payload_bytes_per_step": first["comm_payload_bytes_per_step"],

@@ -152,6 +152,8 @@ def run_spmd(run: RunSpec, out: Path) -> None:
     opt = torch.optim.SGD(model.parameters(), lr=run.lr, momentum=0.9)
     timer = measure.StepTimer(_sync(device))
     step, profiled, epoch_times, losses = 0, None, [], []
+    last_profiled = run.warmup_steps + measure.MEMORY_STEPS - 1  # memory-only steps follow the timed one
+    profiling = True
     t_train = time.perf_counter()
     for epoch in range(run.epochs):
         sampler.set_epoch(epoch)
@@ -162,8 +164,10 @@ def run_spmd(run: RunSpec, out: Path) -> None:
             if run.max_steps_per_epoch and n_steps >= run.max_steps_per_epoch:
                 break
             is_profiled = step == run.warmup_steps and profiled is None
+            in_window = profiling and run.warmup_steps < step <= last_profiled
             timer.start()
-            ctx = record_function(measure.MEASURED_STEP) if is_profiled else _null()
+            mark = measure.MEASURED_STEP if is_profiled else measure.MEMORY_STEP if in_window else None
+            ctx = record_function(mark) if mark else _null()
             with ctx:
                 try:
                     x, y = next(it)
@@ -178,22 +182,26 @@ def run_spmd(run: RunSpec, out: Path) -> None:
                 opt.zero_grad(set_to_none=True)
             dt = timer.stop()
             if is_profiled:
-                prof.stop()
                 profiled = (step, dt)
                 if device.type == "cuda":
                     rec["cuda_max_memory_allocated"] = float(torch.cuda.max_memory_allocated(device))
+            if profiling and profiled is not None and step >= last_profiled:
+                prof.stop()
+                profiling = False
             losses.append(float(loss.detach()))
             step += 1
             n_steps += 1
         epoch_times.append(time.perf_counter() - t_epoch)
     train_s = time.perf_counter() - t_train
-    if profiled is None:
+    if profiling:
         prof.stop()
+    if profiled is None:
         raise RuntimeError(f"run too short: {step} steps, the profiled step is step {run.warmup_steps}")
-    analysis = measure.analyse_profile(prof.profiler.kineto_results.events(), world)
+    analysis = _analyse(prof, world)
     if "cuda_max_memory_allocated" in rec:
         analysis["peak_allocated_bytes"] = rec["cuda_max_memory_allocated"]
-    steady = [t for i, t in enumerate(timer.times) if i > run.warmup_steps]  # after the profiled step
+    # steady state: after the profiled steps (the profiler slows the steps it records)
+    steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
     acc = _evaluate_spmd(run, model, tex, te_y, device, rank, world)
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
@@ -202,6 +210,15 @@ def run_spmd(run: RunSpec, out: Path) -> None:
     _write(out, rank, rec)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def _analyse(prof, world: int) -> dict:
+    """measure.analyse_profile on the profile, with its allocations paired to their frees."""
+    from simdl.memory.measured import allocations
+
+    res = prof.profiler.kineto_results
+    allocs = allocations(res, step_markers=(measure.MEASURED_STEP, measure.MEMORY_STEP))
+    return measure.analyse_profile(res.events(), world, allocs=allocs)
 
 
 def build_model_meta(run: RunSpec):
@@ -392,6 +409,10 @@ def run_ps(run: RunSpec, out: Path) -> None:
     param_bytes = sum(p.numel() * p.element_size() for p in params)
     timer = measure.StepTimer()
     step, clock, profiled, epoch_times = 0, 0, None, []
+    # One profiled step: a worker's memory involves no gloo worker thread (module
+    # validate/measure.py), and PS runs are short (their timed steps are few already).
+    last_profiled = run.warmup_steps
+    profiling = True
     pushed = pulled = 0.0
     total_steps = run.epochs * (run.max_steps_per_epoch or len(loader))
     rpc.rpc_sync("ps", _rpc_ready)
@@ -403,8 +424,10 @@ def run_ps(run: RunSpec, out: Path) -> None:
             if run.max_steps_per_epoch and i >= run.max_steps_per_epoch:
                 break
             is_profiled = step == run.warmup_steps and profiled is None
+            in_window = profiling and run.warmup_steps < step <= last_profiled
+            mark = measure.MEASURED_STEP if is_profiled else measure.MEMORY_STEP if in_window else None
             timer.start()
-            with (record_function(measure.MEASURED_STEP) if is_profiled else _null()):
+            with (record_function(mark) if mark else _null()):
                 values, version = rpc.rpc_sync("ps", _rpc_pull, args=(w, clock))
                 pulled += sum(v.numel() * v.element_size() for v in values)
                 with torch.no_grad():
@@ -421,16 +444,19 @@ def run_ps(run: RunSpec, out: Path) -> None:
                     p.grad = None
             dt = timer.stop()
             if is_profiled:
-                prof.stop()
                 profiled = (step, dt)
+            if profiling and profiled is not None and step >= last_profiled:
+                prof.stop()
+                profiling = False
             clock += 1
             step += 1
         epoch_times.append(time.perf_counter() - t_epoch)
     train_s = time.perf_counter() - t_train
-    if profiled is None:
+    if profiling:
         prof.stop()
+    if profiled is None:
         raise RuntimeError(f"run too short: {step} steps, the profiled step is step {run.warmup_steps}")
-    analysis = measure.analyse_profile(prof.profiler.kineto_results.events(), 1)
+    analysis = _analyse(prof, 1)
     analysis.update(comm_payload_bytes_per_step=(pushed + pulled) / max(step, 1),
                     comm_sent_bytes_per_step=pushed / max(step, 1), collectives_per_step=2)
     acc = None
@@ -440,7 +466,7 @@ def run_ps(run: RunSpec, out: Path) -> None:
             for p, v in zip(params, values):
                 p.copy_(v)
         acc = _evaluate_local(run, model, tex, te_y)
-    steady = [t for i, t in enumerate(timer.times) if i > run.warmup_steps]
+    steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
                test_accuracy=acc, param_bytes=param_bytes, peak_rss_bytes=measure.peak_rss_bytes(), **analysis)

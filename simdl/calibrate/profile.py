@@ -292,6 +292,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     }
     if shared:
         profile["shared_device"] = True
+    if prov.get("backend"):  # the backend the collectives were measured with
+        profile["collective_backend"] = prov["backend"]
     profile["intra_node"] = intra
     if nodes > 1 or base.get("inter_node"):
         if "inter_node" in base:

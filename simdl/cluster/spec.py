@@ -523,7 +523,7 @@ def regimes_to_dict(model: RegimeModel) -> dict[str, Any]:
     }
 
 
-_MEM_KEYS = ("context_MiB", "allocator_fragmentation", "workspace_MiB")
+_MEM_KEYS = ("context_MiB", "allocator_fragmentation", "workspace_MiB", "conv_backward_scratch")
 
 
 @dataclass(frozen=True)
@@ -533,12 +533,17 @@ class MemoryOverheads:
     context_bytes: Sourced  # CUDA context + library handles (for the CPU device: process baseline)
     allocator_fragmentation: Sourced  # fraction of reserved memory lost to fragmentation
     workspace_bytes: Sourced  # cuBLAS workspace kept per handle/stream
+    # Scratch a convolution's backward allocates, per byte of its input plus its output
+    # gradient, while it runs (oneDNN on the CPU reorders both; absent: none, as on CUDA,
+    # where cuDNN's workspace is part of workspace_MiB).
+    conv_backward_scratch: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         _put(out, "context_MiB", self.context_bytes)
         _put(out, "allocator_fragmentation", self.allocator_fragmentation)
         _put(out, "workspace_MiB", self.workspace_bytes)
+        _put(out, "conv_backward_scratch", self.conv_backward_scratch)
         return out
 
 
@@ -560,7 +565,7 @@ class Host:
 
 
 _CLUSTER_KEYS = ("name", "description", "extends", "gpu", "gpus_per_node", "nodes", "max_nodes",
-                 "shared_device", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
+                 "shared_device", "collective_backend", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
                  "host", "notes", "calibration")
 
 
@@ -581,6 +586,9 @@ class ClusterSpec:
     memory: MemoryOverheads
     host: Host
     shared_device: bool = False  # True: the ranks of a node share one device (cpu-local)
+    # c10d backend of the collectives (simdl.collectives.backends): configuration, not a
+    # measured number; absent in the file, PyTorch's default for the device.
+    collective_backend: str = "nccl"
     notes: str = ""
     source_path: str = ""
     gpu_ref: str = ""  # the ``gpu`` value as written in the file
@@ -609,6 +617,7 @@ class ClusterSpec:
         }
         if self.shared_device:
             out["shared_device"] = True
+        out["collective_backend"] = self.collective_backend
         out["intra_node"] = self.intra_node.to_dict()
         if self.inter_node is not None:
             out["inter_node"] = self.inter_node.to_dict()
@@ -753,6 +762,7 @@ def _parse_memory(raw: Mapping[str, Any], where: str) -> MemoryOverheads:
         context_bytes=_nonneg(raw, "context_MiB", where),
         allocator_fragmentation=_fraction(raw, "allocator_fragmentation", where, allow_zero=True),
         workspace_bytes=_nonneg(raw, "workspace_MiB", where),
+        conv_backward_scratch=_nonneg(raw, "conv_backward_scratch", where, required=False),
     )
 
 
@@ -760,6 +770,17 @@ def _parse_host(raw: Mapping[str, Any], where: str) -> Host:
     _check_keys(raw, _HOST_KEYS, where)
     return Host(cpu_cores=_sourced_count(raw, "cpu_cores", where),
                 dataloader_sample=_nonneg(raw, "dataloader_sample_us", where))
+
+
+def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:
+    from ..collectives.backends import BACKENDS, DEFAULT_FOR_DEVICE
+
+    name = raw.get("collective_backend")
+    if name is None:
+        return DEFAULT_FOR_DEVICE["cpu" if gpu.name == "cpu" else "cuda"]
+    if name not in BACKENDS:
+        raise SimdlError(f"{where}: collective_backend = {name!r}; accepted: {', '.join(sorted(BACKENDS))}")
+    return name
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -827,6 +848,7 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
     if not isinstance(shared, bool):
         raise SimdlError(f"{where}: shared_device = {shared!r}; accepted: true or false")
 
+    backend = _parse_backend(raw, where, gpu)
     intra = _parse_intra(_section(raw, "intra_node", where), f"{where}: intra_node", gpus_per_node)
     inter_raw = _section(raw, "inter_node", where, required=False)
     inter = _parse_inter(inter_raw, f"{where}: inter_node") if inter_raw is not None else None
@@ -848,7 +870,7 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
     return ClusterSpec(
         name=name, description=description.strip(), gpu=gpu, gpus_per_node=gpus_per_node,
         nodes=nodes, max_nodes=max_nodes, intra_node=intra, inter_node=inter, ps_servers=ps,
-        efficiency=efficiency, memory=memory, host=host, shared_device=shared,
+        efficiency=efficiency, memory=memory, host=host, shared_device=shared, collective_backend=backend,
         notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref, calibration=dict(calibration),
     )
 

@@ -1,4 +1,4 @@
-"""Command bodies for ``simdl memplot`` (kept here so cli.py stays small)."""
+"""Command bodies for ``simdl memplot`` and ``simdl plot --memory`` (kept here so cli.py stays small)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,47 @@ from typing import Any
 from ..errors import SimdlError
 
 
+FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
+
+
+def check_figure_path(output: str) -> None:
+    """A figure path matplotlib can write: a known suffix, in a directory that exists."""
+    from pathlib import Path
+
+    p = Path(output)
+    if p.suffix.lower() not in FIGURE_SUFFIXES:
+        raise SimdlError(f"-o {output}: accepted: a {', '.join(FIGURE_SUFFIXES)} file")
+    if not p.parent.is_dir():
+        raise SimdlError(f"-o {output}: directory {str(p.parent)!r} does not exist")
+
+
+def sim_memory_plot_command(run, output: str) -> int:
+    """``simdl plot --memory``: each simulated rank class's memory over its last iteration,
+    stacked by category (the source studies' per-rank memory figures)."""
+    from ..sim.trace import _label
+    from ..units import format_bytes
+    from .plot import plot_memory
+
+    check_figure_path(output)
+    r = run.result
+    curves = {}
+    for c in sorted(run.memory):
+        m = run.memory[c]
+        if len(m.times):
+            curves[_label(run.classes[c])] = (m.times - m.times[0], m.levels)
+    if not curves:
+        raise SimdlError("the simulated run recorded no memory events to plot")
+    c = r.config
+    title = f"{c.get('model')} {c.get('label')} {c.get('gpus')}x{c.get('gpu')} batch {c.get('batch_size')} (simulated):"
+    path = plot_memory(curves, output, title=title, capacity_bytes=r.memory_capacity_bytes,
+                       overhead_bytes=r.memory_breakdown_bytes.get("other", 0.0))
+    print(f"wrote {path}: {len(curves)} rank class(es), peak tensors {format_bytes(r.peak_tensor_bytes)}")
+    return 0
+
+
 def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: bool = False) -> int:
     """Predict with the analytic engine, then draw each rank role's memory over one iteration."""
+    check_figure_path(output)
     from dataclasses import replace
 
     from ..cluster import allocate, load_cluster

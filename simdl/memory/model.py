@@ -74,12 +74,20 @@ def block_bytes(cluster: Cluster) -> int:
 
 def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster) -> MemoryOptions:
     """Options from the workload (activation checkpointing), the plan's strategy settings
-    (CPU offload, DDP bucket views) and the device (foreach optimizers only on GPUs)."""
+    (CPU offload, DDP bucket views), the device (foreach optimizers only on GPUs) and the
+    communication backend (its scratch during FSDP's collectives)."""
+    from ..collectives.backends import get_backend
+
     d = plan.details
+    backend = get_backend(cluster.spec.collective_backend)
     return MemoryOptions(activation_checkpointing=workload.activation_checkpointing,
                          cpu_offload=bool(d.get("cpu_offload", False)),
                          foreach=cluster.spec.gpu.name != "cpu",
-                         gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)))
+                         gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)),
+                         all_gather_scratch=backend.scratch_factor("all_gather"),
+                         reduce_scatter_scratch=backend.scratch_factor("reduce_scatter"),
+                         conv_backward_scratch=(cluster.spec.memory.conv_backward_scratch.value
+                                                if cluster.spec.memory.conv_backward_scratch else 0.0))
 
 
 def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,

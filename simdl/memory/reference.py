@@ -272,21 +272,24 @@ def _live_bytes(tensors) -> int:
 def measured_step_peak(model, opt, shape, batch: int, num_classes: int) -> tuple[float, list[float]]:
     """Peak bytes a real training step allocates on the CPU, and the allocation curve.
 
-    ``torch.profiler`` with ``profile_memory=True`` records every allocation and free of
-    the CPU allocator (``[memory]`` events, ``nbytes`` signed); the step's curve is their
-    running sum, on top of what is live before it (parameters, buffers, optimizer state,
-    counted from their storages).
+    ``torch.profiler`` with ``profile_memory=True`` records the CPU allocator's
+    allocations and frees; :mod:`simdl.memory.measured` pairs them (repairing the frees
+    gloo's worker threads make unseen); the step's curve is their live bytes on top of
+    what is live before it (parameters, buffers, optimizer state, counted from their
+    storages).
     """
-    import numpy as np
     import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from .measured import allocations, live_curve
 
     state = [v for s in opt.state.values() for v in s.values() if torch.is_tensor(v)]
     base = _live_bytes(list(model.parameters()) + list(model.buffers()) + state)
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         _step(model, opt, shape, batch, num_classes, "fp32")
-    mem = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
-    curve = np.cumsum([n for _, n in mem]) if mem else np.zeros(1)
+    _, curve = live_curve(allocations(prof.profiler.kineto_results))
+    if len(curve) == 0:
+        return float(base), [float(base)]
     return float(base + max(curve.max(), 0)), [float(base + c) for c in curve]
 
 
@@ -309,6 +312,13 @@ def _build_real(model_name: str, input_shape, num_classes: int):
     return model, tuple(shape)
 
 
+# Untracked steps before the measured ones in the real multi-process runs: as many as
+# validate/train.py's warm-up; DDP rebuilds its buckets in gradient-ready order during the
+# second iteration (Reducer::rebuild_buckets), allocating new buckets beside the old.
+REAL_WARMUP_STEPS = 2
+_STEP_MARK = "simdl::measured_step"
+
+
 def _fsdp_worker(rank: int, world: int, port: int, args: tuple, out) -> None:
     import os
 
@@ -316,33 +326,52 @@ def _fsdp_worker(rank: int, world: int, port: int, args: tuple, out) -> None:
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.fsdp import fully_shard
+    from torch.profiler import ProfilerActivity, profile, record_function
 
-    model_name, input_shape, num_classes, batch, optimizer, unit_names, reshard = args
+    from .measured import allocations, live_curve, peak_between
+
+    model_name, input_shape, num_classes, batch, optimizer, unit_names, sharding, steps = args
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     torch.set_num_threads(1)
     dist.init_process_group("gloo", rank=rank, world_size=world)
     try:
-        torch.manual_seed(0)
-        model, shape = _build_real(model_name, input_shape, num_classes)
-        mesh = init_device_mesh("cpu", (world,))
-        for name in unit_names:
-            fully_shard(model.get_submodule(name), mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-        opt = _optimizer(optimizer, model.parameters(), foreach=False)
-        _step(model, opt, shape, batch, num_classes, "fp32")
-        # The lowest of three measured steps: gloo runs collectives on a background thread,
-        # and now and then a unit-sized communication buffer outlives its wait by a few
-        # allocations (seen here: +4.7 MB = mnist_cnn's fc1 unit in 1 step of ~8). The model
-        # gives the program-order peak, which is what every step shows without that delay.
-        peak = min(measured_step_peak(model, opt, shape, batch, num_classes)[0] for _ in range(3))
-        out.put((rank, peak))
+        # As validate/measure.py: the profiler starts before the model exists, so the live
+        # bytes of its allocations are everything the rank holds (DDP's buckets included).
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            torch.manual_seed(0)
+            model, shape = _build_real(model_name, input_shape, num_classes)
+            if sharding == "ddp":
+                from torch.nn.parallel import DistributedDataParallel
+
+                model = DistributedDataParallel(model)
+            else:  # as validate/train.py wraps: none = HSDP with one rank per shard
+                mesh = (init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
+                        if sharding == "none" else init_device_mesh("cpu", (world,)))
+                for name in unit_names:
+                    fully_shard(model.get_submodule(name), mesh=mesh, reshard_after_forward=sharding == "full")
+                fully_shard(model, mesh=mesh, reshard_after_forward=sharding == "full")
+            opt = _optimizer(optimizer, model.parameters(), foreach=False)
+            for _ in range(REAL_WARMUP_STEPS):
+                _step(model, opt, shape, batch, num_classes, "fp32")
+            for _ in range(steps):
+                with record_function(_STEP_MARK):
+                    _step(model, opt, shape, batch, num_classes, "fp32")
+        res = prof.profiler.kineto_results
+        t, live = live_curve(allocations(res, step_markers=(_STEP_MARK,)))
+        marks = sorted((e.start_ns(), e.end_ns()) for e in res.events() if e.name() == _STEP_MARK)
+        # Each steady step on its own: with the unreported frees repaired
+        # (simdl.memory.measured) they agree; the largest is the rank's peak.
+        out.put((rank, [peak_between(t, live, a, b)[1] for a, b in marks]))
     finally:
         dist.destroy_process_group()
 
 
 def real_fsdp_step(model_name: str, input_shape, num_classes: int, batch: int, unit_names: list[str],
-                   optimizer: str = "momentum", world: int = 2, reshard: bool = True) -> list[float]:
-    """Peak allocated bytes per rank of a real FSDP2 step: ``world`` CPU processes over gloo."""
+                   optimizer: str = "momentum", world: int = 2, sharding: str = "full",
+                   steps: int = 3) -> list[list[float]]:
+    """Peak allocated bytes per rank and step of real data-parallel CPU steps: ``world``
+    processes over gloo, FSDP2 (``sharding`` full / grad_op / none, wrapped as
+    validate/train.py wraps) or DDP (``sharding="ddp"``). Returns ``[rank][step]``."""
     import socket
 
     import torch.multiprocessing as mp
@@ -352,7 +381,7 @@ def real_fsdp_step(model_name: str, input_shape, num_classes: int, batch: int, u
         port = s.getsockname()[1]
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    args = (model_name, tuple(input_shape), num_classes, batch, optimizer, list(unit_names), reshard)
+    args = (model_name, tuple(input_shape), num_classes, batch, optimizer, list(unit_names), sharding, steps)
     procs = [ctx.Process(target=_fsdp_worker, args=(r, world, port, args, out)) for r in range(world)]
     for p in procs:
         p.start()

@@ -17,7 +17,8 @@ What is modelled (tensor bytes, as ``torch.cuda.memory_allocated`` counts them):
 * optimizer: the state (steady state: it exists from the first step on; with
   ``first_iteration=True`` it is created lazily at the step) and the step's scratch
   (foreach Adam's ``_foreach_sqrt(exp_avg_sq)``, one parameter-sized copy;
-  torch/optim/adam.py ``_multi_tensor_adam``; per-tensor Adam: one tensor at a time).
+  torch/optim/adam.py ``_multi_tensor_adam``; per-tensor Adam, PyTorch's choice on the
+  CPU: two copies of the largest parameter, ``_single_tensor_adam``).
 * activations: tensors saved for backward (the table's per-row ``saved_bytes``),
   allocated when the row's forward returns and freed after the row's backward; under
   activation checkpointing only each block's input, and the block's activations again
@@ -28,7 +29,17 @@ What is modelled (tensor bytes, as ``torch.cuda.memory_allocated`` counts them):
 * comm_buffers: DDP's gradient buckets (persistent, ``gradient_as_bucket_view=False``);
   FSDP2's all-gather outputs (the one being copied out, the one kept for overlap in
   forward, the one prefetched in backward) and reduce-scatter inputs (one kept in
-  flight: ``reduce_scatter_max_input_buffers = 1``); the PS worker's pulled parameters.
+  flight: ``reduce_scatter_max_input_buffers = 1``) and the backend's scratch during
+  each all-gather and reduce-scatter (gloo: a buffer of the collective's full size); the
+  PS worker's pulled parameters.
+
+FSDP with a shard group of one rank (``sharding="none"``: FSDP2 has no NO_SHARD; its
+equivalent, which validate/train.py runs, is HSDP on a (ranks x 1) mesh) keeps its
+"sharded" parameters (whole) *and*, from each unit's pre-forward to its post-backward,
+an unsharded copy (``wait_for_unshard``'s ``world_size == 1`` branch copies the shard
+into freshly allocated unsharded parameters; no collective); gradients go through
+``foreach_reduce`` (reduce-scatter input, then a copy into the output, which becomes
+the gradient) and are all-reduced in place across the replicas.
 
 FSDP follows FSDP2 (``fully_shard``) source in torch 2.14:
 torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py (``unshard``,
@@ -70,6 +81,11 @@ class MemoryOptions:
     first_iteration: the optimizer state is created at the first step instead of
       existing from the start (the steady state, which is what the peak reports).
     gradient_as_bucket_view: DDP's option: gradients are views into the buckets.
+    all_gather_scratch, reduce_scatter_scratch: the communication backend's scratch per
+      byte of an FSDP all-gather's output / reduce-scatter's input, live during the call
+      (:mod:`simdl.collectives.backends`: 0 for NCCL, 1 for gloo).
+    conv_backward_scratch: the device's scratch during a convolution's backward, per byte
+      of its input plus its output gradient (the cluster's ``memory.conv_backward_scratch``).
     """
 
     activation_checkpointing: bool = False
@@ -77,6 +93,9 @@ class MemoryOptions:
     foreach: bool = True
     first_iteration: bool = False
     gradient_as_bucket_view: bool = False
+    all_gather_scratch: float = 0.0
+    reduce_scatter_scratch: float = 0.0
+    conv_backward_scratch: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)
@@ -214,8 +233,11 @@ def _positions(n: int):
     return tree_pos_f, tree_pos_b
 
 
+CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d")
+
+
 def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float, mixed: bool,
-                checkpoint: bool, grad_scale: float) -> None:
+                checkpoint: bool, grad_scale: float, conv_scratch: float = 0.0) -> None:
     """Forward and backward events of the rows: activations, temporaries, gradients."""
     tree = row_tree(table)
     r = _rows(table, batch, act_factor)
@@ -274,6 +296,13 @@ def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float
     ev.add(bwd + 0.75, TEMP, -g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.75, GRADS, g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.3, TEMP, r.grad_in, direction=BWD, row=rows, label="input gradient")
+    if conv_scratch:
+        # The kernel's own copies (oneDNN reorders input and output gradient on the CPU),
+        # beside the input gradient it has produced.
+        conv = tree.leaf & np.isin(np.asarray(table.types), CONV_TYPES)
+        sc = np.where(conv, conv_scratch * (r.grad_in + r.out), 0.0)
+        ev.add(bwd + 0.32, TEMP, sc, direction=BWD, row=rows, label="convolution backward scratch")
+        ev.add(bwd + 0.34, TEMP, -sc, direction=BWD, row=rows, label="convolution backward scratch")
     ev.add(bwd + 0.7, ACT, -saved, direction=BWD, row=rows, edge=1, label="saved activations")
     ev.add(bwd + 0.8, TEMP, -np.where(tree.leaf, r.out, 0.0), direction=BWD, row=rows, edge=1,
            label="output gradient")
@@ -290,7 +319,9 @@ def _optimizer_events(ev: _Events, n: int, workload: Workload, opts: MemoryOptio
         if opts.foreach:
             tf, ts = local_fixed, local_sharded
         else:
-            tf, ts = largest_fixed, largest_sharded
+            # _single_tensor_adam: ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)``
+            # holds sqrt's output and the quotient at once, for one parameter at a time.
+            tf, ts = 2.0 * largest_fixed, 2.0 * largest_sharded
         ev.add(pos + 0.3, OPT, tf, ts, STEP, label="adam sqrt scratch")
         ev.add(pos + 0.5, OPT, -tf, -ts, STEP, edge=1, label="adam sqrt scratch")
     ev.add(pos + 0.9, GRADS, -grads_fixed, -grads_sharded, STEP, edge=1, label="zero_grad")
@@ -310,7 +341,8 @@ def _replica_timeline(table: WorkloadTable, batch: int, optimizer: str, precisio
     n = table.n_rows
     ev = _Events()
     grad_scale = 0.0 if opts.gradient_as_bucket_view and bucket_bytes > 0 else 1.0
-    _row_events(ev, table, batch, _act_factor(wl), wl.mixed_precision, opts.activation_checkpointing, grad_scale)
+    _row_events(ev, table, batch, _act_factor(wl), wl.mixed_precision, opts.activation_checkpointing, grad_scale,
+                opts.conv_backward_scratch)
     P = float(table.param_bytes)
     largest = max((p.numel for p in table.params), default=0) * 4.0
     base = np.zeros(len(CATEGORIES))
@@ -356,8 +388,12 @@ def _unit_rows(table: WorkloadTable, wrap: str) -> tuple[_UnitRows, ...]:
 
 @lru_cache(maxsize=2048)
 def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: str, opts: MemoryOptions,
-                   wrap: str, reshard_after_forward: bool) -> Timeline:
-    """FSDP2 with a shard group of ``shard_size`` ranks (set by ``with_shard_size``)."""
+                   wrap: str, reshard_after_forward: bool, gathered: bool = True) -> Timeline:
+    """FSDP2 with a shard group of ``shard_size`` ranks (set by ``with_shard_size``).
+
+    ``gathered``: the shard group has more than one rank, so units are all-gathered and
+    gradients reduce-scattered; with one rank FSDP2 copies instead (module doc).
+    """
     wl = Workload(table=table, batch_size=batch, optimizer=optimizer, precision=precision)
     n = table.n_rows
     tree = row_tree(table)
@@ -367,10 +403,13 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
     # all-gather buffers and autograd's unsharded gradients are 16-bit; reduce-scatter
     # input and output (the sharded gradient) are fp32 (_fsdp_collectives.foreach_reduce).
     pe = 2.0 if mixed else 4.0
+    ag_scratch = opts.all_gather_scratch if gathered else 0.0
+    rs_scratch = opts.reduce_scatter_scratch if gathered else 0.0
     ev = _Events()
     # Under FSDP mixed precision the module computes in 16 bits with 16-bit parameters:
     # no autocast cache; activations in 16 bits.
-    _row_events(ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0)
+    _row_events(ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0,
+                opts.conv_backward_scratch)
     units = [u for u in _unit_rows(table, wrap) if u.numel > 0]
     offload = opts.cpu_offload
     base_f = np.zeros(len(CATEGORIES))
@@ -381,6 +420,13 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
         base_s[PARAMS] = P
         if not opts.first_iteration:
             base_s[OPT] = wl.optimizer_state_copies * P
+
+    def gather(p: float, b: float, direction: int, row: int, name: str, label: str) -> None:
+        """An all-gather's output (kept by the caller) and the backend's scratch during it."""
+        ev.add(p, COMM, b, direction=direction, row=row, label=f"{label} {name}")
+        if ag_scratch:
+            ev.add(p + 0.0012, COMM, ag_scratch * b, direction=direction, row=row, label=f"all-gather scratch {name}")
+            ev.add(p + 0.0018, COMM, -ag_scratch * b, direction=direction, row=row, label=f"all-gather scratch {name}")
 
     def f_pre(row: int) -> float:  # just before the first forward event of row's subtree
         return pf(tree.post_pos[tree.first_leaf[row]]) + 0.01
@@ -403,7 +449,8 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
     for u in sorted(called, key=lambda u: f_pre(u.row)):
         b = u.numel * pe
         p = f_pre(u.row)
-        ev.add(p, COMM, b, direction=FWD, row=u.row, label=f"all-gather output {u.name or 'root'}")
+        if gathered:
+            gather(p, b, FWD, u.row, u.name or "root", "all-gather output")
         if offload:  # the shard is first copied to the GPU (host-to-device) as all-gather input
             ev.add(p + 0.001, COMM, 0.0, u.numel * pe, direction=FWD, row=u.row, label="H2D shard")
             ev.add(p + 0.004, COMM, 0.0, -u.numel * pe, direction=FWD, row=u.row, label="H2D shard")
@@ -412,7 +459,7 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
             # wait_for_unshard drops comm_ctx.all_gather_state before the copy-out, but its
             # local ``prev_all_gather_state`` keeps the buffer alive until it returns.
             ev.add(p + 0.003, COMM, -prev_ag[0], direction=FWD, row=u.row, label=f"all-gather output {prev_ag[1]}")
-        prev_ag = (b, u.name or "root")
+        prev_ag = (b, u.name or "root") if gathered else None
         if reshard_after_forward and u.row != 0:
             ev.add(f_post(u.row), PARAMS, -b, direction=FWD, row=int(tree.end[u.row]) - 1, edge=1,
                    label=f"reshard {u.name}")
@@ -430,20 +477,25 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
         p = b_pre(u.row)
         last = int(tree.end[u.row]) - 1  # backward of the unit starts at its last row
         if resharded:
-            if u.name not in prefetched:
-                ev.add(p, COMM, b, direction=BWD, row=last, label=f"all-gather output {u.name}")
+            if gathered and u.name not in prefetched:
+                gather(p, b, BWD, last, u.name, "all-gather output")
             ev.add(p + 0.002, PARAMS, b, direction=BWD, row=last, label=f"unsharded {u.name}")
-            ev.add(p + 0.003, COMM, -b, direction=BWD, row=last, label=f"all-gather output {u.name}")
-        if idx > 0:
+            if gathered:
+                ev.add(p + 0.003, COMM, -b, direction=BWD, row=last, label=f"all-gather output {u.name}")
+        if idx > 0 and gathered:
             v = post_order[idx - 1]
             if reshard_after_forward and v.row != 0:
-                ev.add(p + 0.004, COMM, v.numel * pe, direction=BWD, row=last,
-                       label=f"prefetched all-gather output {v.name}")
+                gather(p + 0.004, v.numel * pe, BWD, last, v.name, "prefetched all-gather output")
                 prefetched.add(v.name)
     # Post-backward, in the order it runs (the root's, whose input needs no gradient, runs
     # in the final callback): reshard, release the previous unit's reduce-scatter input
     # (reduce_scatter_max_input_buffers = 1), reduce-scatter into the sharded gradient.
     rs_held = None
+    # With one rank per shard no reduce-scatter runs: foreach_reduce still fills its input
+    # buffer and copies it to the output, a gradient copy (filed as a temporary, as
+    # FSDPMemTracker does when no collective claims it).
+    rs_cat = COMM if gathered else TEMP
+    rs_name = "reduce-scatter input" if gathered else "gradient copy"
     for u in sorted(called, key=lambda u: b_post(u.row) if u.row != 0 else pb(0) + 0.99):
         b = u.numel * pe
         q = b_post(u.row) if u.row != 0 else pb(0) + 0.99
@@ -451,16 +503,21 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
         grads_u = float(table.fixed["param_bytes"][u.grad_rows].sum()) * pe / 4.0
         ev.add(q, PARAMS, -b, direction=BWD, row=anchor, edge=1, label=f"reshard {u.name or 'root'}")
         if rs_held is not None:
-            ev.add(q + 0.001, COMM, -rs_held, direction=BWD, row=anchor, edge=1, label="reduce-scatter input")
+            ev.add(q + 0.001, rs_cat, -rs_held, direction=BWD, row=anchor, edge=1, label=rs_name)
         rs = u.numel * 4.0
-        ev.add(q + 0.002, COMM, rs, direction=BWD, row=anchor, edge=1, label=f"reduce-scatter input {u.name or 'root'}")
+        ev.add(q + 0.002, rs_cat, rs, direction=BWD, row=anchor, edge=1, label=f"{rs_name} {u.name or 'root'}")
         ev.add(q + 0.003, GRADS, -grads_u, direction=BWD, row=anchor, edge=1, label="unsharded gradients")
         ev.add(q + 0.004, GRADS, 0.0, u.numel * 4.0, direction=BWD, row=anchor, edge=1, label="sharded gradient")
+        if rs_scratch:  # the backend's scratch while the reduce-scatter runs (after the output exists)
+            ev.add(q + 0.0042, COMM, rs_scratch * rs, direction=BWD, row=anchor, edge=1,
+                   label=f"reduce-scatter scratch {u.name or 'root'}")
+            ev.add(q + 0.0046, COMM, -rs_scratch * rs, direction=BWD, row=anchor, edge=1,
+                   label=f"reduce-scatter scratch {u.name or 'root'}")
         if offload:  # copied to host memory right away
             ev.add(q + 0.005, GRADS, 0.0, -u.numel * 4.0, direction=BWD, row=anchor, edge=1, label="D2H gradient")
         rs_held = rs
     if rs_held is not None:
-        ev.add(pb(0) + 0.995, COMM, -rs_held, direction=BWD, row=0, edge=1, label="reduce-scatter input")
+        ev.add(pb(0) + 0.995, rs_cat, -rs_held, direction=BWD, row=0, edge=1, label=rs_name)
     largest = max((p.numel for p in table.params), default=0) * 4.0
     if offload:
         # The optimizer runs on the CPU: nothing on the GPU.
@@ -484,9 +541,7 @@ def build_timeline(workload: Workload, plan, options: MemoryOptions | None = Non
         bucket = float(d.get("comm_buffer_bytes", 0.0))
         return _replica_timeline(*key, opts, bucket, False)
     shard = int(d["shard_size"])
-    if shard == 1 and not opts.cpu_offload:  # NO_SHARD: replicas, gradients all-reduced in place
-        return _replica_timeline(*key, opts, 0.0, False)
-    tl = _fsdp_timeline(*key, opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]))
+    tl = _fsdp_timeline(*key, opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]), shard > 1)
     return _sharded(tl, shard)
 
 

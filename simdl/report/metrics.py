@@ -46,8 +46,9 @@ METRICS: tuple[Metric, ...] = (
            "Result.total_time_s",
            lambda r: _m(r).get("total_time_s"), lambda p: p.get("total_time_s")),
     Metric("peak_memory", "peak memory per rank (allocator)", "B",
-           "largest rank's peak of live CPU-allocator bytes in the profiled step (torch.profiler "
-           "profile_memory running sum from before the model was built)",
+           "largest rank's peak of live CPU-allocator bytes over the profiled steady steps (torch.profiler "
+           "profile_memory allocations paired with their frees, from before the model was built; "
+           "results before 2026-11-23: a running sum, which gloo's unreported frees inflate)",
            "Result.peak_tensor_bytes (what torch.cuda.max_memory_allocated would report)",
            lambda r: _m(r).get("peak_allocated_bytes"), lambda p: p.get("peak_tensor_bytes")),
     Metric("busy", "compute busy fraction", "",

@@ -8,7 +8,11 @@ on CPU here and that PyTorch now recommends; FSDP1's ShardingStrategy names map 
   grad_op  SHARD_GRAD_OP  reshard_after_forward=False: one all-gather per unit per step.
   hybrid   HYBRID_SHARD   full sharding inside a node; the reduce-scattered gradient
                           shard is then all-reduced across nodes (replicate group).
-  none     NO_SHARD       replicas, gradients all-reduced per unit (DDP-like).
+  none     NO_SHARD       replicas, gradients all-reduced per unit. FSDP2 has no NO_SHARD:
+                          its stand-in (and what validate/train.py runs) is HSDP on a
+                          (ranks x 1) mesh, which keeps the whole "sharded" parameters and,
+                          per unit from pre-forward to post-backward, an unsharded copy
+                          (simdl.memory.timeline); FSDP1's NO_SHARD kept one copy.
 
 Schedule (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, _fsdp_state.py):
 all-gathers run on their own stream, so the next unit's all-gather overlaps the current

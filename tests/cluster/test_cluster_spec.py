@@ -274,3 +274,16 @@ def test_bad_gpu_file_is_rejected(tmp_path):
 def test_missing_file_is_rejected(tmp_path):
     with pytest.raises(SimdlError, match="does not exist"):
         load_cluster(tmp_path / "nope.yaml")
+
+
+def test_unknown_collective_backend_is_rejected(tmp_path):
+    path = _write_variant(tmp_path, lambda r: r.update(collective_backend="mpi"))
+    with pytest.raises(SimdlError) as exc:
+        load_cluster(path)
+    _assert_one_line(exc, "collective_backend", "'mpi'", "gloo", "nccl")
+
+
+def test_collective_backend_defaults_to_pytorchs_choice_for_the_device():
+    # torch.distributed's Backend.default_device_backend_map: cpu -> gloo, cuda -> nccl
+    assert load_cluster("dgx-a100").collective_backend == "nccl"
+    assert load_cluster("cpu-local").collective_backend == "gloo"

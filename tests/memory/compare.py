@@ -72,7 +72,8 @@ def compare_single(model: str, batch: int, optimizer: str, dataset: str = "cifar
 
 def compare_fsdp(model: str, batch: int, optimizer: str, world: int = 4, sharding: str = "full",
                  dataset: str = "cifar10") -> Comparison:
-    """simdl's FSDP rank vs FSDPMemTracker on rank 0 of ``world`` fake ranks (hybrid: 2 replicas)."""
+    """simdl's FSDP rank vs FSDPMemTracker on rank 0 of ``world`` fake ranks (hybrid: 2 replicas;
+    none: ``world`` replicas of one shard, FSDP2's stand-in for NO_SHARD)."""
     from simdl.cluster import allocate, load_cluster
     from simdl.memory.reference import fsdp_memtracker_step
     from simdl.memory.timeline import build_timeline
@@ -85,8 +86,9 @@ def compare_fsdp(model: str, batch: int, optimizer: str, world: int = 4, shardin
     plan = build_plan(wl, alloc, StrategyConfig("fsdp", sharding=sharding))
     ours, bd, _ = build_timeline(wl, plan).peak()
     units = [u.name for u in fsdp_units(table, "block").units[1:]]
+    replicas = 2 if hybrid else world if sharding == "none" else 1
     ref = fsdp_memtracker_step(model, table.input_shape, table.num_classes, batch, world, units, optimizer,
-                               sharding=sharding, replicas=2 if hybrid else 1)
+                               sharding=sharding, replicas=replicas)
     bd, rbd = dict(bd), dict(ref.breakdown)
     for d in (bd, rbd):
         d["grads+temporaries"] = d.pop("grads", 0.0) + d.pop("temporaries", 0.0)

@@ -1,13 +1,17 @@
-"""Peak allocated bytes of real CPU training steps vs simdl (cluster ``cpu-local``).
+"""Peak allocated bytes of real CPU training steps vs simdl (cluster ``cpu-local``, gloo).
 
-Measured side: :mod:`simdl.memory.reference` (``torch.profiler`` with profile_memory:
-every CPU allocation and free of the step, on top of the live parameters, buffers and
-optimizer state). simdl side: ``simdl.predict(..., cluster="cpu-local")``'s tensor peak
-(no 512-byte rounding on the CPU device; per-tensor optimizer kernels, as PyTorch
-picks on CPU). TOLERANCE 5%: the goal is 3%; real CPU kernels (oneDNN) and gloo's
-collectives allocate a little beyond what the meta-device trace records. The 2-rank FSDP2
-step takes the lowest of three steps' peaks per rank (see ``reference._fsdp_worker``: gloo's
-background thread occasionally keeps a unit-sized buffer alive a little longer).
+Measured side: :mod:`simdl.memory.reference` runs real steps under ``torch.profiler``
+with profile_memory; :mod:`simdl.memory.measured` pairs every allocation with its free
+(repairing the frees gloo's worker threads make unseen) on top of the live parameters,
+buffers and optimizer state. simdl side: ``simdl.predict(..., cluster="cpu-local")``'s
+tensor peak (no 512-byte rounding on the CPU device; per-tensor optimizer kernels, as
+PyTorch picks on CPU; gloo's scratch during FSDP's collectives,
+simdl.collectives.backends). TOLERANCE 3%: issue 4's goal for real runs.
+
+The 2-rank runs wrap the model as validate/train.py does (FSDP2 per block unit; none =
+HSDP with one rank per shard; DDP with PyTorch's defaults) and measure three steady
+steps per rank: the largest is the rank's peak, and the steps must agree with each
+other (the measurement is steady once unreported frees are repaired).
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ import pytest
 import simdl
 
 pytestmark = pytest.mark.torch
-TOLERANCE = 0.05
+TOLERANCE = 0.03
+STEP_SPREAD = 0.005  # steady steps of one rank agree to 0.5% (seen: to the byte)
 
 
 @pytest.mark.parametrize("model,dataset,batch,optimizer", [
@@ -39,15 +44,23 @@ def test_single_process_step(model, dataset, batch, optimizer):
 
 @pytest.mark.torchrun
 @pytest.mark.slow
-def test_two_rank_fsdp2_gloo_step():
+@pytest.mark.parametrize("strategy", ["fsdp-full", "fsdp-grad_op", "fsdp-none", "ddp"])
+def test_two_rank_gloo_step(strategy):
     from simdl.memory.reference import real_fsdp_step
     from simdl.strategies.fsdp_units import fsdp_units
     from simdl.workload.library import load_workload
 
-    t = load_workload("mnist_cnn", dataset="mnist")
+    model, dataset, batch = "mnist_cnn", "mnist", 32
+    t = load_workload(model, dataset=dataset)
     units = [u.name for u in fsdp_units(t, "block").units[1:]]
-    peaks = real_fsdp_step("mnist_cnn", t.input_shape, t.num_classes, 32, units, world=2)
-    r = simdl.predict(model="mnist_cnn", strategy="fsdp", gpus=2, cluster="cpu-local", dataset="mnist", batch_size=32)
-    error = r.peak_tensor_bytes / max(peaks) - 1
-    print(f"mnist_cnn FSDP2 x2 gloo: measured {max(peaks):,.0f} B per rank, simdl {r.peak_tensor_bytes:,.0f} B, {error:+.2%}")
+    sharding = strategy.removeprefix("fsdp-")
+    peaks = real_fsdp_step(model, t.input_shape, t.num_classes, batch, units, world=2, sharding=sharding)
+    kw = {} if strategy == "ddp" else {"sharding": sharding}
+    r = simdl.predict(model=model, strategy=strategy.split("-")[0], gpus=2, cluster="cpu-local", dataset=dataset,
+                      batch_size=batch, **kw)
+    measured = max(max(p) for p in peaks)
+    error = r.peak_tensor_bytes / measured - 1
+    print(f"{model} {strategy} x2 gloo: per rank and step {peaks}, simdl {r.peak_tensor_bytes:,.0f} B, {error:+.2%}")
     assert abs(error) <= TOLERANCE
+    for p in peaks:
+        assert max(p) / min(p) - 1 <= STEP_SPREAD

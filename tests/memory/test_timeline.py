@@ -145,3 +145,54 @@ def test_memplot_writes_a_png(tmp_path):
     out = tmp_path / "mem.png"
     assert main(["memplot", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "-o", str(out)]) == 0
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_memory_draws_each_simulated_rank(tmp_path, capsys):
+    """`simdl plot --memory` (issue 4): per-rank memory over time from the simulator."""
+    from simdl.cli import main
+
+    out = tmp_path / "mem.png"
+    assert main(["plot", "--memory", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "-o", str(out)]) == 0
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "rank class" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", [["plot", "--memory"], ["memplot"]])
+@pytest.mark.parametrize("output,needle", [("mem.txt", ".png"), ("no/such/dir/mem.png", "does not exist")])
+def test_memory_plots_reject_bad_output_in_one_line(command, output, needle, tmp_path, capsys):
+    from simdl.cli import main
+
+    path = str(tmp_path / output) if output.endswith(".txt") else output
+    code = main([*command, "--model", "resnet18", "--gpus", "2", "-o", path])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and err.startswith("simdl: error:") and needle in err
+
+
+def test_gloo_collectives_add_one_unit_buffer_while_they_run():
+    """gloo clones a reduce-scatter's input and gathers into a flat temporary
+    (simdl.collectives.backends); NCCL does neither. The scratch lives only during the
+    call: the iteration still ends where it began, and the peak grows by at most one unit."""
+    from dataclasses import replace
+
+    from simdl.memory.model import memory_options
+
+    wl, alloc, plan = _plan("vgg16", "fsdp", gpus=2, cluster="cpu-local", sharding="full", optimizer="momentum")
+    gloo = timeline_for(wl, plan, alloc)
+    nccl = build_timeline(wl, plan, replace(memory_options(wl, plan, alloc), all_gather_scratch=0.0,
+                                            reduce_scatter_scratch=0.0))
+    assert any("scratch" in lab and "convolution" not in lab for lab in gloo.labels)
+    assert not any("all-gather scratch" in lab or "reduce-scatter scratch" in lab for lab in nccl.labels)
+    np.testing.assert_allclose(gloo.levels()[-1], gloo.levels()[0], atol=1.0)
+    largest_unit = max(plan.details["unit_bytes"])
+    assert nccl.peak()[0] < gloo.peak()[0] <= nccl.peak()[0] + largest_unit + 1
+
+
+def test_fsdp_none_keeps_an_unsharded_copy_beside_the_whole_shard():
+    """FSDP2's no-shard stand-in (HSDP, one rank per shard): parameters twice at the start
+    of backward, unlike DDP's single copy."""
+    wl, alloc, plan = _plan("vgg16", "fsdp", gpus=4, cluster="a100-80gb-nvlink", sharding="none",
+                            optimizer="momentum")
+    tl = timeline_for(wl, plan, alloc)
+    p = CATEGORIES.index("params")
+    assert tl.levels()[:, p].max() == pytest.approx(2 * wl.param_bytes + wl.table.buffer_bytes, rel=1e-6)

@@ -4,7 +4,7 @@
 Every zoo model is checked once against MemTracker (a batch and an optimizer each, in
 turn: small and large batches, SGD with momentum and Adam); FSDPMemTracker on a set
 covering residual, transformer, depthwise and plain CNNs in full, grad_op and hybrid
-sharding. The whole grid (two batches x two optimizers x every model) is in
+sharding, and FSDP2's no-shard stand-in (HSDP with one rank per shard). The whole grid (two batches x two optimizers x every model) is in
 ``benchmarks/memory_report.py``.
 """
 
@@ -55,6 +55,8 @@ FSDP = [
     ("resnet18", 32, "adam", "full"),
     ("resnet18", 32, "momentum", "grad_op"),
     ("resnet18", 32, "momentum", "hybrid"),
+    ("resnet18", 32, "momentum", "none"),
+    ("vit_b_32", 64, "momentum", "none"),
     ("vit_b_32", 256, "adam", "full"),
     pytest.param("convnext_tiny", 32, "adam", "full", marks=pytest.mark.slow),
     pytest.param("mobilenet_v3_large", 256, "momentum", "full", marks=pytest.mark.slow),

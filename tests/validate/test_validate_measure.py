@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from simdl.memory.measured import Allocation
 from validate import measure
 
 
@@ -24,21 +25,26 @@ class Ev:
 
 def test_analyse_profile():
     events = [
-        Ev("[memory]", 10, nbytes=1000),  # model built before the step: counted in the baseline
         Ev(measure.MEASURED_STEP, 100, dur=100),
-        Ev("[memory]", 110, nbytes=500),
         Ev("aten::conv2d", 110, dur=30),
         Ev("aten::convolution", 115, dur=20),  # nested: counted once
-        Ev("[memory]", 150, nbytes=-300),
         Ev("aten::mm", 160, dur=20),
         Ev("aten::add", 170, dur=5, thread=2),  # another thread: not the training thread
         Ev("gloo:all_reduce", 170, dur=10, thread=3, shapes=[[[1000]]], dtypes=["float"]),
         Ev("gloo:all_gather", 180, dur=10, thread=3, shapes=[[[250]]], dtypes=["float"]),
-        Ev("[memory]", 400, nbytes=5000),  # after the step: not in the peak
+        Ev(measure.MEMORY_STEP, 300, dur=100),
     ]
-    a = measure.analyse_profile(events, world=2)
+    allocs = [
+        Allocation(10, None, 1000, False),  # model built before the step: counted in the baseline
+        Allocation(110, 150, 300, False),
+        Allocation(120, None, 200, False),
+        Allocation(320, 330, 700, True),  # in the memory-only step: its free repaired
+        Allocation(450, None, 5000, False),  # after the steps: not in the peak
+    ]
+    a = measure.analyse_profile(events, world=2, allocs=allocs)
     assert a["allocated_at_step_start_bytes"] == 1000
-    assert a["peak_allocated_bytes"] == 1500
+    assert a["peak_allocated_bytes_steps"] == [1500, 1900]
+    assert a["peak_allocated_bytes"] == 1900
     assert math.isclose(a["busy_fraction"], 0.5)
     # all_reduce 4000 B payload x 2(n-1)/n = 4000; all_gather 250 x 4 B x 2 ranks = 2000 x 1/2 = 1000
     assert a["comm_payload_bytes_per_step"] == 6000
