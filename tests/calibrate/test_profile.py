@@ -11,6 +11,7 @@ from simdl.calibrate.profile import build_profile, write_profile
 from simdl.calibrate.records import load_stage
 from simdl.calibrate.run import make_settings
 from simdl.cluster import load_cluster
+from simdl.cluster.spec import load_gpu
 from simdl.collectives.cost import bus_bytes_factor, collective_time
 from simdl.predict import predict
 from simdl.workload.library import load_workload
@@ -44,7 +45,8 @@ def make_run_dir(root, with_compute=True):
     for r in (0, 1):
         _write(run / "collectives", r, colls)
     if with_compute:
-        rates = Rates(flops=332.3e9 / 2 * TRUE["e_m"], memory_bandwidth=38e9 / 2 * TRUE["e_b"],
+        cpu = load_gpu("cpu")  # the peaks the fit divides by: per rank, 2 ranks share the device
+        rates = Rates(flops=cpu.peak("fp32") / 2 * TRUE["e_m"], memory_bandwidth=cpu.memory_bandwidth.value / 2 * TRUE["e_b"],
                       kernel_overhead=TRUE["launch"], activation_factor=1.0)
         recs = []
         for model, ds, batches in (("mnist_cnn", "mnist", (8, 32)), ("resnet18", "cifar10", (4, 8)),
@@ -152,7 +154,7 @@ def test_a_collectives_only_run_keeps_the_other_stages_of_the_base(tmp_path, mon
     run = make_run_dir(tmp_path, with_compute=False)
     base = raw_preset("cpu-local")
     base["calibration"] = {"provenance": {"date": "2026-01-01", "devices": ["cpu: older"]},
-                           "compute": {"params": {"matmul": 0.5}}, "interference": {"x": 1}}
+                           "compute": {"params": {"matmul": 0.5}}, "strategy_fit": {"x": 1}}
     monkeypatch.setattr(P, "base_preset_for", lambda gpu: base)
     settings = make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None, stages=("collectives",))
     profile, _ = build_profile(run, settings, name="cpu-local")
@@ -163,7 +165,7 @@ def test_a_collectives_only_run_keeps_the_other_stages_of_the_base(tmp_path, mon
     assert profile["ps_servers"] == base["ps_servers"]
     assert "collective_regimes_intra" in eff and "synthetic" not in eff["collective_regimes_intra"]["source"]
     cal = profile["calibration"]
-    assert cal["compute"] == {"params": {"matmul": 0.5}} and cal["interference"] == {"x": 1}
+    assert cal["compute"] == {"params": {"matmul": 0.5}} and cal["strategy_fit"] == {"x": 1}
     assert cal["kept_from_base"]["stages"] == ["compute", "strategies", "ps"]
     assert cal["kept_from_base"]["provenance"]["devices"] == ["cpu: older"]
     assert cal["provenance"]["host"] == ["testhost"]  # the collectives come from this run
