@@ -15,7 +15,9 @@ one GPU -- compete as they do in training):
 * the whole step without hooks (forward incl. loss, backward), the number a held-out
   check compares against.
 * microbenchmarks (GEMM, convolution, elementwise, a tiny op): achievable FLOP/s,
-  bandwidth and per-op overhead per op class.
+  bandwidth and per-op overhead per op class; large streaming ops (the optimizer step,
+  whole-tensor copies) and fresh vs reused buffers above the allocator's mmap threshold
+  (page-fault cost).
 
 Times are device-synchronised (CUDA) around each timed region; the fastest of the repeats
 for whole steps and microbenchmarks, medians for rows.
@@ -30,6 +32,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Model factories (``package.module:factory``) are imported from where `simdl calibrate` runs,
+# as in the parent process; torchrun puts only this script's folder on the path.
+sys.path.insert(1, os.getcwd())
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -239,6 +244,66 @@ def _micro(quick: bool, out: list) -> None:
                      (lambda a=a: torch.relu(a))))
     t = torch.randn(16)
     out.append(("tiny/add16", {"op_class": "launch", "flops": 0.0, "bytes": 0.0}, (lambda t=t: t + 1)))
+    _stream_micro(quick, out)
+
+
+class _Lazy:
+    """A benchmark whose tensors are made at its first call (and dropped after it is
+    measured), so that the big buffers of the stream benchmarks are never all alive."""
+
+    def __init__(self, make):
+        self.make = make
+        self.fn = None
+
+    def __call__(self):
+        if self.fn is None:
+            self.fn = self.make()
+        return self.fn()
+
+    def release(self):
+        self.fn = None
+
+
+def _sgd_step(numel: int, tensors: int):
+    def make():
+        params = [torch.nn.Parameter(torch.randn(numel)) for _ in range(tensors)]
+        for p in params:
+            p.grad = torch.randn(numel)
+        # PyTorch's choice for the device (foreach on CUDA, a per-tensor loop on CPU), as in training.
+        opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
+        opt.step()  # creates the momentum buffers
+        return opt.step
+    return _Lazy(make)
+
+
+def _stream_micro(quick: bool, out: list) -> None:
+    """Large streaming ops (issue 5): the optimizer step and whole-tensor copies, to fit the
+    stream bandwidth and per-call cost of simdl.strategies.optimizer_step and FSDP/DDP
+    copies; and fresh vs reused buffers above glibc's 32 MiB mmap threshold, whose time
+    difference is the page-fault cost per byte."""
+    # 16 Mi parameters in tensors of different sizes (the same bytes, more or fewer calls),
+    # plus a larger set: working sets of 192-384 MiB, far beyond the caches, as a model's are.
+    sgd = ((1 << 22, 4), (1 << 16, 256), (1 << 24, 2)) if quick else \
+        ((1 << 24, 1), (1 << 22, 4), (1 << 20, 16), (1 << 18, 64), (1 << 16, 256), (1 << 14, 1024), (1 << 24, 2))
+    for numel, tensors in sgd:
+        # momentum SGD per tensor: buf.mul_(m).add_(g); p.add_(buf): 8 passes, 3 calls
+        # (simdl.strategies.optimizer_step.PASSES / FOREACH_CALLS)
+        out.append((f"stream/sgd_momentum/{numel}x{tensors}",
+                    {"op_class": "stream", "bytes": 8.0 * 4 * numel * tensors, "calls": 3 * tensors},
+                    _sgd_step(numel, tensors)))
+    for numel in ((1 << 24, 1 << 26) if quick else (1 << 23, 1 << 24, 1 << 25, 1 << 26)):
+        def make(numel=numel):
+            a, b = torch.empty(numel), torch.randn(numel)
+            return lambda: a.copy_(b)
+        out.append((f"stream/copy/{numel}", {"op_class": "stream", "bytes": 2.0 * 4 * numel, "calls": 1},
+                    _Lazy(make)))
+    for numel in ((1 << 24,) if quick else (1 << 24, 1 << 25, 1 << 26)):  # 64, 128, 256 MiB
+        def reuse(numel=numel):
+            a = torch.empty(numel)
+            return lambda: a.fill_(1.0)
+        out.append((f"fault/reuse/{numel}", {"op_class": "fault_reuse", "bytes": 4.0 * numel}, _Lazy(reuse)))
+        out.append((f"fault/fresh/{numel}", {"op_class": "fault_fresh", "bytes": 4.0 * numel},
+                    (lambda numel=numel: torch.empty(numel).fill_(1.0))))
 
 
 def main() -> None:
@@ -251,7 +316,7 @@ def main() -> None:
     repeats = args.repeats or (3 if args.quick else 5)
     runs = []
     for item in spec.split(";"):
-        name, dataset, batches = item.split(":")
+        name, dataset, batches = item.rsplit(":", 2)
         for b in batches.split(","):
             runs.append((name, dataset, int(b)))
     micro = micro_benchmarks(ctx.quick, ctx.device)
@@ -272,6 +337,8 @@ def main() -> None:
         times = [t / inner for t in timed(ctx, lambda: [fn() for _ in range(inner)], 5 if not ctx.quick else 3)]
         ctx.log.measurement(k, kind="micro", name=key, **desc, time_s=min(times), times_s=times,
                             calls_per_sample=inner)
+        if isinstance(fn, _Lazy):
+            fn.release()
     for name, dataset, batch in runs:
         k = f"model/{name}/{dataset}/{batch}"
         if stopped or k in done:

@@ -1,21 +1,28 @@
-"""Stage 3: whole training steps under each strategy on a small model.
+"""Stage 3: whole training steps under each strategy, on models of their own.
 
-Variants, each ``--iters`` timed iterations after ``--warmup`` untimed ones, on every
-rank at once (model ``mnist_cnn`` on MNIST-shaped random data, SGD with momentum):
+For each ``--models`` entry (``model:dataset:batch``; defaults below: models and batch
+sizes that validation does not use), each variant runs ``--iters`` timed iterations after
+``--warmup`` untimed ones, on every rank at once (random data of the dataset's shape, SGD
+with momentum, ``zero_grad(set_to_none=True)``):
 
-* ``local``      no communication: every rank trains its own replica (the compute-only
-                 baseline; exposed communication of the others = their step - this).
-* ``ddp``        DistributedDataParallel, default buckets (25 MiB cap, 1 MiB first).
-* ``ddp-b1``     DDP with ``bucket_cap_mb=1`` (more buckets: per-bucket overhead).
-* ``fsdp2``      FSDP2 ``fully_shard`` on every Conv2d/Linear and the root.
-* ``fsdp1``      FSDP1 FullyShardedDataParallel (skipped with a note where it does not run).
-* ``ps-sync``    rank 0 is the parameter server (flat fp32 parameters, momentum SGD),
-                 the others are workers: push gradients, the server averages and updates,
-                 every worker pulls the parameters.
-* ``ps-async``   the server applies each push as it arrives and answers that worker.
+* ``local``         no communication: every rank trains its own replica (the compute-only
+                    baseline).
+* ``ddp``           DistributedDataParallel, default buckets (25 MiB cap, 1 MiB first).
+* ``fsdp-full``     FSDP2 ``fully_shard`` on every block of the model (the units simdl's
+  ``fsdp-grad_op``  plan assumes: simdl.workload.zoo.DEFAULT_WRAP_TYPES) and the root;
+  ``fsdp-none``     full = reshard after forward, grad_op = keep, none = a (world x 1)
+                    replicate x shard mesh (FSDP2 has no NO_SHARD; HSDP with shards of one).
+* ``fsdp1``         FSDP1 FullyShardedDataParallel, first model only (skipped with a note
+                    where it does not run: FSDP1 refuses CPU).
+* ``ps-sync``       on ``--ps-model`` (mnist_cnn): rank 0 is the parameter server (flat fp32
+                    parameters, momentum SGD), the others are workers: push gradients, the
+                    server averages and updates, every worker pulls the parameters.
+* ``ps-async``      the server applies each push as it arrives and answers that worker.
 
 Per iteration the worker-side step time is logged; peak memory is the CUDA allocator's
-peak, or the process's peak RSS on CPU (``ru_maxrss``).
+peak, or the process's peak RSS on CPU (``ru_maxrss``). `simdl calibrate` fits from the
+DDP/FSDP steps how much slower collectives run inside training than on the idle machine
+(simdl.calibrate.overlap).
 
 Run: torchrun --nproc-per-node 2 calibration/strategies.py --out runs/x/strategies
 """
@@ -28,6 +35,9 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+# Model factories (``package.module:factory``) are imported from where `simdl calibrate` runs,
+# as in the parent process; torchrun puts only this script's folder on the path.
+sys.path.insert(1, os.getcwd())
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
@@ -36,7 +46,12 @@ import torch.nn.functional as F  # noqa: E402
 from _common import agreed_done, base_parser, finish, plan, setup, within_budget  # noqa: E402
 
 STAGE = "strategies"
-VARIANTS = ("local", "ddp", "ddp-b1", "fsdp2", "fsdp1", "ps-sync", "ps-async")
+SPMD_VARIANTS = ("local", "ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none")
+PS_VARIANTS = ("ps-sync", "ps-async")
+# Models of the strategy fit: many mid-size FSDP units (convnext_tiny), few (resnet18), many
+# small ones (efficientnet_v2_s); none of them, nor these batch sizes, is a validation run.
+DEFAULT_MODELS = "resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16"
+QUICK_MODELS = "resnet18:cifar10:16;convnext_tiny:cifar10:16"
 
 
 def build(ctx, model_name: str, dataset: str):
@@ -60,21 +75,30 @@ def peak_memory(ctx) -> dict:
     return {"peak_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "memory_kind": "ru_maxrss"}
 
 
-def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
+def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, model_name=""):
     """Step times of local / DDP / FSDP training (every rank is a trainer)."""
     note = ""
-    if variant in ("ddp", "ddp-b1"):
+    if variant == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
 
-        kw = {"bucket_cap_mb": 1} if variant == "ddp-b1" else {}
-        model = DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None, **kw)
-    elif variant == "fsdp2":
+        model = DDP(model, device_ids=[ctx.device.index] if ctx.is_cuda else None)
+    elif variant.startswith("fsdp-"):
+        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
+        from simdl.workload.zoo import DEFAULT_WRAP_TYPES
+
+        sharding = variant.split("-", 1)[1]
+        if sharding == "none":
+            mesh = init_device_mesh(ctx.device.type, (ctx.world, 1), mesh_dim_names=("replicate", "shard"))
+        else:
+            mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+        reshard = sharding == "full"
+        types = set(DEFAULT_WRAP_TYPES.get(model_name, ()))
         for m in list(model.modules()):
-            if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear)):
-                fully_shard(m)
-        fully_shard(model)
+            if m is not model and type(m).__name__ in types:
+                fully_shard(m, mesh=mesh, reshard_after_forward=reshard)
+        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     elif variant == "fsdp1":
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
@@ -94,8 +118,8 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
         ctx.sync()
         if i >= warmup:
             times.append(time.perf_counter() - t0)
-    if variant == "ddp" or variant == "ddp-b1":
-        note = f"bucket_cap_mb={'1' if variant == 'ddp-b1' else 'default (25)'}"
+    if variant == "ddp":
+        note = "bucket_cap_mb=default (25)"
     return times, note
 
 
@@ -155,30 +179,35 @@ def ps_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
 
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
-    p.add_argument("--model", default="mnist_cnn")
-    p.add_argument("--dataset", default="mnist")
-    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--models", default=None, help=f"model:dataset:batch;... (default {DEFAULT_MODELS})")
+    p.add_argument("--ps-model", default="mnist_cnn:mnist:32")
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--variants", default=",".join(VARIANTS))
+    p.add_argument("--variants", default=",".join(SPMD_VARIANTS + ("fsdp1",) + PS_VARIANTS))
     args = p.parse_args()
     ctx = setup(args, STAGE)
-    batch = args.batch or (16 if args.quick else 32)
-    iters = args.iters or (20 if args.quick else 40)
-    variants = [v for v in args.variants.split(",") if v]
-    if ctx.world < 2:
-        variants = [v for v in variants if not v.startswith("ps")]
-    keys = [f"{v}/{args.model}/{batch}" for v in variants]
+    iters = args.iters or (12 if args.quick else 25)
+    wanted = [v for v in args.variants.split(",") if v]
+    runs = []
+    for k, item in enumerate((args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS)).split(";")):
+        name, dataset, batch = item.rsplit(":", 2)
+        runs += [(v, name, dataset, int(batch)) for v in SPMD_VARIANTS if v in wanted]
+        if k == 0 and "fsdp1" in wanted:
+            runs.append(("fsdp1", name, dataset, int(batch)))
+    if ctx.world >= 2 and args.ps_model:
+        name, dataset, batch = args.ps_model.rsplit(":", 2)
+        runs += [(v, name, dataset, int(batch)) for v in PS_VARIANTS if v in wanted]
+    keys = [f"{v}/{name}/{batch}" for v, name, _, batch in runs]
     plan(ctx, keys)
     done = agreed_done(ctx)
     stopped = False
-    for v, key in zip(variants, keys):
+    for (v, name, dataset, batch), key in zip(runs, keys):
         if key in done:
             continue
         if not within_budget(ctx, 1.0):
             stopped = True
             break
-        model, shape, classes = build(ctx, args.model, args.dataset)
+        model, shape, classes = build(ctx, name, dataset)
         if ctx.is_cuda:
             torch.cuda.reset_peak_memory_stats(ctx.device)
         dist.barrier()
@@ -187,14 +216,15 @@ def main() -> None:
             if v.startswith("ps"):
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
-                times, note = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
+                times, note = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup, name)
         except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
             ok, err, times, note = False, f"{type(e).__name__}: {e}"[:300], [], ""
         if not all_ok(ctx, ok):
-            ctx.log.measurement(key, kind="strategy", variant=v, skipped=True, error=err or "failed on another rank")
+            ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
+                                skipped=True, error=err or "failed on another rank")
             continue
         med = sorted(times)[len(times) // 2] if times else None
-        ctx.log.measurement(key, kind="strategy", variant=v, model=args.model, dataset=args.dataset, batch=batch,
+        ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
                             iters=iters, warmup=args.warmup, step_times_s=times, step_s=med,
                             role=("server" if v.startswith("ps") and ctx.rank == 0 else "worker"),
                             note=note, **peak_memory(ctx))

@@ -175,7 +175,7 @@ def _cmd_calibrate(a: argparse.Namespace) -> int:
             raise SimdlError("simdl calibrate: give --nproc-per-node P (ranks per node), or --resume RUN_DIR")
         settings = make_settings(
             nproc_per_node=a.nproc_per_node, quick=a.quick, time_budget=a.time_budget, output=a.output,
-            name=a.name, gpu=a.gpu, stages=_stages(a.stages), nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
+            name=a.name, gpu=a.gpu, stages=_stages(a.stages), profile_models=a.profile_models, nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
             rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id, master_addr=a.master_addr, master_port=a.master_port)
         calibrate(settings, new_run_dir(a.run_root))
         return 0
@@ -215,6 +215,9 @@ def _add_calibrate_parser(sub) -> None:
     k.add_argument("--name", default=None, help="profile name (default: the output file's stem)")
     k.add_argument("--gpu", default=None, help="GPU file for the peaks (default: from the device name; cpu on CPU)")
     k.add_argument("--stages", default=None, help="comma-separated subset of collectives,compute,strategies,ps (default all)")
+    k.add_argument("--profile-models", default=None, metavar="M:D:B1,B2;...",
+                   help="also profile these models' rows at these batch sizes (e.g. vgg16:cifar10:24,48): "
+                        "predictions of them then use the measured row times (a compute profile)")
     k.add_argument("--run-root", default="runs", help="where run directories go (default runs/, git-ignored)")
     k.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue an interrupted run")
     k.set_defaults(func=_cmd_calibrate)

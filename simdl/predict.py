@@ -162,6 +162,7 @@ def predict(
             echo["staleness_bound"] = staleness_bound
     if table.adaptation:
         echo["model_adaptation"] = table.adaptation
+    echo["compute_source"] = _compute_source(alloc, workload)
     relevant = set(echo) | {"cluster", "dataset"}
     echo["assumed"] = {k: DEFAULT_REASONS[k] for k in DEFAULT_REASONS if k not in given and k in relevant}
     if engine == "analytic":
@@ -171,3 +172,16 @@ def predict(
     from .sim.engine import simulate  # issue 3
 
     return simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo, **engine_options)
+
+
+def _compute_source(alloc, workload) -> str:
+    """Where the per-row compute times come from: the cluster's compute profile of this model
+    (measured rows, simdl.analytic.measured) or the roofline of simdl.analytic.costs."""
+    from .analytic.costs import device_rates
+
+    rates = device_rates(alloc, workload.precision)
+    m = rates.measured.find(workload.table) if rates.measured is not None else None
+    if m is None:
+        return "roofline"
+    batches = ",".join(str(int(b)) for b in m.batches)
+    return f"compute profile ({m.coverage(workload.batch_size)} from rows measured at batch {batches})"

@@ -25,6 +25,7 @@ _SUFFIX_FACTORS: dict[str, float] = {
     "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9,
     "FLOP_per_s": 1.0, "GFLOP_per_s": 1e9, "TFLOP_per_s": 1e12,
     "per_s": 1.0,
+    "ns_per_byte": 1e-9,  # seconds per byte (host page-fault cost)
 }
 
 

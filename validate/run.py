@@ -152,6 +152,7 @@ def summarise_result(r) -> dict:
                       "max": r.staleness.max},
         "notes": list(r.notes),
         "assumed": r.config.get("assumed", {}),
+        "compute_source": r.config.get("compute_source", ""),
     }
     for extra in ("memory_timeline", "staleness_histogram", "trace"):
         v = getattr(r, extra, None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -47,6 +48,26 @@ class Rates:
     # backward input- and weight-gradient calls), on top of kernel_overhead: oneDNN on CPU
     # pays ~0.1 ms per convolution call (issue 5 calibration); 0 unless the profile says.
     matmul_call_overhead: float = 0.0
+    # Streaming ops on whole parameter-sized tensors (optimizer, FSDP/DDP copies): bytes/s
+    # and s per call (0: memory_bandwidth and kernel_overhead, the roofline's rates).
+    stream_bandwidth: float = 0.0
+    stream_call_overhead: float | None = None
+    copy_bandwidth: float = 0.0
+    # Host devices: s per byte of page faults on a buffer above the C allocator's mmap
+    # threshold (mapped fresh at each allocation), and that threshold (bytes).
+    page_fault_per_byte: float = 0.0
+    mmap_threshold: float = float("inf")
+    # Measured row times of profiled models (simdl.analytic.measured), and the factor from
+    # the device share they were measured at to this prediction's share.
+    measured: Any = None
+    measured_scale: float = 1.0
+
+
+# glibc malloc: allocations above M_MMAP_THRESHOLD are served by mmap and unmapped at free;
+# the threshold adjusts dynamically up to DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB * sizeof(long)
+# = 32 MiB on 64-bit (malloc/malloc.c; mallopt(3)), so in steady state every buffer above
+# 32 MiB is mapped fresh. Used when a host profile gives a page-fault cost but no threshold.
+GLIBC_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 
 
 @lru_cache(maxsize=1024)
@@ -63,7 +84,37 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
         kernel_overhead=eff.kernel_launch.value,
         activation_factor=MIXED_PRECISION_ACTIVATION_FACTOR if precision in ("bf16", "fp16-amp") else 1.0,
         matmul_call_overhead=eff.matmul_call_overhead.value if eff.matmul_call_overhead else 0.0,
+        stream_bandwidth=(cluster.per_rank_memory_bandwidth * eff.stream_bandwidth.value
+                          if eff.stream_bandwidth else 0.0),
+        stream_call_overhead=eff.stream_call_overhead.value if eff.stream_call_overhead else None,
+        copy_bandwidth=(cluster.per_rank_memory_bandwidth * eff.copy_bandwidth.value if eff.copy_bandwidth else 0.0),
+        **_host_rates(cluster),
+        **_measured(cluster, precision),
     )
+
+
+def _host_rates(cluster: Cluster) -> dict:
+    host = cluster.spec.host
+    if host.page_fault_per_byte is None or host.page_fault_per_byte.value == 0:
+        return {}
+    threshold = host.mmap_threshold_bytes.value if host.mmap_threshold_bytes else GLIBC_MMAP_THRESHOLD_MAX
+    return {"page_fault_per_byte": host.page_fault_per_byte.value, "mmap_threshold": threshold}
+
+
+def _measured(cluster: Cluster, precision: str) -> dict:
+    """The cluster's compute profile, if any, for the precision it was measured in."""
+    path = cluster.spec.compute_profile
+    if not path:
+        return {}
+    from .measured import load_compute_profile
+
+    prof = load_compute_profile(path)
+    if prof.precision != precision:
+        return {}
+    # Measured with ranks_sharing_device ranks on one device; this prediction's ranks each
+    # get cluster.device_share of it (1 on devices that are not shared).
+    measured_share = 1.0 / prof.ranks_sharing_device if cluster.spec.shared_device else 1.0
+    return {"measured": prof, "measured_scale": measured_share / cluster.device_share}
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,6 +133,10 @@ class RowTimes:
 
 @lru_cache(maxsize=4096)
 def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
+    measured = rates.measured.find(table) if rates.measured is not None else None
+    if measured is not None:
+        fwd, bwd = measured.at(batch)
+        return _row_times(fwd * rates.measured_scale, bwd * rates.measured_scale)
     a = rates.activation_factor
     fwd_flops = table.column("fwd_flops", batch)
     bwd_flops = table.column("bwd_input_flops", batch) + table.column("bwd_weight_flops", batch)
@@ -98,13 +153,43 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
         fwd += (fwd_flops > 0) * rates.matmul_call_overhead
         bwd += ((table.column("bwd_input_flops", batch) > 0).astype(float)
                 + (table.column("bwd_weight_flops", batch) > 0)) * rates.matmul_call_overhead
+    return _row_times(fwd, bwd)
+
+
+def _row_times(fwd: np.ndarray, bwd: np.ndarray) -> RowTimes:
     zero = np.zeros(1)
     return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]))
 
 
-def memory_bound_time(nbytes: float, kernels: int, rates: Rates) -> float:
-    """A task given only by bytes streamed and kernels launched (optimizer, copies)."""
-    return nbytes / rates.memory_bandwidth + kernels * rates.kernel_overhead
+def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: float = 0.0,
+                      copy: bool = False) -> float:
+    """A task given only by bytes streamed and calls made (optimizer, copies), plus the page
+    faults of ``fresh_bytes`` it allocates in buffers above the mmap threshold (host devices).
+    ``copy``: the bytes move between two buffers (copy bandwidth) rather than in place."""
+    bw = rates.stream_bandwidth or rates.memory_bandwidth
+    if copy and rates.copy_bandwidth:
+        bw = rates.copy_bandwidth
+    call = rates.kernel_overhead if rates.stream_call_overhead is None else rates.stream_call_overhead
+    return nbytes / bw + kernels * call + fresh_bytes * rates.page_fault_per_byte
+
+
+def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
+    """Seconds of a compute-stream task: its table rows plus its streamed bytes, calls and
+    fresh buffers (the one formula both engines use)."""
+    d = rows.segment(task.rows[0], task.rows[1], task.direction) if task.rows else 0.0
+    if task.bytes or task.kernels or task.allocs:
+        # The optimizer step updates tensors in place; every other memory-bound task of a plan
+        # copies between buffers (FSDP copy-in/out, DDP bucket copies).
+        d += memory_bound_time(task.bytes, task.kernels, rates, fresh_mapped_bytes(task.allocs, rates),
+                               copy=task.phase != "opt")
+    return d
+
+
+def fresh_mapped_bytes(sizes, rates: Rates) -> float:
+    """Bytes of the buffers in ``sizes`` that the allocator maps fresh (above its threshold)."""
+    if not rates.page_fault_per_byte:
+        return 0.0
+    return float(sum(s for s in sizes if s > rates.mmap_threshold))
 
 
 class CommCosts:
@@ -128,6 +213,8 @@ class CommCosts:
         # all_gather/reduce_scatter are slower than its all_reduce); 1 when absent.
         self._factor = {c: f.value for c, f in eff.collective_bandwidth_factors.items()}
         self._regimes = eff.collective_regimes_intra
+        self._load_factor = eff.collective_load_factor.value if eff.collective_load_factor else 1.0
+        self._load_overhead = eff.collective_load_overhead.value if eff.collective_load_overhead else 0.0
         self._cache: dict[tuple, float] = {}
         self._parts: dict[tuple, tuple] = {}
 
@@ -165,6 +252,13 @@ class CommCosts:
                     tree = collective_time(collective, nbytes, size, bw, alpha, "tree")
                     algo = "tree" if tree < ring else "ring"
                 p = (self._overhead, alpha, bw, algo)
+            if self._load_factor != 1.0 or self._load_overhead:
+                # Host ranks (CPU, gloo): a collective of a training step runs while the same
+                # cores compute and waits for the peers' threads to be scheduled, so it takes
+                # longer than on the idle machine the curves were measured on: the profile's
+                # fitted factor on its latency and bandwidth terms, plus a delay per call.
+                o, alpha, bw, algo = p
+                p = (o + self._load_overhead, alpha * self._load_factor, bw / self._load_factor, algo)
             self._parts[key] = p
         return p
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..strategies.plan import COMPUTE, SpmdPlan
-from .costs import CommCosts, Rates, RowTimes, memory_bound_time
+from .costs import CommCosts, Rates, RowTimes, compute_task_time
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,7 @@ def task_durations(plan: SpmdPlan, rows: RowTimes, rates: Rates, comm: CommCosts
             g = plan.groups[t.group]
             out.append(comm.time(t.collective, t.comm_bytes, g.size, g.scope))
         else:
-            d = rows.segment(t.rows[0], t.rows[1], t.direction) if t.rows else 0.0
-            if t.bytes or t.kernels:
-                d += memory_bound_time(t.bytes, t.kernels, rates)
-            out.append(d)
+            out.append(compute_task_time(t, rows, rates))
     return out
 
 

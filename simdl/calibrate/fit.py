@@ -27,6 +27,7 @@ from ..collectives.cost import bus_bytes_factor as bus_factor
 from .collectives import fit_with_holdout, regimes_with_holdout
 from .compute import MicroFit, RooflineFit, make_run
 from .ps import PSFit
+from .stream import fit_stream, page_fault_cost
 from .records import StageRecords, load_run
 
 # Collectives the profile's joint fit uses (what DDP and FSDP run); send/recv sets the link.
@@ -151,9 +152,50 @@ def _compute_runs(st: StageRecords) -> dict[str, list]:
     return runs
 
 
+def _micro_medians(st: StageRecords, op_class: str) -> list[dict]:
+    """One point per microbenchmark of ``op_class``: the median over ranks of each rank's time."""
+    out = []
+    for key in sorted(st.keys_all_ranks()):
+        recs = [r for r in st.records(key) if r.get("kind") == "micro" and r.get("op_class") == op_class]
+        if recs:
+            out.append({**recs[0], "time_s": statistics.median(r["time_s"] for r in recs)})
+    return out
+
+
+def measured_rows(st: StageRecords) -> list[dict]:
+    """Per (model, dataset): the row times at every measured batch, averaged over ranks
+    (rescaled to the unhooked step, as the roofline fit uses them): a compute profile's
+    model entries (simdl.analytic.measured)."""
+    from ..analytic.measured import rows_digest
+    from ..workload.library import load_workload
+
+    groups: dict[tuple, dict[int, list]] = {}
+    tables = {}
+    for key in sorted(st.keys_all_ranks()):
+        if not key.startswith("model/"):
+            continue
+        for rec in st.records(key):
+            k = (rec["model"], rec["dataset"])
+            if k not in tables:
+                tables[k] = load_workload(rec["model"], rec["dataset"])
+            groups.setdefault(k, {}).setdefault(int(rec["batch"]), []).append(make_run(tables[k], rec))
+    out = []
+    for (model, dataset), by_batch in sorted(groups.items()):
+        t = tables[(model, dataset)]
+        batches = sorted(by_batch)
+        out.append({
+            "model": model, "dataset": dataset, "input_shape": list(t.input_shape),
+            "num_classes": t.num_classes, "rows_digest": rows_digest(t.names, t.types), "batches": batches,
+            "fwd_s": [[round(float(x), 9) for x in np.mean([r.fwd for r in by_batch[b]], axis=0)] for b in batches],
+            "bwd_s": [[round(float(x), 9) for x in np.mean([r.bwd for r in by_batch[b]], axis=0)] for b in batches],
+            "step_s": [round(float(np.mean([r.step for r in by_batch[b]])), 6) for b in batches],
+        })
+    return out
+
+
 def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
-                held_out: list[str]) -> dict[str, Any]:
-    runs = _compute_runs(st)
+                held_out: list[str], profile_only: list[str] = ()) -> dict[str, Any]:
+    runs = {m: r for m, r in _compute_runs(st).items() if m not in profile_only}
     report: dict[str, Any] = {"peak_flops_per_rank": peak_flops, "memory_bandwidth_per_rank": memory_bandwidth}
     fit_models = [m for m in runs if m not in held_out]
     test_models = [m for m in runs if m in held_out]
@@ -169,8 +211,12 @@ def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
             report["held_out"] = {"models": test_models, **q}
         report["batches"] = {m: sorted({r.batch for r in runs[m]}) for m in runs}
     micro = [r for m in st.measurements.values() for r in m.values() if r.get("kind") == "micro"]
+    report["measured_rows"] = measured_rows(st)
+    report["stream"] = fit_stream(_micro_medians(st, "stream"), "sgd_momentum")
+    report["copy"] = fit_stream(_micro_medians(st, "stream"), "copy")
+    report["page_fault"] = page_fault_cost(_micro_medians(st, "fault_fresh"), _micro_medians(st, "fault_reuse"))
     by_class: dict[str, Any] = {}
-    for cls in sorted({r["op_class"] for r in micro}):
+    for cls in sorted({r["op_class"] for r in micro} - {"stream", "fault_fresh", "fault_reuse"}):
         pts = [r for r in micro if r["op_class"] == cls]
         mf = MicroFit(op_class=cls).fit(pts)
         by_class[cls] = {
@@ -208,22 +254,24 @@ def fit_ps(st: StageRecords) -> dict[str, Any] | None:
 
 
 def strategy_points(st: StageRecords) -> dict[str, dict]:
-    """Per variant: median over ranks (workers) of the median step, and peak memory."""
+    """Per measured key (``variant/model/batch``): median over ranks (workers) of the median
+    step, and peak memory."""
     out: dict[str, dict] = {}
     for key in sorted(st.keys_all_ranks()):
         recs = [r for r in st.records(key) if not r.get("skipped") and r.get("step_s")]
         skipped = [r for r in st.records(key) if r.get("skipped")]
         variant = key.split("/")[0]
         if skipped:
-            out[variant] = {"skipped": True, "error": skipped[0].get("error", "")}
+            out[key] = {"variant": variant, "skipped": True, "error": skipped[0].get("error", "")}
             continue
-        if not recs:
+        workers = [r for r in recs if r.get("role", "worker") == "worker"]
+        if not workers:
             continue
-        out[variant] = {"step_s": statistics.median(r["step_s"] for r in recs),
-                        "peak_bytes": max(r.get("peak_bytes", 0) for r in recs),
-                        "memory_kind": recs[0].get("memory_kind"),
-                        "model": recs[0]["model"], "dataset": recs[0]["dataset"], "batch": recs[0]["batch"],
-                        "iters": recs[0]["iters"]}
+        out[key] = {"variant": variant, "step_s": statistics.median(r["step_s"] for r in workers),
+                    "peak_bytes": max(r.get("peak_bytes", 0) for r in recs),
+                    "memory_kind": recs[0].get("memory_kind"),
+                    "model": recs[0]["model"], "dataset": recs[0]["dataset"], "batch": recs[0]["batch"],
+                    "iters": recs[0]["iters"]}
     return out
 
 

@@ -1,64 +1,89 @@
-"""Fit how much the concurrent compute/communication time costs (interference).
+"""Fit what communication costs inside a training step, from measured strategy steps.
 
-The analytic engine runs compute and communication on separate streams and, by default,
-lets them overlap for free. On a CPU cluster gloo's communication threads run on the same
-cores as the compute, so the overlap is an illusion, and worse: both slow down. The profile key
-``efficiency.comm_compute_interference`` (a factor ``k``) makes the engine add
-``k x concurrent`` seconds to an SPMD step, where ``concurrent`` is the time both streams
-are busy at once (see :func:`simdl.analytic.engine._spmd_timing`): ``k = 0`` free overlap,
-``k = 1`` serialised, ``k > 1`` mutual slow-down.
+The collective costs of a profile are measured on an otherwise idle machine
+(calibration/collectives.py). Inside a training step they are not alone:
 
-A prediction is therefore linear in ``k``: ``pred(k) = P0 + k (P1 - P0)`` with ``P0`` the
-step predicted with ``k = 0`` and ``P1`` with ``k = 1``. :class:`InterferenceFit` solves for
-``k`` in [0, 20] by least squares on the errors of measured DDP/FSDP steps, each divided by
-the measured step.
+* the engines run compute and communication on separate streams and let them overlap; on a
+  CPU, gloo's threads run on the cores the compute uses, so the overlap is not free. The
+  profile key ``efficiency.comm_compute_interference`` (``k``) adds ``k x concurrent``
+  seconds to an SPMD step, ``concurrent`` being the time both streams are busy at once
+  (:func:`simdl.analytic.engine._spmd_timing`): ``k = 0`` free overlap, ``k = 1`` they
+  serialise;
+* a collective waits for its peers' threads to be scheduled on busy cores, and shares the
+  memory bandwidth with the compute: ``efficiency.collective_load_factor`` (``f``) scales
+  its latency and bandwidth terms and ``efficiency.collective_load_overhead_us`` (``a``)
+  adds a delay per call (:class:`simdl.analytic.costs.CommCosts`).
 
-Anchoring (when a row gives ``measured_local_s`` and ``pred_compute_s``): the step is split
-into the compute the same ranks measure without communication (the ``local`` variant) and
-the rest, and only the rest is fitted: ``measured - local`` against ``pred(o) - C`` with
-``C`` the predicted compute-stream time. The factor then reflects the communication and
-its interference, not the error of the compute model (fitted and checked separately).
+:class:`StrategyStepFit` finds ``(k, f, a)`` by bounded least squares on the relative
+errors of the measured DDP/FSDP steps, each predicted by the engine itself with candidate
+values (the ``predict`` callable), everything else of the profile fixed (compute rows,
+optimizer, copies, collective curves: fitted separately). It then predicts each model's
+steps from a fit to the *other* models' steps (``held_out_``): the check that the values
+carry over to a model they were not fitted on.
 """
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 from scipy.optimize import least_squares
 
+PARAMS = ("comm_compute_interference", "collective_load_factor", "collective_load_overhead_us")
 
-class InterferenceFit:
-    """Estimator: ``fit(X)`` with rows ``{measured_s, pred_k0_s, pred_k1_s}`` -> self with
-    ``interference_``, ``residuals_`` (relative), ``errors_before_`` (at k = 0)."""
 
-    def __init__(self, *, bounds: tuple[float, float] = (0.0, 20.0)):
+class StrategyStepFit:
+    """Estimator: ``fit(points, predict)`` -> self with ``interference_``,
+    ``load_factor_``, ``load_overhead_s_``, ``residuals_`` (relative), ``errors_before_``
+    (at the defaults k = 0, f = 1, a = 0) and ``held_out_`` (leave-one-model-out errors).
+
+    ``points``: rows with ``measured_s`` and ``model``; ``predict(theta, point)`` -> seconds,
+    ``theta = (k, f, a_seconds)``.
+    """
+
+    def __init__(self, *, bounds=((0.0, 1.0), (1.0, 5.0), (0.0, 0.02)), held_out: bool = True):
         self.bounds = bounds
+        self.held_out = held_out
 
-    def _arrays(self, X):
-        m = np.array([x["measured_s"] for x in X], dtype=float)
-        p0 = np.array([x["pred_k0_s"] for x in X], dtype=float)
-        p1 = np.array([x["pred_k1_s"] for x in X], dtype=float)
-        anchored = all(x.get("measured_local_s") and x.get("pred_compute_s") for x in X)
-        if anchored:
-            local = np.array([x["measured_local_s"] for x in X], dtype=float)
-            comp = np.array([x["pred_compute_s"] for x in X], dtype=float)
-            p0, p1 = p0 - comp + local, p1 - comp + local
-        return m, p0, p1, anchored
+    @staticmethod
+    def _resid(theta, pts, predict) -> np.ndarray:
+        return np.array([(predict(tuple(theta), p) - p["measured_s"]) / p["measured_s"] for p in pts])
 
-    def fit(self, X: Iterable[Mapping]) -> "InterferenceFit":
-        X = list(X)
-        m, p0, p1, self.anchored_ = self._arrays(X)
+    def _solve(self, pts, predict) -> np.ndarray:
+        lo = np.array([b[0] for b in self.bounds])
+        hi = np.array([b[1] for b in self.bounds])
+        scale = np.array([1.0, 1.0, 1e-3])
+        best = None
+        for x0 in ((1.0, 1.0, 0.0), (0.5, 1.5, 2e-3), (1.0, 2.0, 5e-3)):
+            x0 = np.clip(np.array(x0), lo, hi)
+            sol = least_squares(lambda z: self._resid(z * scale, pts, predict), x0 / scale,
+                                bounds=(lo / scale, hi / scale), diff_step=1e-3)
+            if best is None or sol.cost < best.cost:
+                best = sol
+        return best.x * scale
 
-        def resid(z):
-            return (p0 + z[0] * (p1 - p0) - m) / m
-
-        sol = least_squares(resid, np.array([0.5]), bounds=([self.bounds[0]], [self.bounds[1]]))
-        self.interference_ = float(sol.x[0])
-        self.residuals_ = resid(sol.x)
-        self.errors_before_ = (p0 - m) / m
+    def fit(self, points: Iterable[Mapping], predict: Callable) -> "StrategyStepFit":
+        pts = list(points)
+        if not pts:
+            raise ValueError("StrategyStepFit needs at least one measured step")
+        theta = self._solve(pts, predict)
+        self.interference_, self.load_factor_, self.load_overhead_s_ = (float(v) for v in theta)
+        self.residuals_ = self._resid(theta, pts, predict)
+        self.errors_before_ = self._resid((0.0, 1.0, 0.0), pts, predict)
+        self.held_out_ = {}
+        models = sorted({p["model"] for p in pts})
+        if self.held_out and len(models) > 1:
+            for m in models:
+                rest = [p for p in pts if p["model"] != m]
+                test = [p for p in pts if p["model"] == m]
+                th = self._solve(rest, predict)
+                self.held_out_[m] = {
+                    "fitted_on": sorted({p["model"] for p in rest}),
+                    "params": [float(v) for v in th],
+                    "rel_errors": {p["variant"]: float(e) for p, e in zip(test, self._resid(th, test, predict))},
+                }
         return self
 
-    def predict(self, X: Iterable[Mapping]) -> np.ndarray:
-        _, p0, p1, _ = self._arrays(list(X))
-        return p0 + self.interference_ * (p1 - p0)
+    def params(self) -> dict:
+        return {"comm_compute_interference": self.interference_, "collective_load_factor": self.load_factor_,
+                "collective_load_overhead_us": self.load_overhead_s_ * 1e6}

@@ -23,7 +23,7 @@ from ..cluster.spec import CLUSTER_DIR, cluster_names, load_cluster, load_gpu, r
 from ..errors import SimdlError
 from . import fit as F
 from .records import STAGES
-from .overlap import InterferenceFit
+from .overlap import StrategyStepFit
 
 GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
     ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("A100-SXM4-40GB", "A100-SXM4-40GB"),
@@ -120,33 +120,49 @@ def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
     return bool(loads and max(loads) > 0.5 + (h0.get("local_world") or 1))
 
 
-def _overlap_points(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path) -> list[dict]:
-    """Predict the measured DDP/FSDP steps with the provisional profile at interference 0 and 1."""
-    from ..predict import predict
+def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
+    """Fit comm_compute_interference and the collective load factor/overhead to the measured
+    DDP/FSDP steps, predicting each with the provisional profile (simdl.calibrate.overlap)."""
+    import dataclasses
 
-    path_k0, path_k1 = tmp / "k0.yaml", tmp / "k1.yaml"
-    for path, k in ((path_k0, 0.0), (path_k1, 1.0)):
-        p = copy.deepcopy(profile)
-        p["efficiency"]["comm_compute_interference"] = _val(k, "provisional, for the interference fit", "assumed")
-        path.write_text(yaml.safe_dump(p, sort_keys=False))
+    from ..predict import predict
+    from ..provenance import Sourced
+
+    spec = load_cluster(str(write_profile(profile, tmp / "provisional.yaml")))
     pts = []
-    for variant, strategy, kw in (("ddp", "ddp", {}), ("ddp-b1", "ddp", {"bucket_cap_mb": 1.0}),
-                                  ("fsdp2", "fsdp", {"wrap": "block"})):
-        m = strat.get(variant)
-        if not m or m.get("skipped"):
+    for key, m in sorted(strat.items()):
+        v = m.get("variant", "")
+        if m.get("skipped") or not (v == "ddp" or v.startswith("fsdp-")):
             continue
-        common = dict(model=m["model"], strategy=strategy, gpus=ranks, dataset=m["dataset"],
-                      batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0, **kw)
-        r0 = predict(cluster=str(path_k0), **common)
-        r1 = predict(cluster=str(path_k1), **common)
-        local = strat.get("local", {}).get("step_s")
-        pts.append({"variant": variant, "measured_s": m["step_s"], "pred_k0_s": r0.iteration_time_s,
-                    "pred_k1_s": r1.iteration_time_s,
-                    "measured_exposed_comm_s": (m["step_s"] - local) if local else None,
-                    "measured_local_s": local, "pred_compute_s": r0.compute_time_s,
-                    "predicted_compute_s": r0.compute_time_s, "predicted_comm_s": r0.comm_time_s,
-                    "measured_peak_bytes": m.get("peak_bytes"), "predicted_peak_bytes": r0.peak_memory_bytes})
-    return pts
+        kw = dict(model=m["model"], strategy="ddp" if v == "ddp" else "fsdp", gpus=ranks, dataset=m["dataset"],
+                  batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0)
+        if v != "ddp":
+            kw.update(sharding=v.split("-", 1)[1], wrap="block")
+        local = strat.get(f"local/{m['model']}/{m['batch']}", {}).get("step_s")
+        pts.append({"key": key, "variant": v, "model": m["model"], "batch": m["batch"], "measured_s": m["step_s"],
+                    "measured_local_s": local, "kwargs": kw})
+    if not pts:
+        return None, []
+    cache: dict = {}
+
+    def spec_for(theta):
+        k, f, a = (round(float(x), 9) for x in theta)
+        if (k, f, a) not in cache:
+            def src(what):
+                return Sourced(what, "assumed", "candidate of the strategy fit")
+            eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
+                                      collective_load_factor=src(f), collective_load_overhead=src(a))
+            cache[(k, f, a)] = dataclasses.replace(spec, efficiency=eff)
+        return cache[(k, f, a)]
+
+    def pred(theta, p):
+        return predict(cluster=spec_for(theta), **p["kwargs"]).iteration_time_s
+
+    est = StrategyStepFit().fit(pts, pred)
+    for p, r, b in zip(pts, est.residuals_, est.errors_before_):
+        p.pop("kwargs")
+        p.update(rel_error_fitted=round(float(r), 4), rel_error_defaults=round(float(b), 4))
+    return est, pts
 
 
 def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None = None) -> tuple[dict, dict]:
@@ -245,7 +261,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     held_out = list(settings.get("compute_held_out", []))
     comp_st = stages["compute"]
     comp = F.fit_compute(comp_st, gpu_spec.peak("fp32") * share, gpu_spec.memory_bandwidth.value * share,
-                         held_out) if "compute" in ran and comp_st.measurements else {}
+                         held_out, profile_only=settings.get("compute_profile_only", [])) \
+        if "compute" in ran and comp_st.measurements else {}
     est = comp.pop("estimator", None)
     report["compute"] = comp
     if est is not None:
@@ -263,6 +280,47 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
                                        f"(eager dispatch + launch); {fitq}")
         eff["matmul_call_overhead_us"] = _val(est.matmul_call_overhead_s_ * 1e6, f"{tag}: same roofline fit, fixed "
                                               f"seconds per matmul/convolution call (fwd, and each bwd gradient); {fitq}")
+
+    per_rank_bw = gpu_spec.memory_bandwidth.value * share
+    for key, what, ops in (("stream", "stream_bandwidth", "momentum-SGD optimizer steps over 16-32 Mi parameters in "
+                            "tensors of 16 Ki to 16 Mi elements (8 passes per parameter byte)"),
+                           ("copy", "copy_bandwidth", "tensor copies of 32-256 MiB (read + written bytes)")):
+        st_fit = comp.get(key) if comp else None
+        if not st_fit:
+            continue
+        st_fit.pop("estimator", None)
+        ho = st_fit["held_out"]
+        src = (f"{tag}: {ops}, every rank at once, t = bytes / B + calls x c fitted on {st_fit['n']} sizes; "
+               f"R2 {st_fit['quality']['r2']}"
+               + (f", held-out sizes max |err| {ho['max_abs_rel_error']}" if ho else ""))
+        # Fractions of the GPU file's memory bandwidth (per rank when ranks share the device);
+        # not capped at 1: a datasheet or one-off measurement may understate what a kernel reaches.
+        eff[what] = _val(st_fit["bandwidth_GB_per_s"] * 1e9 / per_rank_bw,
+                         f"{src}: {st_fit['bandwidth_GB_per_s']:.4g} GB/s per rank")
+        if key == "stream":
+            eff["stream_call_overhead_us"] = _val(st_fit["call_us"], src)
+    pf = comp.get("page_fault") if comp else None
+    host_extra: dict[str, Any] = {}
+    if pf and shared:
+        host_extra["page_fault_ns_per_byte"] = _val(
+            pf["s_per_byte"] * 1e9, f"{tag}: fill of a fresh buffer minus the same fill of a reused one, per byte, "
+            f"median over {len(pf['sizes_bytes'])} sizes ({', '.join(f'{b / 2**20:.0f} MiB' for b in pf['sizes_bytes'])}) "
+            "above the mmap threshold")
+        host_extra["mmap_threshold_MiB"] = {
+            "value": 32, "kind": "framework",
+            "source": "glibc malloc: DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x sizeof(long) on 64-bit (malloc/malloc.c, "
+                      "mallopt(3)); the dynamic threshold rises to it, so larger buffers are mmapped at every allocation"}
+    rows = comp.get("measured_rows") if comp else None
+    compute_profile = None
+    if rows:
+        compute_profile = {
+            "file": None, "kind": "calibrated",
+            "source": f"{tag}: per-row forward/backward times of "
+                      + "; ".join(f"{r['model']} ({r['dataset']}) b{','.join(map(str, r['batches']))}" for r in rows)
+                      + f", {per_node} ranks measuring at once",
+            "data": {"schema": "simdl-compute-profile/1", "precision": "fp32",
+                     "ranks_sharing_device": per_node if shared else 1,
+                     "source": f"simdl calibrate run {run_dir.name} ({prov['date']})", "models": rows}}
 
     # -- parameter server (fitted above) ------------------------------------------------------
     report["ps"] = ps
@@ -305,7 +363,17 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     host = copy.deepcopy(base["host"])
     if prov.get("cpu_count"):
         host["cpu_cores"] = _val(prov["cpu_count"], f"{tag}: os.cpu_count()", "measured")
+    host.update(host_extra)
     profile["host"] = host
+    if compute_profile:
+        profile["compute_profile"] = compute_profile
+    elif "compute" not in ran and base.get("compute_profile"):
+        # Kept from the base preset with the rest of the compute stage's values; its file is
+        # named relative to the preset's folder, so the new profile names it absolutely.
+        cp = base["compute_profile"]
+        f = cp["file"] if isinstance(cp, dict) else cp
+        profile["compute_profile"] = dict(cp if isinstance(cp, dict) else {"file": f},
+                                          file=str((CLUSTER_DIR / f).resolve()) if not Path(f).is_absolute() else f)
     if profile["max_nodes"] is not None and profile["max_nodes"] > 1 and "inter_node" not in profile:
         profile["max_nodes"] = 1
     if nodes == 1 and "inter_node" not in profile:
@@ -316,22 +384,23 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     # -- overlap (needs the provisional profile) -----------------------------------------------
     strat = F.strategy_points(stages["strategies"]) if "strategies" in ran and stages["strategies"].measurements else {}
     report["strategies"] = {"measured": strat}
-    if strat and est is not None and joint:
+    if strat and (est is not None or rows) and (joint or eff.get("collective_regimes_intra")):
         with tempfile.TemporaryDirectory() as td:
-            pts = _overlap_points(profile, strat, per_node * nodes, Path(td))
-        if pts:
-            ov = InterferenceFit().fit(pts)
-            report["strategies"]["interference"] = {
-                "comm_compute_interference": round(ov.interference_, 4), "points": pts,
-                "anchored_on_local": ov.anchored_,
-                "rel_errors_after": [round(float(x), 4) for x in ov.residuals_],
-                "rel_errors_before_interference_0": [round(float(x), 4) for x in ov.errors_before_]}
-            eff["comm_compute_interference"] = _val(
-                ov.interference_, f"{tag}: least-squares fit to measured {', '.join(p['variant'] for p in pts)} steps "
-                + ("minus the measured no-communication step (local) " if ov.anchored_ else "")
-                + f"({strat[pts[0]['variant']]['model']} b{strat[pts[0]['variant']]['batch']}); step errors "
-                f"{', '.join(f'{x:+.1%}' for x in ov.errors_before_)} with free overlap -> "
-                f"{', '.join(f'{x:+.1%}' for x in ov.residuals_)} fitted")
+            sf, pts = _strategy_fit(profile, strat, per_node * nodes, Path(td))
+        if sf is not None:
+            ho = sf.held_out_
+            worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
+            report["strategies"]["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
+                                           "held_out_max_abs_rel_error": worst}
+            models = sorted({p["model"] for p in pts})
+            src = (f"{tag}: least-squares fit of k (interference), f and a (collective load factor and delay) "
+                   f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {per_node * nodes} ranks; "
+                   f"step errors at k=0, f=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
+                   f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
+                   + (f"; leave-one-model-out max |err| {worst:.1%}" if worst is not None else ""))
+            eff["comm_compute_interference"] = _val(sf.interference_, src)
+            eff["collective_load_factor"] = _val(sf.load_factor_, src)
+            eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
 
     kept = [st for st in STAGES if st not in ran]
     kept_from = _kept_from_base(base, kept)
@@ -360,15 +429,13 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     if kept_from:
         # Values of stages not run here came from the base profile: so do their fit records.
         for key, stage in (("collectives", "collectives"), ("compute", "compute"), ("ps", "ps"),
-                           ("interference", "strategies"), ("strategy_steps_measured", "strategies")):
+                           ("strategy_fit", "strategies"), ("strategy_steps_measured", "strategies")):
             if stage in kept and key in base_cal:
                 profile["calibration"][key] = copy.deepcopy(base_cal[key])
         profile["calibration"]["kept_from_base"] = kept_from
     # The profile must load: validate now, with a one-line error naming the bad key.
     with tempfile.TemporaryDirectory() as td:
-        p = Path(td) / "check.yaml"
-        p.write_text(yaml.safe_dump(profile, sort_keys=False))
-        load_cluster(str(p))
+        load_cluster(str(write_profile(profile, Path(td) / "check.yaml")))
     return profile, report
 
 
@@ -424,14 +491,21 @@ def _summary(report: dict) -> dict:
                                           "runs": [{k: r[k] for k in ("run", "measured_step_ms", "predicted_step_ms",
                                                                        "step_rel_error")} for r in ho["runs"]]}
         out["compute"]["micro"] = comp.get("micro", {})
+    if comp.get("stream"):
+        st = comp["stream"]
+        out["stream"] = {"bandwidth_GB_per_s": st["bandwidth_GB_per_s"], "call_us": st["call_us"],
+                         "quality": st["quality"], "held_out": st["held_out"]}
+    if comp.get("page_fault"):
+        out["page_fault"] = comp["page_fault"]
+    if comp.get("measured_rows"):
+        out["compute_profiles"] = [{"model": r["model"], "dataset": r["dataset"], "batches": r["batches"],
+                                    "measured_step_s": r["step_s"]} for r in comp["measured_rows"]]
     if report.get("ps"):
         out["ps"] = {k: report["ps"][k] for k in ("latency_us", "bandwidth_GB_per_s", "update_bandwidth_GB_per_s", "quality")}
-    if report.get("strategies", {}).get("interference"):
-        o = report["strategies"]["interference"]
-        out["interference"] = {"comm_compute_interference": o["comm_compute_interference"],
-                               "rel_errors_before_interference_0": o["rel_errors_before_interference_0"],
-                               "rel_errors_after": o["rel_errors_after"],
-                               "variants": [p["variant"] for p in o["points"]]}
+    if report.get("strategies", {}).get("fit"):
+        o = report["strategies"]["fit"]
+        out["strategy_fit"] = {"params": o["params"], "points": o["points"], "held_out": o["held_out"],
+                               "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"]}
     out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
     return _plain(out)
 
@@ -480,6 +554,15 @@ def write_profile(profile: dict, path: Path) -> Path:
     header = (f"# Cluster profile written by `simdl calibrate` on {datetime.date.today().isoformat()}.\n"
               "# Fitted values have kind 'calibrated'; `calibration` holds provenance and fit quality.\n"
               f"# Use it with: simdl predict --cluster {path}\n")
+    cp = profile.get("compute_profile")
+    if isinstance(cp, dict) and "data" in cp:
+        # The measured rows go to a JSON file beside the YAML (thousands of numbers), which
+        # the YAML names (simdl.analytic.measured).
+        from ..analytic.measured import write_compute_profile
+
+        side = path.with_name(f"{path.stem}.compute.json")
+        write_compute_profile(cp["data"], side)
+        profile = {**profile, "compute_profile": {"file": side.name, "kind": cp["kind"], "source": cp["source"]}}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(header + yaml.dump(profile, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True))
     os.replace(tmp, path)

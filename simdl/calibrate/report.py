@@ -117,16 +117,36 @@ def format_report(report: dict, profile: dict) -> str:
         q = ps["quality"]["roundtrip"]
         lines.append(f"parameter server: latency {ps['latency_us']:.1f} us  bandwidth {ps['bandwidth_GB_per_s']:.3f} GB/s  "
                      f"R2 {q['r2']}  update {ps['update_bandwidth_GB_per_s'] or float('nan'):.3f} GB/s")
+    for key, what in (("stream", "optimizer step (in place)"), ("copy", "buffer copies")):
+        sf = comp.get(key)
+        if sf:
+            ho = sf.get("held_out")
+            lines.append(f"stream {what}: {sf['bandwidth_GB_per_s']:.2f} GB/s per rank, {sf['call_us']:.2f} us per call, "
+                         f"R2 {sf['quality']['r2']}" + (f", held-out sizes: " + ", ".join(
+                             f"{n.split('/', 1)[1]} {_pct(e)}" for n, e in zip(ho["points"], ho["rel_errors"])) if ho else ""))
+    if comp.get("page_fault"):
+        pf = comp["page_fault"]
+        lines.append(f"page faults of fresh buffers: {pf['s_per_byte'] * 1e9:.3f} ns/byte (per size, ns/byte: "
+                     + ", ".join(f"{int(b) / 2**20:.0f} MiB {v}" for b, v in pf["per_size"].items()) + ")")
+    for r in comp.get("measured_rows") or []:
+        lines.append(f"compute profile {r['model']} ({r['dataset']}): batches {r['batches']}, measured steps "
+                     + ", ".join(f"{s * 1e3:.1f} ms" for s in r["step_s"]))
     st = report.get("strategies", {})
     if st.get("measured"):
         def step(m):
             return "skipped" if m.get("skipped") else f"{m['step_s'] * 1e3:.2f}"
-        lines.append("strategy steps (median, ms): " + ", ".join(f"{v}: {step(m)}" for v, m in st["measured"].items()))
-    if st.get("interference"):
-        o = st["interference"]
-        lines.append(f"  comm_compute_interference {o['comm_compute_interference']}: step errors "
-                     + ", ".join(f"{p['variant']} {_pct(b)} -> {_pct(a)}" for p, b, a in
-                                 zip(o["points"], o["rel_errors_before_interference_0"], o["rel_errors_after"])))
+        lines.append("strategy steps (median, ms): " + ", ".join(f"{k}: {step(m)}" for k, m in st["measured"].items()))
+    if st.get("fit"):
+        o = st["fit"]
+        p = o["params"]
+        lines.append(f"strategy fit: comm_compute_interference {p['comm_compute_interference']:.3f}, collective_load_factor "
+                     f"{p['collective_load_factor']:.3f}, collective_load_overhead {p['collective_load_overhead_us']:.0f} us")
+        for pt in o["points"]:
+            lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  error at defaults "
+                         f"{_pct(pt['rel_error_defaults'])} -> fitted {_pct(pt['rel_error_fitted'])}")
+        for m, h in o["held_out"].items():
+            lines.append(f"  held out {m} (fit on {', '.join(h['fitted_on'])}): "
+                         + ", ".join(f"{v} {_pct(e)}" for v, e in h["rel_errors"].items()))
     lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items() if "value" in v)
                  + ("; collective_regimes_intra for " + ", ".join(eff["collective_regimes_intra"]["collectives"])
                     if "collective_regimes_intra" in eff else ""))

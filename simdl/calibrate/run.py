@@ -41,6 +41,11 @@ COMPUTE_MODELS = {
     False: ("mnist_cnn:mnist:16,64;resnet18:cifar10:4,16;vgg16:cifar10:2,8;densenet121:cifar10:4,8",
             ["densenet121"]),
 }
+# Strategy stage (calibration/strategies.py): models and batch sizes no validation run uses.
+STRATEGY_MODELS = {
+    True: "resnet18:cifar10:16;convnext_tiny:cifar10:16",
+    False: "resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16",
+}
 TORCHRUN_OPTIONS = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port")
 
 
@@ -68,19 +73,56 @@ def new_run_dir(root: Path | None = None) -> Path:
 
 def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None, output: str | None,
                   name: str | None = None, gpu: str | None = None, stages: tuple[str, ...] = STAGES,
-                  **torchrun: Any) -> dict[str, Any]:
+                  profile_models: str | None = None, **torchrun: Any) -> dict[str, Any]:
     if nproc_per_node < 1:
         raise SimdlError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
     budget = DEFAULT_BUDGET[quick] if time_budget is None else float(time_budget)
     if budget <= 0:
         raise SimdlError(f"--time-budget {time_budget}: must be > 0 seconds")
     models, held = COMPUTE_MODELS[quick]
+    extra = parse_profile_models(profile_models)
+    # The strategy stage's models: the compute stage profiles them at the same batch sizes,
+    # so that the strategy fit sees the communication, not the compute model's error.
+    strategy_models = STRATEGY_MODELS[quick]
+    extra += [(m, d, [int(b)]) for m, d, b in (x.rsplit(":", 2) for x in strategy_models.split(";"))]
     return {
         "nproc_per_node": int(nproc_per_node), "quick": bool(quick), "time_budget_s": budget,
         "output": output, "name": name, "gpu": gpu, "stages": list(stages),
-        "compute_models": models, "compute_held_out": held,
+        "compute_models": ";".join([models] + [f"{m}:{d}:{','.join(map(str, b))}" for m, d, b in extra]),
+        "compute_held_out": held,
+        # Models profiled for their own predictions only (compute profiles), kept out of the
+        # generic compute fit so that its held-out check stays a check.
+        "compute_profile_only": sorted({m for m, _, _ in extra}
+                                       - {item.split(":")[0] for item in models.split(";")}),
+        "strategy_models": strategy_models,
         "torchrun": {k: v for k, v in torchrun.items() if k in TORCHRUN_OPTIONS and v is not None},
     }
+
+
+def parse_profile_models(spec: str | None) -> list[tuple[str, str, list[int]]]:
+    """``model:dataset:b1,b2;...`` -> [(model, dataset, [b1, b2])] (``--profile-models``)."""
+    if not spec:
+        return []
+    from ..workload.datasets import get_dataset
+    from ..workload.zoo import check_model_name
+
+    out = []
+    for item in spec.split(";"):
+        parts = item.strip().rsplit(":", 2)
+        if len(parts) != 3:
+            raise SimdlError(f"--profile-models {item!r}: accepted: MODEL:DATASET:B1,B2[;...] "
+                             "(e.g. vgg16:cifar10:24,48)")
+        model, dataset, batches = parts
+        check_model_name(model)
+        get_dataset(dataset)
+        try:
+            bs = sorted({int(b) for b in batches.split(",")})
+        except ValueError:
+            raise SimdlError(f"--profile-models {item!r}: batch sizes must be integers, got {batches!r}") from None
+        if not bs or bs[0] < 2:
+            raise SimdlError(f"--profile-models {item!r}: batch sizes must be >= 2 (BatchNorm in training)")
+        out.append((model, dataset, bs))
+    return out
 
 
 def _torchrun_cmd(settings: dict, stage: str, stage_dir: Path) -> list[str]:
@@ -93,6 +135,8 @@ def _torchrun_cmd(settings: dict, stage: str, stage_dir: Path) -> list[str]:
         cmd.append("--quick")
     if stage == "compute":
         cmd += ["--models", settings["compute_models"]]
+    if stage == "strategies" and settings.get("strategy_models"):
+        cmd += ["--models", settings["strategy_models"]]
     return cmd
 
 

@@ -389,7 +389,9 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              "collective_bandwidth_inter", "collective_latency_intra_us", "collective_latency_inter_us",
              "collective_overhead_us", "comm_compute_interference",
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
-             *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra")
+             *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
+             "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
+             "collective_load_factor", "collective_load_overhead_us")
 
 
 @dataclass(frozen=True)
@@ -421,6 +423,27 @@ class Efficiency:
     # bandwidth changes with message size). Where a collective has a curve it replaces
     # bandwidth x factor, latency and overhead above (simdl.collectives.regimes).
     collective_regimes_intra: RegimeModel | None = None
+    # Optional fraction of the memory bandwidth that large streaming tensor ops reach (the
+    # optimizer step, FSDP's copy-in/copy-out, DDP's bucket copies): they move whole
+    # parameter-sized tensors, unlike the activation traffic of a table row that
+    # ``memory_bandwidth`` describes. Default: ``memory_bandwidth``. Fitted by `simdl calibrate`.
+    stream_bandwidth: Sourced | None = None
+    # Optional seconds per call of such an op (per tensor: PyTorch's CPU optimizer loops over
+    # tensors one at a time). Default: ``kernel_launch_us``.
+    stream_call_overhead: Sourced | None = None
+    # Optional fraction of the memory bandwidth a copy between two large buffers reaches
+    # (FSDP copy-in/out, DDP bucket copies), bytes counted as read + written. On CPUs the
+    # destination's lines are read before they are written (write-allocate), so copies
+    # reach less than in-place updates. Default: ``stream_bandwidth``.
+    copy_bandwidth: Sourced | None = None
+    # Optional, for ranks that compute and communicate on the same host cores (CPU, gloo): a
+    # collective inside a training step is slower than the same call on the idle machine the
+    # collective costs were measured on (its threads share the cores with the compute and
+    # wait for the peers' threads to be scheduled). Its latency and bandwidth terms are
+    # scaled by ``collective_load_factor`` (>= 1) and ``collective_load_overhead_us`` is added
+    # per call. Fitted by `simdl calibrate` from strategy steps; absent = 1 and 0.
+    collective_load_factor: Sourced | None = None
+    collective_load_overhead: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -438,6 +461,11 @@ class Efficiency:
         for p, v in self.matmul_by_precision.items():
             _put(out, f"matmul_{p}", v)
         _put(out, "matmul_call_overhead_us", self.matmul_call_overhead)
+        _put(out, "stream_bandwidth", self.stream_bandwidth)
+        _put(out, "stream_call_overhead_us", self.stream_call_overhead)
+        _put(out, "copy_bandwidth", self.copy_bandwidth)
+        _put(out, "collective_load_factor", self.collective_load_factor)
+        _put(out, "collective_load_overhead_us", self.collective_load_overhead)
         if self.collective_regimes_intra is not None:
             out["collective_regimes_intra"] = regimes_to_dict(self.collective_regimes_intra)
         return out
@@ -547,7 +575,7 @@ class MemoryOverheads:
         return out
 
 
-_HOST_KEYS = ("cpu_cores", "dataloader_sample_us")
+_HOST_KEYS = ("cpu_cores", "dataloader_sample_us", "page_fault_ns_per_byte", "mmap_threshold_MiB")
 
 
 @dataclass(frozen=True)
@@ -556,17 +584,25 @@ class Host:
 
     cpu_cores: Sourced
     dataloader_sample: Sourced  # s of one CPU core to load and augment one sample
+    # Devices whose tensors live in host memory (the cpu "GPU"): a buffer larger than the C
+    # allocator's mmap threshold is mapped fresh at every allocation and unmapped at its
+    # free, so each such allocation pays a page fault per page on first touch (s per byte).
+    # GPUs keep freed blocks in PyTorch's caching allocator: absent = 0.
+    page_fault_per_byte: Sourced | None = None
+    mmap_threshold_bytes: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         _put(out, "cpu_cores", self.cpu_cores)
         _put(out, "dataloader_sample_us", self.dataloader_sample)
+        _put(out, "page_fault_ns_per_byte", self.page_fault_per_byte)
+        _put(out, "mmap_threshold_MiB", self.mmap_threshold_bytes)
         return out
 
 
 _CLUSTER_KEYS = ("name", "description", "extends", "gpu", "gpus_per_node", "nodes", "max_nodes",
                  "shared_device", "collective_backend", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
-                 "host", "notes", "calibration")
+                 "host", "notes", "calibration", "compute_profile")
 
 
 @dataclass(frozen=True)
@@ -596,6 +632,10 @@ class ClusterSpec:
     # versions, date, measurement ranges, residuals). Not used by the engines; kept out of
     # equality and hashing so that a spec stays hashable.
     calibration: dict = field(default_factory=dict, compare=False, repr=False)
+    # Absolute path of the measured per-row compute times of profiled models
+    # (simdl.analytic.measured), "" for none; with its provenance for to_dict.
+    compute_profile: str = ""
+    compute_profile_source: str = field(default="", compare=False, repr=False)
 
     @property
     def default_gpus(self) -> int:
@@ -628,6 +668,9 @@ class ClusterSpec:
         out["host"] = self.host.to_dict()
         if self.notes:
             out["notes"] = self.notes
+        if self.compute_profile:
+            out["compute_profile"] = {"file": self.compute_profile, "kind": "calibrated",
+                                      "source": self.compute_profile_source}
         if self.calibration:
             out["calibration"] = copy.deepcopy(self.calibration)
         return out
@@ -739,11 +782,28 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         matmul_by_precision=FrozenMap({p: _fraction(raw, f"matmul_{p}", where)
                                        for p in PRECISIONS if f"matmul_{p}" in raw}),
         matmul_call_overhead=_nonneg(raw, "matmul_call_overhead_us", where, required=False),
+        # Fractions of the memory bandwidth, but not capped at 1: a measured kernel may beat the
+        # GPU file's figure (a datasheet, or a one-off copy benchmark).
+        stream_bandwidth=_positive(raw, "stream_bandwidth", where, required=False),
+        stream_call_overhead=_nonneg(raw, "stream_call_overhead_us", where, required=False),
+        copy_bandwidth=_positive(raw, "copy_bandwidth", where, required=False),
+        collective_load_factor=_load_factor(raw, where),
+        collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
         # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
         collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
                                   if raw.get("collective_regimes_intra") is not None else None),
     )
     return eff
+
+
+def _load_factor(raw: Mapping[str, Any], where: str) -> Sourced | None:
+    if "collective_load_factor" not in raw:
+        return None
+    s = read(raw, "collective_load_factor", where=where)
+    if not 1.0 <= s.value <= 10.0:
+        raise SimdlError(f"{where}: collective_load_factor = {s.value}; accepted: 1 <= value <= 10 "
+                         "(how many times slower a collective runs inside a training step)")
+    return s
 
 
 def _interference(raw: Mapping[str, Any], where: str) -> Sourced | None:
@@ -769,7 +829,9 @@ def _parse_memory(raw: Mapping[str, Any], where: str) -> MemoryOverheads:
 def _parse_host(raw: Mapping[str, Any], where: str) -> Host:
     _check_keys(raw, _HOST_KEYS, where)
     return Host(cpu_cores=_sourced_count(raw, "cpu_cores", where),
-                dataloader_sample=_nonneg(raw, "dataloader_sample_us", where))
+                dataloader_sample=_nonneg(raw, "dataloader_sample_us", where),
+                page_fault_per_byte=_nonneg(raw, "page_fault_ns_per_byte", where, required=False),
+                mmap_threshold_bytes=_positive(raw, "mmap_threshold_MiB", where, required=False))
 
 
 def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:
@@ -864,6 +926,7 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
     memory = _parse_memory(_section(raw, "memory", where), f"{where}: memory")
     host = _parse_host(_section(raw, "host", where), f"{where}: host")
     notes = raw.get("notes", "") or ""
+    compute_profile, compute_source = _parse_compute_profile(raw.get("compute_profile"), path, where)
     calibration = raw.get("calibration") or {}
     if not isinstance(calibration, Mapping):
         raise SimdlError(f"{where}: calibration must be a mapping (provenance written by simdl calibrate)")
@@ -872,7 +935,30 @@ def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
         nodes=nodes, max_nodes=max_nodes, intra_node=intra, inter_node=inter, ps_servers=ps,
         efficiency=efficiency, memory=memory, host=host, shared_device=shared, collective_backend=backend,
         notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref, calibration=dict(calibration),
+        compute_profile=compute_profile, compute_profile_source=compute_source,
     )
+
+
+def _parse_compute_profile(value: Any, path: Path, where: str) -> tuple[str, str]:
+    """``compute_profile: FILE`` or ``{file: FILE, kind, source}``: a JSON file of measured
+    row times (simdl.analytic.measured), relative to the YAML's folder or absolute. Read
+    lazily, when a prediction needs it."""
+    if value is None:
+        return "", ""
+    source = ""
+    if isinstance(value, Mapping):
+        source = str(value.get("source", ""))
+        value = value.get("file")
+    if not isinstance(value, str) or not value.strip():
+        raise SimdlError(f"{where}: compute_profile = {value!r}; accepted: the path of a JSON compute profile")
+    p = Path(value)
+    if not p.is_absolute():
+        p = path.parent / p
+    if not p.exists() and (CLUSTER_DIR / Path(value).name).exists():
+        p = CLUSTER_DIR / Path(value).name
+    if not p.exists():
+        raise SimdlError(f"{where}: compute_profile file {value!r} not found (looked in {path.parent})")
+    return str(p.resolve()), source
 
 
 @lru_cache(maxsize=1)

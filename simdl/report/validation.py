@@ -171,6 +171,13 @@ def _calibration_section(records: list[dict]) -> list[str]:
     if configs:
         lines += ["Validation runs with a model, dataset and batch size the calibration also measured: "
                   + (", ".join(f"`{c}`" for c in clash) if clash else "**none**") + ".", ""]
+    profiled = sorted({c["model"] for c in configs if c["stage"] == "compute profile"})
+    if profiled:
+        lines += ["The per-row compute times of " + ", ".join(f"`{m}`" for m in profiled) + " come from the "
+                  "profile's compute profile: each row timed by `simdl calibrate` (compute stage, every rank "
+                  "at once, no communication) at the batch sizes listed above, and interpolated linearly in "
+                  "the batch to each validation run's batch size, which the calibration did not measure. "
+                  "Communication, overlap, copies, the optimizer and memory are predicted, not measured.", ""]
     models = sorted({_model(r) for r in vals})
     batches = sorted({r["spec"]["batch_size"] for r in vals})
     worlds = sorted({r["spec"]["ranks"] for r in vals})
@@ -195,10 +202,15 @@ def calibration_configs(calib: dict) -> list[dict]:
         for b in batches or ():
             out.append({"stage": "compute", "model": model, "dataset": datasets.get(model), "batch": int(b),
                         "ranks": ranks})
-    for variant, v in (calib.get("strategy_steps_measured") or {}).items():
+    for cp in calib.get("compute_profiles") or ():
+        for b in cp.get("batches") or ():
+            if not any(c["stage"] == "compute" and c["model"] == cp["model"] and c["batch"] == int(b) for c in out):
+                out.append({"stage": "compute profile", "model": cp["model"], "dataset": cp.get("dataset"),
+                            "batch": int(b), "ranks": ranks})
+    for key, v in (calib.get("strategy_steps_measured") or {}).items():
         if isinstance(v, dict) and v.get("model") and v.get("batch") and not v.get("skipped"):
             out.append({"stage": "strategies", "model": v["model"], "dataset": v.get("dataset"),
-                        "batch": int(v["batch"]), "ranks": ranks, "variant": variant})
+                        "batch": int(v["batch"]), "ranks": ranks, "variant": v.get("variant") or key.split("/")[0]})
     return out
 
 

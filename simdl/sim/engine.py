@@ -291,12 +291,9 @@ class MemoryCurve:
 
 
 def _compute_time(task, rows, rates) -> float:
-    from ..analytic.costs import memory_bound_time
+    from ..analytic.costs import compute_task_time
 
-    d = rows.segment(task.rows[0], task.rows[1], task.direction) if task.rows else 0.0
-    if task.bytes or task.kernels:
-        d += memory_bound_time(task.bytes, task.kernels, rates)
-    return d
+    return compute_task_time(task, rows, rates)
 
 
 def _busy(intervals, lo: float, hi: float) -> float:

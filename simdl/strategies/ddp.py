@@ -77,22 +77,27 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             continue
         # Split backward where buckets become ready, latest-ready boundary first.
         boundaries = sorted(set(ready_row), reverse=True)
-        seg_task: dict[int, int] = {}
         stop = n_rows
         prev = fwd
+        ar: list[int] = []
         for start in boundaries:
             pre = add_recompute(workload, add, (prev,), start, stop)
             prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(start, stop), direction="bwd"))
-            seg_task[start] = prev
+            # Reducer::mark_variable_ready copies each gradient into its bucket as it is
+            # ready (gradient_as_bucket_view=False); a full bucket is all-reduced at once.
+            for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
+                if row != start:
+                    continue
+                if not config.gradient_as_bucket_view:
+                    prev = add(Task(f"bucket_copy_in:bucket{k}", COMPUTE, "bwd", deps=(prev,),
+                                    bytes=2.0 * nbytes, kernels=len(buckets[k])))
+                ar.append(add(Task(f"all_reduce:bucket{k}", COMM, "comm", deps=(prev,),
+                                   collective="all_reduce", comm_bytes=nbytes, group="world")))
             stop = start
         if stop > 0:
             pre = add_recompute(workload, add, (prev,), 0, stop)
             prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=pre, rows=(0, stop), direction="bwd"))
         last_bwd = prev
-        ar = []
-        for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
-            ar.append(add(Task(f"all_reduce:bucket{k}", COMM, "comm", deps=(seg_task[row],),
-                               collective="all_reduce", comm_bytes=nbytes, group="world")))
         copy = add(Task("bucket_copy_out", COMPUTE, "bwd", deps=(last_bwd, ar[-1]),
                         bytes=2.0 * sum(bucket_bytes), kernels=len(buckets)))
         last_compute = (copy,)

@@ -88,24 +88,52 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         tasks.append(task)
         return len(tasks) - 1
 
+    def unsharded_allocs(u: int) -> tuple[float, ...]:
+        # alloc_all_gather_outputs: one unsharded tensor per parameter (_fsdp_param.py)
+        return tuple(n * ag_elem for n in units.units[u].param_numels)
+
     def all_gather(u: int, deps: tuple[int, ...], phase: str) -> int:
-        name = units.units[u].name or "root"
-        t = add(Task(f"all_gather:{phase}:{name}", COMM, "comm", deps=deps,
-                     collective="all_gather", comm_bytes=units.units[u].numel * ag_elem, group="shard"))
+        if shard_size == 1:
+            return local_unshard(u, deps, phase)
+        unit = units.units[u]
+        name = unit.name or "root"
+        full = unit.numel * ag_elem
+        # foreach_all_gather (_fsdp_collectives.py): the shards are copied into the flat
+        # all-gather buffer (all_gather_copy_in, which allocates the whole output) on the
+        # copy-in stream -- the compute stream on CPU, where there are no side streams.
+        cin = add(Task(f"copy_in:{phase}:{name}", COMPUTE, phase, deps=deps,
+                       bytes=2.0 * full / shard_size, kernels=1, allocs=(full,)))
+        t = add(Task(f"all_gather:{phase}:{name}", COMM, "comm", deps=(cin,),
+                     collective="all_gather", comm_bytes=full, group="shard"))
         # FSDP2 copies the gathered flat buffer out into the unsharded parameters
         # (foreach_all_gather_copy_out) on the compute stream: one read and one write.
         return add(Task(f"copy_out:{phase}:{name}", COMPUTE, phase, deps=(t,),
-                        bytes=2.0 * units.units[u].numel * ag_elem, kernels=1))
+                        bytes=2.0 * full, kernels=1, allocs=unsharded_allocs(u)))
+
+    def local_unshard(u: int, deps: tuple[int, ...], phase: str) -> int:
+        # Shard size 1 (NO_SHARD as HSDP): FSDPParamGroup.wait_for_unshard copies each
+        # sharded parameter into a freshly allocated unsharded one, no collective.
+        unit = units.units[u]
+        return add(Task(f"copy_out:{phase}:{unit.name or 'root'}", COMPUTE, phase, deps=deps,
+                        bytes=2.0 * unit.numel * ag_elem, kernels=unit.n_tensors, allocs=unsharded_allocs(u)))
 
     def reduce(u: int, after: int) -> None:
         if unit_bytes[u] == 0 or world == 1:
             return
         name = units.units[u].name or "root"
+        # foreach_reduce (_fsdp_collectives.py): the unsharded gradients are copied into one
+        # flat reduce-scatter input (foreach_reduce_scatter_copy_in, chunk_cat) on the
+        # compute stream, and the reduce output (a shard) is allocated.
+        cin = add(Task(f"rs_copy_in:{name}", COMPUTE, "bwd", deps=(after,), bytes=2.0 * unit_bytes[u], kernels=1,
+                       allocs=(unit_bytes[u], unit_bytes[u] / shard_size)))
         if sharding == "none":
-            reduce_tasks.append(add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(after,),
+            # Shard group of one: reduce_output.copy_(reduce_scatter_input), then the
+            # all-reduce over the replicate group.
+            cp = add(Task(f"rs_copy:{name}", COMPUTE, "bwd", deps=(cin,), bytes=2.0 * unit_bytes[u], kernels=1))
+            reduce_tasks.append(add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(cp,),
                                          collective="all_reduce", comm_bytes=unit_bytes[u], group="replicate")))
             return
-        rs = add(Task(f"reduce_scatter:{name}", COMM_REDUCE, "comm", deps=(after,),
+        rs = add(Task(f"reduce_scatter:{name}", COMM_REDUCE, "comm", deps=(cin,),
                       collective="reduce_scatter", comm_bytes=unit_bytes[u], group="shard"))
         if replicas > 1:
             rs = add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(rs,), collective="all_reduce",
@@ -158,9 +186,11 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         runs_left = [0] * len(units.units)
         for u, _, _ in runs:
             runs_left[u] += 1
-        schedule(runs, "fwd", lambda u: sharded and unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
+        # Every unit is unsharded before its forward (by an all-gather, or by a local copy
+        # when the shard group has one rank).
+        schedule(runs, "fwd", lambda u: unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
         # Backward: resharded units are gathered again; the root kept its parameters.
-        schedule(list(reversed(runs)), "bwd", lambda u: reshard and sharded and unit_bytes[u] > 0 and u != 0,
+        schedule(list(reversed(runs)), "bwd", lambda u: reshard and unit_bytes[u] > 0 and u != 0,
                  min(2, limit) if config.backward_prefetch == "pre" else 1)
 
     opt_deps = ((prev,) if prev is not None else ()) + ((reduce_tasks[-1],) if reduce_tasks else ())

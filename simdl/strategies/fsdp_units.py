@@ -32,6 +32,7 @@ class Unit:
     name: str  # module name; "" is the root
     numel: int
     n_tensors: int
+    param_numels: tuple[int, ...] = ()  # each parameter's numel, registration order
 
 
 @dataclass(frozen=True)
@@ -91,10 +92,12 @@ def fsdp_units(table: WorkloadTable, wrap: str) -> Units:
 
     numel: dict[str, int] = {"": 0}
     tensors: dict[str, int] = {"": 0}
+    sizes: dict[str, list[int]] = {"": []}
     for p in table.params:
         u = owner(p.module)
         numel[u] = numel.get(u, 0) + p.numel
         tensors[u] = tensors.get(u, 0) + 1
+        sizes.setdefault(u, []).append(p.numel)
     order: list[str] = [""]
     row_owner = [owner(n) for n in table.names]
     for u in row_owner:
@@ -104,5 +107,5 @@ def fsdp_units(table: WorkloadTable, wrap: str) -> Units:
     order += [u for u in numel if u not in order]
     index = {u: i for i, u in enumerate(order)}
     row_unit = np.array([index.get(u, 0) for u in row_owner], dtype=np.int64)
-    units = tuple(Unit(u, numel.get(u, 0), tensors.get(u, 0)) for u in order)
+    units = tuple(Unit(u, numel.get(u, 0), tensors.get(u, 0), tuple(sizes.get(u, ()))) for u in order)
     return Units(units, row_unit, note)

@@ -57,6 +57,9 @@ class Task:
     collective: str = ""
     comm_bytes: float = 0.0
     group: str = ""
+    # Sizes (bytes) of the buffers the task allocates, one per tensor: on host devices a
+    # buffer above the allocator's mmap threshold is mapped fresh and page-faults (costs.py).
+    allocs: tuple[float, ...] = ()
 
     @property
     def is_comm(self) -> bool:

@@ -18,6 +18,8 @@ designed for, and is described in the returned note (stored in the table):
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 import inspect
 from typing import Any, Callable
 
@@ -113,7 +115,16 @@ def load_factory(spec: str) -> Callable[..., Any]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:
-        raise SimdlError(f"cannot import model factory module {module_name!r}: {e}") from None
+        # Like `python -m`, look in the working directory too: the console script's path
+        # holds only its own folder, and a user's model module usually sits where they run.
+        cwd = os.getcwd()
+        if cwd in sys.path:
+            raise SimdlError(f"cannot import model factory module {module_name!r}: {e}") from None
+        sys.path.append(cwd)
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as e2:
+            raise SimdlError(f"cannot import model factory module {module_name!r}: {e2}") from None
     factory = module
     for part in attr.split("."):
         factory = getattr(factory, part, None)

@@ -6,7 +6,7 @@ import pytest
 
 from simdl.calibrate.collectives import CollectiveFit, fit_with_holdout, held_out_split
 from simdl.calibrate.compute import Run, RooflineFit, op_class
-from simdl.calibrate.overlap import InterferenceFit
+from simdl.calibrate.overlap import StrategyStepFit
 from simdl.calibrate.ps import PSFit
 from simdl.calibrate.records import read_jsonl
 from simdl.collectives.cost import collective_time
@@ -80,15 +80,34 @@ def test_op_classes():
     assert op_class("Sequential") == "other"
 
 
-def test_interference_fit_recovers_the_factor():
-    X = [{"measured_s": p0 + 2.5 * (p1 - p0), "pred_k0_s": p0, "pred_k1_s": p1}
-         for p0, p1 in ((0.05, 0.06), (0.1, 0.13), (0.2, 0.21))]
-    est = InterferenceFit().fit(X)
-    assert est.interference_ == pytest.approx(2.5, abs=1e-6)
-    assert np.allclose(est.predict(X), [x["measured_s"] for x in X])
-    # Anchored on the measured no-communication step: the compute model's error drops out.
-    Y = [dict(x, measured_local_s=0.04, pred_compute_s=0.03, measured_s=x["measured_s"] + 0.01) for x in X]
-    assert InterferenceFit().fit(Y).interference_ == pytest.approx(2.5, abs=1e-6)
+def _synthetic_step(theta, p):
+    """Compute, then communication slowed by f and delayed by a per call; free overlap (k = 0)
+    hides ``overlap`` seconds of it, serialisation (k = 1) none."""
+    k, f, a = theta
+    return p["compute"] + f * p["comm"] + a * p["calls"] - (1.0 - k) * p["overlap"]
+
+
+def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
+    truth = (1.0, 1.6, 3e-3)
+    pts = []
+    for model, (comp, comm, calls, ov) in {"a": (0.3, 0.1, 5, 0.05), "b": (0.5, 0.3, 40, 0.1),
+                                           "c": (0.2, 0.2, 60, 0.02)}.items():
+        for v, scale in (("ddp", 1.0), ("fsdp-full", 2.0)):
+            p = {"model": model, "variant": v, "compute": comp, "comm": comm * scale, "calls": calls * scale,
+                 "overlap": ov}
+            p["measured_s"] = _synthetic_step(truth, p)
+            pts.append(p)
+    est = StrategyStepFit().fit(pts, _synthetic_step)
+    assert est.load_factor_ == pytest.approx(1.6, rel=1e-3)
+    assert est.load_overhead_s_ == pytest.approx(3e-3, rel=1e-2)
+    assert np.max(np.abs(est.residuals_)) < 1e-4
+    assert np.min(np.abs(est.errors_before_)) > 0.05  # the defaults were wrong
+    # Every model is predicted from a fit to the others; exact data gives exact predictions.
+    assert set(est.held_out_) == {"a", "b", "c"}
+    assert all(abs(e) < 1e-3 for h in est.held_out_.values() for e in h["rel_errors"].values())
+    # A fit is bounded to physical values: k in [0, 1], f >= 1, a >= 0.
+    lo = StrategyStepFit().fit([dict(p, measured_s=p["compute"] * 0.5) for p in pts], _synthetic_step)
+    assert 0.0 <= lo.interference_ <= 1.0 and lo.load_factor_ >= 1.0 and lo.load_overhead_s_ >= 0.0
 
 
 def test_ps_fit():

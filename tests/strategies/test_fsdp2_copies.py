@@ -1,0 +1,60 @@
+"""The copies FSDP2 and DDP make around their collectives (what the plans schedule on the
+compute stream, and which buffers they allocate), read off PyTorch's source."""
+
+import pytest
+
+from simdl.cluster import allocate
+from simdl.strategies import StrategyConfig, build_plan
+from simdl.strategies.fsdp_units import fsdp_units
+from simdl.workload import workload as wl
+from simdl.workload.library import load_workload
+
+
+def _plan(strategy, sharding="full", gpus=2, model="resnet18"):
+    t = load_workload(model, "cifar10")
+    w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32")
+    return t, build_plan(w, allocate("cpu-local", gpus), StrategyConfig(name=strategy, sharding=sharding))
+
+
+def _names(plan, prefix):
+    return [t for t in plan.tasks if t.name.startswith(prefix)]
+
+
+@pytest.mark.parametrize("sharding", ["full", "grad_op"])
+def test_every_all_gather_has_its_copy_in_and_copy_out(sharding):
+    t, plan = _plan("fsdp", sharding)
+    units = fsdp_units(t, "block")
+    ags = _names(plan, "all_gather")
+    assert len(_names(plan, "copy_in")) == len(ags) == len(_names(plan, "copy_out"))
+    for i, task in enumerate(plan.tasks):
+        if task.name.startswith("all_gather"):
+            cin = plan.tasks[task.deps[0]]
+            assert cin.name.startswith("copy_in") and cin.stream == "compute"
+            # the copy-in allocates the whole gathered buffer and moves this rank's shard
+            assert cin.allocs == (task.comm_bytes,) and cin.bytes == pytest.approx(2 * task.comm_bytes / 2)
+    # copy-out allocates one unsharded tensor per parameter of the unit
+    largest = max(units.units, key=lambda u: u.numel)
+    out = [x for x in _names(plan, "copy_out") if x.name.endswith(":" + largest.name)][0]
+    assert sum(out.allocs) == largest.numel * 4 and len(out.allocs) == largest.n_tensors
+    # each reduce-scatter waits for the copy of the unit's gradients into its flat input
+    for task in _names(plan, "reduce_scatter"):
+        cin = plan.tasks[task.deps[0]]
+        assert cin.name.startswith("rs_copy_in") and cin.allocs[0] == task.comm_bytes
+
+
+def test_no_shard_copies_locally_once_and_all_reduces():
+    t, plan = _plan("fsdp", "none")
+    assert not _names(plan, "all_gather") and not _names(plan, "reduce_scatter")
+    copies = _names(plan, "copy_out")
+    assert copies and all(c.phase == "fwd" for c in copies)  # kept for backward: no second copy
+    assert len(_names(plan, "all_reduce")) == len(_names(plan, "rs_copy:"))
+    assert len(_names(plan, "rs_copy_in")) == len(_names(plan, "all_reduce"))
+
+
+def test_ddp_copies_each_bucket_in_before_its_all_reduce():
+    _, plan = _plan("ddp")
+    ars = _names(plan, "all_reduce")
+    assert len(_names(plan, "bucket_copy_in")) == len(ars) == plan.details["buckets"]
+    for task in ars:
+        cin = plan.tasks[task.deps[0]]
+        assert cin.name.startswith("bucket_copy_in") and cin.bytes == pytest.approx(2 * task.comm_bytes)
