@@ -118,6 +118,8 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
     raw = raw_preset("cpu-local")
     base = tmp_path / "base.yaml"
     raw.pop("compute_profile", None)
+    for k in ("collective_load_factor", "collective_load_overhead_us"):
+        raw["efficiency"].pop(k, None)
     base.write_text(yaml.safe_dump(raw))
     raw["efficiency"]["collective_load_factor"] = {"value": 2.0, "kind": "assumed", "source": "test"}
     raw["efficiency"]["collective_load_overhead_us"] = {"value": 1000, "kind": "assumed", "source": "test"}

@@ -83,7 +83,11 @@ REGIMES = {
 
 
 def _profile(tmp_path, regimes=REGIMES, name="r.yaml", **intra):
-    d = {"extends": "cpu-local", "name": "r", "efficiency": {"collective_regimes_intra": regimes}}
+    # The regimes alone: without the base profile's in-training load terms.
+    off = {"kind": "assumed", "source": "test"}
+    d = {"extends": "cpu-local", "name": "r", "efficiency": {
+        "collective_regimes_intra": regimes, "collective_load_factor": dict(off, value=1.0),
+        "collective_load_overhead_us": dict(off, value=0.0)}}
     if intra:
         d["intra_node"] = {k: {"value": v, "kind": "assumed", "source": "test"} for k, v in intra.items()}
     p = tmp_path / name
