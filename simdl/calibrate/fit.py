@@ -9,10 +9,13 @@ cluster profile. Groups:
   alpha-beta model per scope (the profile's base ``collective_*`` keys); each with a held-out
   check on message sizes left out of the fit;
 * compute -- the per-row roofline on the fit models, checked on a held-out model;
-  microbenchmarks per op class for reference;
+  microbenchmarks per op class for reference; the measured rows of every profiled model (a
+  compute profile, :mod:`simdl.analytic.measured`); the optimizer-step and copy bandwidths
+  and the page-fault cost of fresh buffers (:mod:`.stream`);
 * ps -- push/pull latency and bandwidth, server update bandwidth;
-* interference -- ``comm_compute_interference`` from DDP/FSDP steps (needs the other groups: it
-  predicts the steps with a provisional profile).
+* strategies -- ``comm_compute_interference`` and the collective load factor and delay from
+  DDP/FSDP steps (needs the other groups: it predicts the steps with a provisional profile;
+  :mod:`.overlap`).
 """
 
 from __future__ import annotations

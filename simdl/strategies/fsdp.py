@@ -74,7 +74,6 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     # gradients are reduced in fp32 (reduce_dtype=fp32, as torchtitan's default).
     ag_elem = 2 if workload.mixed_precision else elem
     unit_bytes = [u.numel * elem for u in units.units]
-    sharded = shard_size > 1
     reshard = sharding in ("full", "hybrid")
 
     limit = config.max_inflight_all_gathers

@@ -230,3 +230,21 @@ def test_collective_points_take_the_lower_quartile_of_all_passes_chunks(tmp_path
     assert p["time_s"] == pytest.approx(np.quantile(chunks, 0.25)) and p["n_chunks"] == 8
     assert p["time_s_passes"] == [1.5, 2.5, 4.5, 7.5]
     assert call_overheads(load_stage(tmp_path, "collectives")) == {"all_reduce": pytest.approx(1.25e-5)}
+
+
+def test_profile_models_option_parses_and_rejects_bad_input():
+    from simdl.calibrate.run import make_settings, parse_profile_models
+    from simdl.errors import SimdlError
+
+    assert parse_profile_models("vgg16:cifar10:48,24;validate.models:vgg16_w8:cifar10:16") == [
+        ("vgg16", "cifar10", [24, 48]), ("validate.models:vgg16_w8", "cifar10", [16])]
+    for bad, msg in (("vgg16:cifar10", "accepted: MODEL:DATASET"), ("vgg17:cifar10:8", "unknown model"),
+                     ("vgg16:cifar10:1,2", ">= 2"), ("vgg16:cifar10:a", "integers"),
+                     ("vgg16:imagenet2:8", "imagenet2")):
+        with pytest.raises(SimdlError, match=msg):
+            parse_profile_models(bad)
+    s = make_settings(nproc_per_node=2, quick=True, time_budget=None, output=None,
+                      profile_models="vgg16:cifar10:24,48;convnext_large:cifar10:24")
+    # vgg16 is a fit model of the roofline, so it stays in that fit; convnext_large is profiled only
+    assert "convnext_large" in s["compute_profile_only"] and "vgg16" not in s["compute_profile_only"]
+    assert "convnext_large:cifar10:24" in s["compute_models"] and s["strategy_models"]
