@@ -796,24 +796,24 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
     return eff
 
 
-def _load_factor(raw: Mapping[str, Any], where: str) -> Sourced | None:
-    if "collective_load_factor" not in raw:
+def _bounded(raw: Mapping[str, Any], key: str, where: str, lo: float, hi: float, meaning: str) -> Sourced | None:
+    """An optional sourced number that must lie in [lo, hi]."""
+    if key not in raw:
         return None
-    s = read(raw, "collective_load_factor", where=where)
-    if not 1.0 <= s.value <= 10.0:
-        raise SimdlError(f"{where}: collective_load_factor = {s.value}; accepted: 1 <= value <= 10 "
-                         "(how many times slower a collective runs inside a training step)")
+    s = read(raw, key, where=where)
+    if not lo <= s.value <= hi:
+        raise SimdlError(f"{where}: {key} = {s.value}; accepted: {lo:g} <= value <= {hi:g} ({meaning})")
     return s
+
+
+def _load_factor(raw: Mapping[str, Any], where: str) -> Sourced | None:
+    return _bounded(raw, "collective_load_factor", where, 1.0, 10.0,
+                    "how many times slower a collective runs inside a training step")
 
 
 def _interference(raw: Mapping[str, Any], where: str) -> Sourced | None:
-    if "comm_compute_interference" not in raw:
-        return None
-    s = read(raw, "comm_compute_interference", where=where)
-    if not 0.0 <= s.value <= 20.0:
-        raise SimdlError(f"{where}: comm_compute_interference = {s.value}; accepted: 0 <= value <= 20 "
-                         "(seconds added per second of concurrent compute and communication)")
-    return s
+    return _bounded(raw, "comm_compute_interference", where, 0.0, 20.0,
+                    "seconds added per second of concurrent compute and communication")
 
 
 def _parse_memory(raw: Mapping[str, Any], where: str) -> MemoryOverheads:
