@@ -23,6 +23,8 @@ event, which keeps the cost per change small at 1024 GPUs.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -186,8 +188,11 @@ class Network:
         self._advance()
         # Finish flows that have drained.
         keep = []
+        # A drain time too small to move the clock (below the float spacing of ``now``) would
+        # schedule a wake-up at the same instant again and again: such a flow is finished too.
+        eps = max(_EPS_TIME, 4.0 * math.ulp(self.env.now))
         for f in self.flows:
-            if f.remaining <= 0 or (f.rate > 0 and f.remaining / f.rate <= _EPS_TIME) or f.remaining <= 1e-12 * f.nbytes:
+            if f.remaining <= 0 or (f.rate > 0 and f.remaining / f.rate <= eps) or f.remaining <= 1e-12 * f.nbytes:
                 self._after_latency(f.done, f.latency)
             else:
                 keep.append(f)
