@@ -240,6 +240,19 @@ def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None) 
     return rc, " ".join(cmd), time.perf_counter() - t
 
 
+def _killed_rank(log: Path) -> str:
+    """Why torchrun lost a rank, when its log says a rank died of SIGKILL (exit -9): on Linux
+    that is nearly always the kernel's out-of-memory killer (more ranks x resident set
+    than RAM); torchrun only prints the exit code."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return ""
+    if "(exitcode: -9)" in text or "exitcode  : -9" in text:
+        return " (a rank was killed by SIGKILL, exit -9: usually the out-of-memory killer; see `dmesg`)"
+    return ""
+
+
 def merge_ranks(run: RunSpec, workdir: Path) -> dict:
     """One measured record from the ranks' files (see validate/measure.py for each figure)."""
     from . import measure
@@ -328,7 +341,8 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
             rec["error"] = f"torchrun exited with {rc}"
     except Exception as e:  # noqa: BLE001 -- a failed run is recorded, the sweep goes on
         rec["status"] = "failed"
-        rec["error"] = f"{e}" + (" (timeout)" if rc == -9 else "") + f"; see {workdir / 'log.txt'}"
+        rec["error"] = f"{e}" + (" (timeout)" if rc == -9 else "") + _killed_rank(workdir / "log.txt") \
+            + f"; see {workdir / 'log.txt'}"
     rec["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     rec["host"] = host_info()
     return rec

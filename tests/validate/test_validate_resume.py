@@ -88,3 +88,13 @@ def test_reduced_fsdp_prediction_uses_the_block_units(tmp_path):
     # 13 convs + 3 fc layers as units, plus the root: the units validate.train shards
     assert pred["analytic"]["fsdp_units"] == 17
     assert run.model_name not in DEFAULT_WRAP_TYPES
+
+
+def test_killed_rank_is_named(tmp_path):
+    """A rank the OOM killer ended shows in the failure record, not only in the log."""
+    log = tmp_path / "log.txt"
+    log.write_text("E1123 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 24562) of binary: python\n")
+    assert "out-of-memory" in vrun._killed_rank(log)
+    log.write_text("E1123 api.py:1002] failed (exitcode: 1) local_rank: 0\n")
+    assert vrun._killed_rank(log) == ""
+    assert vrun._killed_rank(tmp_path / "missing.txt") == ""
