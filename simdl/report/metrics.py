@@ -71,15 +71,28 @@ METRIC_BY_KEY = {m.key: m for m in METRICS}
 
 
 def read_results(path: str | Path) -> list[dict]:
-    """Every complete JSON line (a torn last line is skipped)."""
-    out = []
+    """Every complete JSON line (a torn last line is skipped). A run recorded more than once
+    (``validate.run --resume --retry-failed`` appends the new attempt) counts once, as its
+    latest record, in the place of its first; ``attempts`` says how many there were."""
+    out: list[dict] = []
+    where: dict[str, int] = {}
     for line in Path(path).read_text().splitlines():
         line = line.strip()
-        if line:
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
+        if not line:
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        rid = rec.get("run_id") if isinstance(rec, dict) else None
+        if rid is not None and rid in where:
+            i = where[rid]
+            rec["attempts"] = out[i].get("attempts", 1) + 1
+            out[i] = rec
+        else:
+            if rid is not None:
+                where[rid] = len(out)
+            out.append(rec)
     return out
 
 

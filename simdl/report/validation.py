@@ -171,9 +171,9 @@ def _calibration_section(records: list[dict]) -> list[str]:
     if configs:
         lines += ["Validation runs with a model, dataset and batch size the calibration also measured: "
                   + (", ".join(f"`{c}`" for c in clash) if clash else "**none**") + ".", ""]
-    profiled = sorted({c["model"] for c in configs if c["stage"] == "compute profile"})
+    profiled = sorted({(c["model"], c.get("dataset") or "?") for c in configs if c["stage"] == "compute profile"})
     if profiled:
-        lines += ["The per-row compute times of " + ", ".join(f"`{m}`" for m in profiled) + " come from the "
+        lines += ["The per-row compute times of " + ", ".join(f"`{m}` ({d})" for m, d in profiled) + " come from the "
                   "profile's compute profile: each row timed by `simdl calibrate` (compute stage, every rank "
                   "at once, no communication) at the batch sizes listed above, and interpolated linearly in "
                   "the batch to each validation run's batch size, which the calibration did not measure. "
@@ -192,21 +192,25 @@ def calibration_configs(calib: dict) -> list[dict]:
     out: list[dict] = []
     prov = calib.get("provenance") or {}
     ranks = prov.get("ranks")
-    datasets: dict[str, str] = {}
+    # Rows of the compute stage, per (model, dataset): one model may be measured on several
+    # datasets ("model:dataset:b1,b2;..."), each with its own batch sizes.
     spec = ((prov.get("settings") or {}).get("compute_models")) or ""
-    for part in str(spec).split(";"):  # "model:dataset:b1,b2"
-        bits = part.split(":")
-        if len(bits) == 3:
-            datasets[bits[0]] = bits[1]
-    for model, batches in ((calib.get("compute") or {}).get("batches") or {}).items():
-        for b in batches or ():
-            out.append({"stage": "compute", "model": model, "dataset": datasets.get(model), "batch": int(b),
-                        "ranks": ranks})
-    for cp in calib.get("compute_profiles") or ():
-        for b in cp.get("batches") or ():
-            if not any(c["stage"] == "compute" and c["model"] == cp["model"] and c["batch"] == int(b) for c in out):
-                out.append({"stage": "compute profile", "model": cp["model"], "dataset": cp.get("dataset"),
-                            "batch": int(b), "ranks": ranks})
+    measured: dict[tuple[str, str | None], set[int]] = {}
+    for part in str(spec).split(";"):
+        bits = part.strip().split(":")
+        if len(bits) == 3 and bits[2]:
+            measured.setdefault((bits[0], bits[1]), set()).update(int(b) for b in bits[2].split(",") if b.strip())
+    if not measured:  # older records: batches per model only
+        for model, batches in ((calib.get("compute") or {}).get("batches") or {}).items():
+            measured.setdefault((model, None), set()).update(int(b) for b in batches or ())
+    profiled = {(cp.get("model"), cp.get("dataset")) for cp in calib.get("compute_profiles") or ()}
+    for cp in calib.get("compute_profiles") or ():  # profiles not named in the settings
+        measured.setdefault((cp["model"], cp.get("dataset")), set()).update(int(b) for b in cp.get("batches") or ())
+    for (model, dataset), batches in sorted(measured.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
+        # "compute profile": these rows are also the per-row times predictions use for this model
+        stage = "compute profile" if (model, dataset) in profiled else "compute"
+        out += [{"stage": stage, "model": model, "dataset": dataset, "batch": b, "ranks": ranks}
+                for b in sorted(batches)]
     for key, v in (calib.get("strategy_steps_measured") or {}).items():
         if isinstance(v, dict) and v.get("model") and v.get("batch") and not v.get("skipped"):
             out.append({"stage": "strategies", "model": v["model"], "dataset": v.get("dataset"),

@@ -84,3 +84,30 @@ def test_calibration_configs_and_overlap(results_file, tmp_path):
     assert "uncalibrated" not in text and "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text
     # the smoke profile's PS runs use mnist_cnn at batch 48: flagged as overlapping
     assert "also measured: `exp2-mnist_cnn-ps-async" in text
+
+
+def test_calibration_configs_keep_each_dataset():
+    """A model measured on two datasets lists each dataset with its own batches, and the rows
+    that also form the compute profile say so."""
+    from simdl.report.validation import calibration_configs
+
+    calib = {"provenance": {"ranks": 2, "settings": {"compute_models": "vgg16:cifar10:2,8;vgg16:mnist:24,48"}},
+             "compute": {"batches": {"vgg16": [2, 8, 24, 48]}},
+             "compute_profiles": [{"model": "vgg16", "dataset": "mnist", "batches": [24, 48]}]}
+    got = {(c["stage"], c["dataset"], c["batch"]) for c in calibration_configs(calib)}
+    assert got == {("compute", "cifar10", 2), ("compute", "cifar10", 8),
+                   ("compute profile", "mnist", 24), ("compute profile", "mnist", 48)}
+
+
+def test_retried_run_counts_once_as_its_latest_attempt(tmp_path):
+    import json
+
+    from simdl.report.metrics import read_results
+
+    p = tmp_path / "r.jsonl"
+    p.write_text("".join(json.dumps(r) + "\n" for r in (
+        {"run_id": "a", "status": "failed", "error": "oom"}, {"run_id": "b", "status": "ok"},
+        {"run_id": "a", "status": "ok"})))
+    recs = read_results(p)
+    assert [(r["run_id"], r["status"]) for r in recs] == [("a", "ok"), ("b", "ok")]
+    assert recs[0]["attempts"] == 2 and "attempts" not in recs[1]
