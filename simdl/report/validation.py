@@ -352,7 +352,7 @@ def runs_table(records: list[dict]) -> list[str]:
     lines = ["## Runs", "", "| run | status | processes | steps/rank | wall | data |", "|---|---|---|---|---|---|"]
     for r in records:
         m = r.get("measured") or {}
-        status = r.get("status", "?") if r.get("status") == "ok" else f"failed: {str(r.get('error', ''))[:120]}"
+        status = r.get("status", "?") if r.get("status") == "ok" else f"failed: {str(r.get('error', '')).rsplit('; see ', 1)[0][:160]}"
         lines.append(f"| `{r['run_id']}` | {status} | {r.get('processes', '?')}{_flag(r)} | {m.get('steps_per_rank', '-')} | "
                      f"{r.get('wall_s', 0):.0f} s | {m.get('data', '-')} |")
     lines.append("")
