@@ -95,12 +95,22 @@ def allocations(profiler_result, device: str = "cpu", step_markers: tuple[str, .
     return out
 
 
+# Ops whose output is handed to a collective and may be released by the backend's thread:
+# c10d's broadcast_coalesced (torch/csrc/distributed/c10d/comm.cpp; DDP's initial
+# _sync_module_states and its per-forward buffer broadcast) flattens each bucket with
+# flatten_dense_tensors and broadcasts the flat tensor; gloo's AsyncWork holds it too, and
+# when the worker thread drops the last reference the free goes unreported. Seen on 2-rank
+# DDP mnist_cnn steps: in about half the runs one rank keeps a phantom params-sized buffer.
+_COLLECTIVE_INPUT_OPS = ("aten::flatten_dense_tensors",)
+
+
 def _freed_unseen(node) -> bool:
     """An allocation inside a c10d collective op whose free was never reported: the
-    backend's own buffer (gloo's reduce-scatter clone), released with its work."""
+    backend's own buffer (gloo's reduce-scatter clone), released with its work; or the
+    output of an op that builds a collective's input (``_COLLECTIVE_INPUT_OPS``)."""
     p = node.parent
     while p is not None:
-        if p.name.startswith("c10d::") or p.name.startswith("gloo:"):
+        if p.name.startswith("c10d::") or p.name.startswith("gloo:") or p.name in _COLLECTIVE_INPUT_OPS:
             return True
         p = p.parent
     return False

@@ -70,3 +70,26 @@ def test_an_address_reused_without_a_free_closes_the_first_allocation():
     allocs = sorted(allocations(Result([root, second])), key=lambda a: a.start_ns)
     assert allocs[0].repaired and allocs[0].end_ns == 20  # min(range end 50, reuse at 20)
     assert allocs[1].end_ns is None and not allocs[1].repaired
+
+
+def test_flattened_broadcast_input_freed_by_gloo_is_repaired():
+    """DDP's initial broadcast_coalesced flattens the parameters; gloo's thread may free the
+    flat buffer unseen. It must not stay live through the steps (a phantom params-sized
+    buffer on one rank in about half of the 2-rank DDP runs)."""
+    from simdl.memory.measured import allocations, live_curve, peak_between
+
+    params = _mem(None, -10, 0xA, 4000)
+    flat = Node("aten::flatten_dense_tensors", 0, 20)
+    cat = Node("aten::cat", 1, 19, parent=flat)
+    _mem(cat, 2, 0xF, 4000)  # the flat copy; its free is never reported
+    step = Node("validate::measured_step", 100, 1000)
+    act = Node("aten::empty", 200, 210, parent=step)
+    _mem(act, 201, 0xD, 100)
+    _mem(act, 209, 0xD, -100)
+    allocs = allocations(Result([params, flat, step]), step_markers=("validate::measured_step",))
+    buf = next(a for a in allocs if a.start_ns == 2)
+    assert buf.repaired and buf.end_ns == 20
+    t, live = live_curve(allocs)
+    assert peak_between(t, live, 100, 1000)[1] == 4100
+    # an ordinary allocation whose free is never seen (a parameter) stays live
+    assert next(a for a in allocs if a.start_ns == -10).end_ns is None
