@@ -8,7 +8,6 @@ tests all read them from here. Error is signed relative error ``(predicted - mea
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,16 +73,11 @@ def read_results(path: str | Path) -> list[dict]:
     """Every complete JSON line (a torn last line is skipped). A run recorded more than once
     (``validate.run --resume --retry-failed`` appends the new attempt) counts once, as its
     latest record, in the place of its first; ``attempts`` says how many there were."""
+    from ..calibrate.records import read_jsonl
+
     out: list[dict] = []
     where: dict[str, int] = {}
-    for line in Path(path).read_text().splitlines():
-        line = line.strip()
-        if not line:
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
+    for rec in read_jsonl(Path(path)):
         rid = rec.get("run_id") if isinstance(rec, dict) else None
         if rid is not None and rid in where:
             i = where[rid]

@@ -197,7 +197,8 @@ def calibration_configs(calib: dict) -> list[dict]:
     spec = ((prov.get("settings") or {}).get("compute_models")) or ""
     measured: dict[tuple[str, str | None], set[int]] = {}
     for part in str(spec).split(";"):
-        bits = part.strip().split(":")
+        # as simdl.calibrate.run.parse_profile_models: a model may be "package.module:factory"
+        bits = part.strip().rsplit(":", 2)
         if len(bits) == 3 and bits[2]:
             measured.setdefault((bits[0], bits[1]), set()).update(int(b) for b in bits[2].split(",") if b.strip())
     if not measured:  # older records: batches per model only

@@ -91,12 +91,14 @@ def test_calibration_configs_keep_each_dataset():
     that also form the compute profile say so."""
     from simdl.report.validation import calibration_configs
 
-    calib = {"provenance": {"ranks": 2, "settings": {"compute_models": "vgg16:cifar10:2,8;vgg16:mnist:24,48"}},
+    calib = {"provenance": {"ranks": 2, "settings": {
+        "compute_models": "vgg16:cifar10:2,8;vgg16:mnist:24,48;validate.models:vgg16_w8:cifar10:16"}},
              "compute": {"batches": {"vgg16": [2, 8, 24, 48]}},
              "compute_profiles": [{"model": "vgg16", "dataset": "mnist", "batches": [24, 48]}]}
-    got = {(c["stage"], c["dataset"], c["batch"]) for c in calibration_configs(calib)}
-    assert got == {("compute", "cifar10", 2), ("compute", "cifar10", 8),
-                   ("compute profile", "mnist", 24), ("compute profile", "mnist", 48)}
+    got = {(c["stage"], c["model"], c["dataset"], c["batch"]) for c in calibration_configs(calib)}
+    assert got == {("compute", "vgg16", "cifar10", 2), ("compute", "vgg16", "cifar10", 8),
+                   ("compute profile", "vgg16", "mnist", 24), ("compute profile", "vgg16", "mnist", 48),
+                   ("compute", "validate.models:vgg16_w8", "cifar10", 16)}
 
 
 def test_retried_run_counts_once_as_its_latest_attempt(tmp_path):
