@@ -85,7 +85,8 @@ class MemoryOptions:
       byte of an FSDP all-gather's output / reduce-scatter's input, live during the call
       (:mod:`simdl.collectives.backends`: 0 for NCCL, 1 for gloo).
     conv_backward_scratch: the device's scratch during a convolution's backward, per byte
-      of its input plus its output gradient (the cluster's ``memory.conv_backward_scratch``).
+      of the larger of its input plus its output gradient and its weight gradient (the
+      cluster's ``memory.conv_backward_scratch``).
     """
 
     activation_checkpointing: bool = False
@@ -297,10 +298,12 @@ def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float
     ev.add(bwd + 0.75, GRADS, g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.3, TEMP, r.grad_in, direction=BWD, row=rows, label="input gradient")
     if conv_scratch:
-        # The kernel's own copies (oneDNN reorders input and output gradient on the CPU),
-        # beside the input gradient it has produced.
+        # The kernel's own copies beside the input gradient it has produced: oneDNN
+        # reorders the input and output gradient, or, when the weight is the larger
+        # (deep layers at small spatial size), works on a weight-sized gradient buffer
+        # instead -- measured: the larger of the two (cluster key conv_backward_scratch).
         conv = tree.leaf & np.isin(np.asarray(table.types), CONV_TYPES)
-        sc = np.where(conv, conv_scratch * (r.grad_in + r.out), 0.0)
+        sc = np.where(conv, conv_scratch * np.maximum(r.grad_in + r.out, g), 0.0)
         ev.add(bwd + 0.32, TEMP, sc, direction=BWD, row=rows, label="convolution backward scratch")
         ev.add(bwd + 0.34, TEMP, -sc, direction=BWD, row=rows, label="convolution backward scratch")
     ev.add(bwd + 0.7, ACT, -saved, direction=BWD, row=rows, edge=1, label="saved activations")
