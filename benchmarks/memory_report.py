@@ -105,7 +105,8 @@ def main() -> None:
                 sharding = strategy.removeprefix("fsdp-")
                 meas = max(max(p) for p in real_fsdp_step(m, t.input_shape, t.num_classes, b, units, world=2,
                                                           sharding=sharding))
-                kw = {} if strategy == "ddp" else {"sharding": sharding}
+                # real_fsdp_step gives the root reshard_after_forward explicitly (full: True).
+                kw = {} if strategy == "ddp" else {"sharding": sharding, "reshard_root": sharding == "full"}
                 ours = simdl.predict(model=m, strategy=strategy.split("-")[0], gpus=2, cluster="cpu-local", dataset=ds,
                                      batch_size=b, **kw).peak_tensor_bytes
                 real.append(ours / meas - 1)

@@ -62,6 +62,9 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
                    help="checkpoint every block (torch.utils.checkpoint): less memory, recomputed forward")
     p.add_argument("--cpu-offload", action="store_true",
                    help="FSDP CPUOffloadPolicy: sharded params, grads and optimizer state in host memory")
+    p.add_argument("--reshard-root", action="store_true",
+                   help="FSDP full/hybrid: the root was given reshard_after_forward=True explicitly, so it is "
+                        "resharded after forward and gathered again for backward (default: kept, FSDP2's default)")
     p.add_argument("--engine", default="analytic", help="analytic | sim (default analytic)")
 
 
@@ -69,7 +72,7 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
     keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes",
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
-            "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload")
+            "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root")
     return {k: getattr(a, k) for k in keys}
 
 

@@ -61,6 +61,7 @@ def predict(
     grad_accumulation: int = 1,
     activation_checkpointing: bool = False,
     cpu_offload: bool = False,
+    reshard_root: bool = False,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -124,6 +125,7 @@ def predict(
         bucket_cap_bytes=DDP_BUCKET_CAP_BYTES if bucket_cap_mb is None else bucket_cap_mb * MiB,
         algorithm=algorithm,
         cpu_offload=cpu_offload,
+        reshard_root=bool(reshard_root),
     )
     plan = build_plan(workload, alloc, config)
     echo = {
@@ -155,7 +157,8 @@ def predict(
         echo["first_bucket_bytes"] = config.first_bucket_bytes
         echo["buckets"] = plan.details["buckets"]
     if config.name == "fsdp":
-        echo.update(sharding=sharding, wrap=wrap, fsdp_units=plan.details["units"], cpu_offload=cpu_offload)
+        echo.update(sharding=sharding, wrap=wrap, fsdp_units=plan.details["units"], cpu_offload=cpu_offload,
+                    reshard_root=plan.details["reshard_root"])
     if config.is_ps:
         echo["ps_servers"] = ps_servers
         if config.name == "ps-ssp":

@@ -133,7 +133,9 @@ def prediction_kwargs(run: RunSpec, cluster_path: str) -> dict:
     else:  # a reduced model: its own table, traced from its factory
         kw.update(dataset=run.dataset, input_shape="x".join(map(str, SHAPES[run.dataset])), num_classes=10)
     if run.strategy == "fsdp":
-        kw.update(sharding=run.sharding, wrap="block")
+        # validate/train.py gives every unit, the root included, reshard_after_forward
+        # explicitly (True for full and hybrid), so FSDP2 reshards the root too.
+        kw.update(sharding=run.sharding, wrap="block", reshard_root=run.sharding in ("full", "hybrid"))
     if run.is_ps:
         kw["ps_servers"] = 1
         if run.strategy == "ps-ssp":

@@ -126,7 +126,9 @@ def _wrap_spmd(run: RunSpec, model, device, world):
     for m in list(model.modules()):
         if m is not model and type(m).__name__ in types:
             fully_shard(m, mesh=mesh, reshard_after_forward=reshard)
-    # FSDP2 keeps the root's parameters gathered after forward either way
+    # Given explicitly, True reshards the root after forward too (FSDP2 keeps the root
+    # gathered only for the default None: _fsdp_state._lazy_init); simdl predicts these
+    # runs with reshard_root (validate.run.prediction_kwargs).
     fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
     return model
 

@@ -137,7 +137,8 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
         kw = dict(model=m["model"], strategy="ddp" if v == "ddp" else "fsdp", gpus=ranks, dataset=m["dataset"],
                   batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0)
         if v != "ddp":
-            kw.update(sharding=v.split("-", 1)[1], wrap="block")
+            # calibration/strategies.py gives the root reshard_after_forward explicitly too.
+            kw.update(sharding=v.split("-", 1)[1], wrap="block", reshard_root=v == "fsdp-full")
         local = strat.get(f"local/{m['model']}/{m['batch']}", {}).get("step_s")
         pts.append({"key": key, "variant": v, "model": m["model"], "batch": m["batch"], "measured_s": m["step_s"],
                     "measured_local_s": local, "kwargs": kw})

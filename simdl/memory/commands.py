@@ -73,6 +73,7 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     cfg = StrategyConfig(name=c["strategy"], sharding=c.get("sharding", "full"), wrap=c.get("wrap", "block"),
                          ps_servers=c.get("ps_servers", 1), staleness_bound=c.get("staleness_bound", 3),
                          cpu_offload=bool(c.get("cpu_offload", False)),
+                         reshard_root=bool(c.get("reshard_root", False)),
                          **({"bucket_cap_bytes": bucket * MiB} if bucket else {}))
     plan = build_plan(wl, alloc, cfg)
     opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)

@@ -237,6 +237,10 @@ def _positions(n: int):
 CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d")
 
 
+# Containers whose input's two gradients are summed out of place (see _row_events).
+OUT_OF_PLACE_JOIN_TYPES = ("SqueezeExcitation",)
+
+
 def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float, mixed: bool,
                 checkpoint: bool, grad_scale: float, conv_scratch: float = 0.0) -> None:
     """Forward and backward events of the rows: activations, temporaries, gradients."""
@@ -290,6 +294,16 @@ def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float
     ev.add(bwd + 0.1, TEMP, held, direction=BWD, row=rows, label="skip-path gradient")
     ev.add(bwd[tree.first_leaf] + 0.95, TEMP, -held, direction=BWD, row=tree.first_leaf, edge=1,
            label="skip-path gradient")
+    # A squeeze-and-excitation block multiplies its input by a scale computed from that
+    # input: the two gradients of the input (the multiply's, held; the squeeze path's,
+    # from its first row) are summed into a new tensor before both are freed, where a
+    # residual add's are summed in place. Seen in MemTracker's trace of MobileNetV3-Large
+    # (features.12.block.2, batch 32): +X at the end of the avgpool's backward, then -2X.
+    joins = np.where(tree.merge & np.isin(np.asarray(table.types), OUT_OF_PLACE_JOIN_TYPES), r.out, 0.0)
+    ev.add(bwd[tree.first_leaf] + 0.93, TEMP, joins, direction=BWD, row=tree.first_leaf, edge=1,
+           label="gradient sum")
+    ev.add(bwd[tree.first_leaf] + 0.94, TEMP, -joins, direction=BWD, row=tree.first_leaf, edge=1,
+           label="gradient sum")
     # A parameter gradient is first autograd's output (a temporary) and becomes ``.grad``
     # when AccumulateGrad steals it, after the row's backward kernels.
     g = r.params * grad_scale
@@ -391,8 +405,13 @@ def _unit_rows(table: WorkloadTable, wrap: str) -> tuple[_UnitRows, ...]:
 
 @lru_cache(maxsize=2048)
 def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: str, opts: MemoryOptions,
-                   wrap: str, reshard_after_forward: bool, gathered: bool = True) -> Timeline:
+                   wrap: str, reshard_after_forward: bool, gathered: bool = True,
+                   reshard_root: bool = False) -> Timeline:
     """FSDP2 with a shard group of ``shard_size`` ranks (set by ``with_shard_size``).
+
+    ``reshard_root``: the root unit is resharded after forward too and gathered again
+    when backward starts (fully_shard(root, reshard_after_forward=True) given explicitly;
+    simdl.strategies.config.StrategyConfig.reshard_root).
 
     ``gathered``: the shard group has more than one rank, so units are all-gathered and
     gradients reduce-scattered; with one rank FSDP2 copies instead (module doc).
@@ -463,9 +482,9 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
             # local ``prev_all_gather_state`` keeps the buffer alive until it returns.
             ev.add(p + 0.003, COMM, -prev_ag[0], direction=FWD, row=u.row, label=f"all-gather output {prev_ag[1]}")
         prev_ag = (b, u.name or "root") if gathered else None
-        if reshard_after_forward and u.row != 0:
+        if reshard_after_forward and (u.row != 0 or reshard_root):
             ev.add(f_post(u.row), PARAMS, -b, direction=FWD, row=int(tree.end[u.row]) - 1, edge=1,
-                   label=f"reshard {u.name}")
+                   label=f"reshard {u.name or 'root'}")
     if prev_ag is not None:
         ev.add(f_post(0) + 0.04, COMM, -prev_ag[0], direction=FWD, row=last_row, edge=1,
                label=f"all-gather output {prev_ag[1]}")
@@ -476,15 +495,16 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
     for idx in range(len(post_order) - 1, -1, -1):
         u = post_order[idx]
         b = u.numel * pe
-        resharded = reshard_after_forward and u.row != 0
+        resharded = reshard_after_forward and (u.row != 0 or reshard_root)
         p = b_pre(u.row)
         last = int(tree.end[u.row]) - 1  # backward of the unit starts at its last row
         if resharded:
+            name = u.name or "root"
             if gathered and u.name not in prefetched:
-                gather(p, b, BWD, last, u.name, "all-gather output")
-            ev.add(p + 0.002, PARAMS, b, direction=BWD, row=last, label=f"unsharded {u.name}")
+                gather(p, b, BWD, last, name, "all-gather output")
+            ev.add(p + 0.002, PARAMS, b, direction=BWD, row=last, label=f"unsharded {name}")
             if gathered:
-                ev.add(p + 0.003, COMM, -b, direction=BWD, row=last, label=f"all-gather output {u.name}")
+                ev.add(p + 0.003, COMM, -b, direction=BWD, row=last, label=f"all-gather output {name}")
         if idx > 0 and gathered:
             v = post_order[idx - 1]
             if reshard_after_forward and v.row != 0:
@@ -544,7 +564,8 @@ def build_timeline(workload: Workload, plan, options: MemoryOptions | None = Non
         bucket = float(d.get("comm_buffer_bytes", 0.0))
         return _replica_timeline(*key, opts, bucket, False)
     shard = int(d["shard_size"])
-    tl = _fsdp_timeline(*key, opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]), shard > 1)
+    tl = _fsdp_timeline(*key, opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]), shard > 1,
+                        bool(d.get("reshard_root", False)))
     return _sharded(tl, shard)
 
 

@@ -38,6 +38,12 @@ class StrategyConfig:
     # FSDP1 limit_all_gathers=True allows 2 in-flight all-gathers (torch/distributed/fsdp/
     # _runtime_utils.py, _limit_all_gathers); FSDP2 prefetches one unit ahead by default.
     max_inflight_all_gathers: int = 2
+    # Whether the root unit is resharded after forward too (full / hybrid sharding). FSDP2
+    # keeps the root gathered only when fully_shard's reshard_after_forward is left at its
+    # default None (torch/distributed/fsdp/_fully_shard/_fsdp_state.py, _lazy_init: the
+    # root heuristic runs if _auto_reshard_after_forward); an explicit True reshards the
+    # root as well, and its backward starts by gathering it again. FSDP1 keeps the root.
+    reshard_root: bool = False
     # FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer state in host memory.
     cpu_offload: bool = False
     # DDP(gradient_as_bucket_view=False) is PyTorch's default: gradients and buckets are

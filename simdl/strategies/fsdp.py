@@ -20,8 +20,10 @@ unit's compute (forward prefetch; backward prefetch "pre" issues the next backwa
 all-gather before the current unit's backward compute, "post" after it). At most
 ``max_inflight_all_gathers`` unsharded units are gathered ahead of compute. Reduce-
 scatters run on a separate stream. The root unit is not resharded after forward
-(FSDP2 sets reshard_after_forward=False for the root: its parameters are needed again
-at once for backward).
+(FSDP2 sets reshard_after_forward=False for the root when the argument is left at its
+default: its parameters are needed again at once for backward), unless
+``StrategyConfig.reshard_root`` says the root was given reshard_after_forward=True
+explicitly, as validate/train.py does.
 """
 
 from __future__ import annotations
@@ -75,6 +77,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     ag_elem = 2 if workload.mixed_precision else elem
     unit_bytes = [u.numel * elem for u in units.units]
     reshard = sharding in ("full", "hybrid")
+    reshard_root = reshard and config.reshard_root
 
     limit = config.max_inflight_all_gathers
     tasks: list[Task] = []
@@ -188,8 +191,9 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         # Every unit is unsharded before its forward (by an all-gather, or by a local copy
         # when the shard group has one rank).
         schedule(runs, "fwd", lambda u: unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
-        # Backward: resharded units are gathered again; the root kept its parameters.
-        schedule(list(reversed(runs)), "bwd", lambda u: reshard and unit_bytes[u] > 0 and u != 0,
+        # Backward: resharded units are gathered again; the root kept its parameters
+        # (unless resharded too).
+        schedule(list(reversed(runs)), "bwd", lambda u: reshard and unit_bytes[u] > 0 and (u != 0 or reshard_root),
                  min(2, limit) if config.backward_prefetch == "pre" else 1)
 
     opt_deps = ((prev,) if prev is not None else ()) + ((reduce_tasks[-1],) if reduce_tasks else ())
@@ -211,6 +215,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             "shard_size": shard_size,
             "replicas": replicas,
             "reshard_after_forward": reshard,
+            "reshard_root": reshard_root,
             "all_gather_elem_bytes": ag_elem,
             "largest_unit_bytes": max(unit_bytes) if unit_bytes else 0,
             "root_unit_bytes": unit_bytes[0] if unit_bytes else 0,

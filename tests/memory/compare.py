@@ -83,7 +83,8 @@ def compare_fsdp(model: str, batch: int, optimizer: str, world: int = 4, shardin
     table, wl = _workload(model, dataset, batch, optimizer)
     hybrid = sharding == "hybrid"
     alloc = allocate(load_cluster("a100-40gb-2node" if hybrid else "a100-80gb-nvlink"), world, 2 if hybrid else None)
-    plan = build_plan(wl, alloc, StrategyConfig("fsdp", sharding=sharding))
+    # fsdp_memtracker_step gives the root reshard_after_forward explicitly, as validate does.
+    plan = build_plan(wl, alloc, StrategyConfig("fsdp", sharding=sharding, reshard_root=True))
     ours, bd, _ = build_timeline(wl, plan).peak()
     units = [u.name for u in fsdp_units(table, "block").units[1:]]
     replicas = 2 if hybrid else world if sharding == "none" else 1

@@ -55,7 +55,8 @@ def test_two_rank_gloo_step(strategy):
     units = [u.name for u in fsdp_units(t, "block").units[1:]]
     sharding = strategy.removeprefix("fsdp-")
     peaks = real_fsdp_step(model, t.input_shape, t.num_classes, batch, units, world=2, sharding=sharding)
-    kw = {} if strategy == "ddp" else {"sharding": sharding}
+    # real_fsdp_step gives the root reshard_after_forward explicitly (full: True).
+    kw = {} if strategy == "ddp" else {"sharding": sharding, "reshard_root": sharding == "full"}
     r = simdl.predict(model=model, strategy=strategy.split("-")[0], gpus=2, cluster="cpu-local", dataset=dataset,
                       batch_size=batch, **kw)
     measured = max(max(p) for p in peaks)

@@ -58,3 +58,24 @@ def test_ddp_copies_each_bucket_in_before_its_all_reduce():
     for task in ars:
         cin = plan.tasks[task.deps[0]]
         assert cin.name.startswith("bucket_copy_in") and cin.bytes == pytest.approx(2 * task.comm_bytes)
+
+
+@pytest.mark.parametrize("sharding,regathered", [("full", True), ("grad_op", False)])
+def test_root_given_reshard_after_forward_is_gathered_again_for_backward(sharding, regathered):
+    """fully_shard(root, reshard_after_forward=True) given explicitly reshards the root too
+    (FSDP2 keeps it only for the default None); grad_op keeps every unit either way."""
+    from simdl.memory.timeline import build_timeline
+
+    t = load_workload("resnet18", "cifar10")
+    w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32")
+    kept, resharded = (build_plan(w, allocate("cpu-local", 2), StrategyConfig("fsdp", sharding=sharding,
+                                                                                reshard_root=r)) for r in (False, True))
+    assert "all_gather:bwd:root" not in {x.name for x in kept.tasks}
+    assert ("all_gather:bwd:root" in {x.name for x in resharded.tasks}) == regathered
+    assert resharded.details["reshard_root"] == regathered
+    # Memory: the root's unsharded parameters are freed after forward as well as after
+    # backward, and gathered again in between.
+    tk, tr = build_timeline(w, kept), build_timeline(w, resharded)
+    assert list(tk.labels).count("reshard root") == 1
+    assert list(tr.labels).count("reshard root") == (2 if regathered else 1)
+    assert list(tr.labels).count("unsharded root") == (2 if regathered else 1)
