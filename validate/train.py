@@ -19,7 +19,8 @@ Loops (what simdl's strategy plans assume, so that both sides describe one thing
   none: a (world x 1) replicate x shard mesh (HSDP with shard size 1: replicas whose
   gradients are all-reduced per unit); hybrid: a (nodes x ranks-per-node) mesh.
 * ``ps-*``: rank 0 is the parameter server, ranks 1..N the workers, over
-  ``torch.distributed.rpc`` (TensorPipe). The server holds the parameters (one shard:
+  ``torch.distributed.rpc`` (TensorPipe, on CPU over its uv transport: TCP loopback,
+  see ``RPC_TRANSPORTS``). The server holds the parameters (one shard:
   one server), the optimizer, and a version counter incremented per applied update.
   A worker pulls (params, version), computes forward and backward, pushes its
   gradients with the version it pulled; the staleness of an applied update is the
@@ -257,6 +258,16 @@ def _evaluate_spmd(run, model, tex, te_y, device, rank, world) -> float:
 
 _SERVER = None
 
+# TensorPipe transports for the PS's RPC. Its default shm transport busy-polls: a
+# TP_SHM_reactor thread per process that spins (yielding) while idle. torchrun starts
+# every rank in its own session, hence its own CFS autogroup (kernel.sched_autogroup_enabled
+# = 1 here), so that spinner shares its process's slice of the cores with the training
+# thread: with 5 processes on 2 cores it took ~60% of each process's CPU time and doubled
+# the step (ResNet-50 sync, 4 workers: 2.61 s with shm vs 1.06 s with uv; per-thread CPU
+# from /proc/<pid>/task/*/stat, probe of 2026-11-23). uv (TCP loopback, epoll) waits
+# without spinning, and is what workers on other hosts than the server would use anyway.
+RPC_TRANSPORTS = ["uv"]
+
 
 class ParameterServer:
     """Parameters, optimizer and version counter of the (single) server shard."""
@@ -380,10 +391,11 @@ def _rpc_final():
 def run_ps(run: RunSpec, out: Path) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     workers = world - 1
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=max(8, 2 * world), rpc_timeout=3600)
+    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=max(8, 2 * world), rpc_timeout=3600,
+                                           _transports=RPC_TRANSPORTS)
     name = "ps" if rank == 0 else f"worker{rank}"
     rec: dict = {"rank": rank, "world": world, "role": "server" if rank == 0 else "worker",
-                 "device": "cpu", "transport": "torch.distributed.rpc (TensorPipe)"}
+                 "device": "cpu", "transport": f"torch.distributed.rpc (TensorPipe, {'/'.join(RPC_TRANSPORTS)})"}
     global _SERVER
     if rank == 0:
         _SERVER = ParameterServer(run, workers)

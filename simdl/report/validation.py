@@ -226,10 +226,15 @@ def _setup_section(records: list[dict]) -> list[str]:
         lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores, torch {h.get('torch', '?')}, "
                      f"CUDA {'yes' if h.get('cuda') else 'no'}, Python {h.get('python', '?')}")
     over = [r for r in records if r.get("oversubscribed")]
+    # validate/train.py records the RPC transport of each PS run (uv since 2026-11-23; the
+    # default shm before, whose busy-polling reactor slowed oversubscribed runs).
+    kinds = sorted({(r.get("measured") or {}).get("transport") for r in records
+                    if str((r.get("spec") or {}).get("strategy", "")).startswith("ps-")} - {None})
+    ps_transport = ("; transport as recorded per run: " + ", ".join(f"`{k}`" for k in kinds)) if kinds else ""
     lines += ["- DDP / FSDP: torchrun, gloo on CPU (NCCL on GPU); FSDP is FSDP2 `fully_shard` per block unit "
               "(the units simdl's plan assumes), full = reshard after forward, grad_op = keep, none = a "
               "world x 1 replicate x shard mesh.",
-              "- Parameter server: `torch.distributed.rpc` (TensorPipe) with one server process holding the "
+              f"- Parameter server: `torch.distributed.rpc` (TensorPipe{ps_transport}) with one server process holding the "
               "parameters, the SGD-momentum optimizer and a version counter; staleness = server version at "
               "application minus the version the worker pulled.",
               "- Every run: SGD(momentum 0.9), fp32, `DataLoader(num_workers=0)` over in-memory tensors, "
