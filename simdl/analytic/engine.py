@@ -14,7 +14,7 @@ from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-from .costs import CommCosts, Rates, device_rates, row_times
+from .costs import CommCosts, Rates, _host_rates, compute_task_time, device_rates, row_times
 from .schedule import schedule, stream_busy, task_durations
 
 
@@ -128,22 +128,34 @@ def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[
 
 
 def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> float:
-    """Server seconds to aggregate ``grads_aggregated`` gradients and apply one update.
+    """Server seconds to aggregate ``grads_aggregated`` gradients, apply one update and
+    serve the pulls of those workers.
 
     The update streams the optimizer's passes over the shard through host memory
     (see simdl.strategies.optimizer_step); aggregation reads each received gradient once.
-    Shards update in parallel on their own servers.
+    Each pull is served from a snapshot of the shard, a copy taken under the server's lock
+    so that the parameters and their version agree (validate/train.py ``_snapshot``).
+    On a host whose allocator maps large buffers fresh (``host.page_fault_ns_per_byte``),
+    every received gradient tensor and every snapshot above the mmap threshold faults its
+    pages in, as does ps-sync's running sum. Shards update in parallel on their own servers.
     """
+    shard = plan.pull_bytes / plan.servers
     nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
-    return nbytes / cluster.ps_update_bandwidth()
+    nbytes += grads_aggregated * 2.0 * shard  # snapshots: read + write
+    t = nbytes / cluster.ps_update_bandwidth()
+    host = _host_rates(cluster)
+    if host:
+        sizes = plan.details.get("param_tensor_bytes", ())
+        fresh = sum(s for s in sizes if s > host["mmap_threshold"]) / plan.servers
+        buffers = 2 * grads_aggregated + (1 if grads_aggregated > 1 else 0)  # receive + snapshot, sum
+        t += buffers * fresh * host["page_fault_per_byte"]
+    return t
 
 
 def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
-    n = table_rows = workload.table.n_rows
-    del table_rows
-    compute = rows.segment(0, n, "fwd") + rows.segment(0, n, "bwd")
-    # Activation checkpointing's recomputed forward (recompute tasks in the worker plan).
-    compute += sum(rows.segment(*t.rows, "fwd") for t in plan.worker_tasks if t.name.startswith("recompute"))
+    # Forward, backward, activation checkpointing's recomputed forward, and loading the
+    # pulled parameters into the model (the worker plan's tasks).
+    compute = sum(compute_task_time(t, rows, rates) for t in plan.worker_tasks)
     N = plan.workers
     if plan.strategy == "ps-sync":
         push, pull = ps_transfer_times(cluster, plan, N)

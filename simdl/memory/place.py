@@ -70,7 +70,7 @@ def analytic_memory_curve(workload, cluster, plan: SpmdPlan | PSPlan, timeline: 
 
     ``levels`` is (events + 1, categories) as :meth:`Timeline.levels`; ``times[0] = 0``.
     """
-    from ..analytic.costs import CommCosts, device_rates, memory_bound_time, row_times
+    from ..analytic.costs import CommCosts, compute_task_time, device_rates, memory_bound_time, row_times
     from ..analytic.schedule import schedule, task_durations
     from .model import timeline_for
 
@@ -79,7 +79,7 @@ def analytic_memory_curve(workload, cluster, plan: SpmdPlan | PSPlan, timeline: 
     rows = row_times(workload.table, workload.batch_size, rates)
     if isinstance(plan, PSPlan):
         tasks = plan.worker_tasks
-        durations = [rows.segment(t.rows[0], t.rows[1], t.direction) for t in tasks]
+        durations = [compute_task_time(t, rows, rates) for t in tasks]
         start, end, clock = [], [], 0.0
         for d in durations:
             start.append(clock)

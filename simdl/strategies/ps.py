@@ -33,13 +33,20 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         )
     table = workload.table
     n = table.n_rows
-    tasks_list = [Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd")]
+    sizes = tuple(float(p.numel * 4) for p in table.params)  # fp32 parameter tensors
+    # The pulled parameters arrive in freshly allocated receive buffers and are copied into
+    # the model's own (validate/train.py: p.copy_(v) per tensor; a GPU worker copies them in
+    # from the host). Read + write of every byte, one call per tensor; on host-memory
+    # devices the receive buffers above the allocator's mmap threshold fault in.
+    tasks_list = [Task("load_params", COMPUTE, "fwd", bytes=2.0 * workload.param_bytes, kernels=len(sizes),
+                       allocs=sizes),
+                  Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd", deps=(0,))]
 
     def add(task: Task) -> int:
         tasks_list.append(task)
         return len(tasks_list) - 1
 
-    pre = add_recompute(workload, add, (0,), 0, n)  # activation checkpointing, if on
+    pre = add_recompute(workload, add, (1,), 0, n)  # activation checkpointing, if on
     add(Task("backward", COMPUTE, "bwd", deps=pre, rows=(0, n), direction="bwd"))
     tasks = tuple(tasks_list)
     grads = workload.param_bytes  # fp32 gradients, one copy per push
@@ -52,5 +59,5 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         pull_bytes=workload.param_bytes,
         update_bytes=PASSES[workload.optimizer] * workload.param_bytes,
         staleness_bound=config.staleness_bound if config.name == "ps-ssp" else None,
-        details={"comm_buffer_bytes": grads},
+        details={"comm_buffer_bytes": grads, "param_tensor_bytes": sizes},
     )

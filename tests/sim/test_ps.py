@@ -69,7 +69,7 @@ def test_ssp_bound_holds_workers_back():
     # No worker ever finished more than bound + 1 iterations ahead of the straggler.
     ends = {}
     for r in run.records:
-        if r.phase == "fwd":
+        if r.name == "forward":  # one per iteration (load_params precedes it)
             ends.setdefault(r.cls, []).append(r.start)
     for w in range(1, 4):
         for k, t in enumerate(ends[w]):
