@@ -89,8 +89,11 @@ def resolve_profile(cluster: str) -> Path:
 
 def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str]:
     """(profile path to predict with, note). A single-node preset with fewer device slots
-    than ranks (cpu-local: 2) gets a derived copy with ``gpus_per_node = ranks``: the ranks
-    are more processes sharing the same device (oversubscribed)."""
+    than ranks (cpu-local: 2) is replaced by the profile calibrated on the same host with
+    that many ranks, ``<name>-x<ranks>.yaml`` beside it, when there is one (``simdl
+    calibrate --nproc-per-node <ranks>``); otherwise it gets a derived copy with
+    ``gpus_per_node = ranks``: the ranks are more processes sharing the same device
+    (oversubscribed)."""
     import yaml
 
     from simdl.cluster import load_cluster
@@ -99,6 +102,10 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
     spec = load_cluster(str(path))
     if ranks <= spec.gpus_per_node or spec.inter_node is not None:
         return str(path), ""
+    calibrated = Path(path).with_name(f"{Path(path).stem}-x{ranks}.yaml")
+    if calibrated.exists() and load_cluster(str(calibrated)).gpus_per_node == ranks:
+        return str(calibrated), (f"profile {spec.name} has {spec.gpus_per_node} device slots; "
+                                 f"{calibrated.name} was calibrated on the same host with {ranks} ranks")
     d = spec.to_dict()
     d["name"] = f"{spec.name}-x{ranks}"
     d["gpus_per_node"] = ranks

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from validate import run as vrun
 from validate.experiments import experiments
@@ -72,12 +73,31 @@ def test_prediction_is_made_from_the_config_only(tmp_path):
 def test_oversubscribed_profile_is_derived(tmp_path):
     from simdl.cluster import load_cluster
 
-    path, note = vrun.profile_for_ranks("cpu-local", 4, tmp_path)
+    path, note = vrun.profile_for_ranks("cpu-local", 3, tmp_path)  # no profile calibrated at 3 ranks
     spec = load_cluster(path)
-    assert spec.gpus_per_node == 4 and spec.shared_device and "oversubscribed" in spec.description
+    assert spec.gpus_per_node == 3 and spec.shared_device and "oversubscribed" in spec.description
     assert "derived" in note
     same, note2 = vrun.profile_for_ranks("cpu-local", 2, tmp_path)
     assert same.endswith("cpu-local.yaml") and note2 == ""
+
+
+def test_profile_calibrated_at_the_rank_count_is_preferred(tmp_path):
+    import shutil
+
+    import yaml
+
+    from simdl.cluster.spec import CLUSTER_DIR
+
+    src = Path(CLUSTER_DIR)
+    for f in ("cpu-local.yaml", "cpu-local.compute.json"):
+        shutil.copy(src / f, tmp_path / f)
+    d = yaml.safe_load((tmp_path / "cpu-local.yaml").read_text())
+    d.update(name="cpu-local-x4", gpus_per_node=4)
+    (tmp_path / "cpu-local-x4.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+    path, note = vrun.profile_for_ranks(str(tmp_path / "cpu-local.yaml"), 4, tmp_path / "work")
+    assert path == str(tmp_path / "cpu-local-x4.yaml") and "calibrated" in note
+    derived, note3 = vrun.profile_for_ranks(str(tmp_path / "cpu-local.yaml"), 3, tmp_path / "work")
+    assert "derived" in note3
 
 
 def test_reduced_fsdp_prediction_uses_the_block_units(tmp_path):
