@@ -81,11 +81,17 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
         # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
         concurrent = max(compute + comm - any_busy, 0.0)
         makespan += interference.value * concurrent
-    sent = 0.0
-    for t in plan.tasks:
-        if t.collective:
-            sent += bus_bytes_factor(t.collective, plan.groups[t.group].size) * t.comm_bytes
-    return makespan, compute, comm, any_busy, sent, Staleness()
+    return makespan, compute, comm, any_busy, bytes_sent(plan), Staleness()
+
+
+def bytes_sent(plan: SpmdPlan | PSPlan) -> float:
+    """Bytes each GPU sends per iteration: its collectives' payloads times their bus factor
+    (a ring all-reduce sends 2(n-1)/n of its buffer), or a PS worker's pushed gradients
+    (the pulled parameters are received). Both engines report this."""
+    if isinstance(plan, PSPlan):
+        return plan.push_bytes
+    return sum(bus_bytes_factor(t.collective, plan.groups[t.group].size) * t.comm_bytes
+               for t in plan.tasks if t.collective)
 
 
 def _server_bandwidth(cluster: Cluster, plan: PSPlan) -> float:
@@ -182,5 +188,4 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         staleness = Staleness(mean=s, p50=s, p99=s, max=s)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
-    comm_bytes = plan.push_bytes  # a worker sends its gradients; the pulled parameters are received
-    return iteration, compute, comm, any_busy, comm_bytes, staleness
+    return iteration, compute, comm, any_busy, bytes_sent(plan), staleness

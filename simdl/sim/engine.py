@@ -182,8 +182,12 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     span = (ends[0][-1] - (ends[0][warmup - 1] if warmup > 0 else 0.0)) or 1.0
     link_bytes = bytes_w / measured
     link_util = load_w / span
-    gpu_out = np.array([n.startswith("gpu:") for n in (name.split("->")[0] for name in router.names)])
-    sent_per_gpu = float(link_bytes[gpu_out].sum()) / plan.world_size
+    # Payload bytes, as the analytic engine reports them. The links carry more where a call is
+    # priced below the bus bandwidth (simdl.sim.collectives: bytes scaled to keep its time);
+    # link_bytes_per_iteration keeps that traffic.
+    from ..analytic.engine import bytes_sent
+
+    sent_per_gpu = bytes_sent(plan)
 
     # Memory: the allocation events of simdl.memory's timeline. The caching allocator sees
     # them in program order (memory is allocated when the CPU issues an op, not when the
