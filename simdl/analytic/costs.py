@@ -88,12 +88,14 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
                           if eff.stream_bandwidth else 0.0),
         stream_call_overhead=eff.stream_call_overhead.value if eff.stream_call_overhead else None,
         copy_bandwidth=(cluster.per_rank_memory_bandwidth * eff.copy_bandwidth.value if eff.copy_bandwidth else 0.0),
-        **_host_rates(cluster),
+        **host_rates(cluster),
         **_measured(cluster, precision),
     )
 
 
-def _host_rates(cluster: Cluster) -> dict:
+def host_rates(cluster: Cluster) -> dict:
+    """The host's page-fault cost (s per byte) and mmap threshold (bytes), as ``Rates``
+    fields; empty when the host pays none (GPU memory: PyTorch's caching allocator)."""
     host = cluster.spec.host
     if host.page_fault_per_byte is None or host.page_fault_per_byte.value == 0:
         return {}
@@ -189,7 +191,12 @@ def fresh_mapped_bytes(sizes, rates: Rates) -> float:
     """Bytes of the buffers in ``sizes`` that the allocator maps fresh (above its threshold)."""
     if not rates.page_fault_per_byte:
         return 0.0
-    return float(sum(s for s in sizes if s > rates.mmap_threshold))
+    return mapped_bytes(sizes, rates.mmap_threshold)
+
+
+def mapped_bytes(sizes, threshold: float) -> float:
+    """Bytes of the buffers in ``sizes`` above the allocator's mmap ``threshold``."""
+    return float(sum(s for s in sizes if s > threshold))
 
 
 class CommCosts:

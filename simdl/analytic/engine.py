@@ -14,7 +14,7 @@ from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-from .costs import CommCosts, Rates, _host_rates, compute_task_time, device_rates, row_times
+from .costs import CommCosts, Rates, compute_task_time, device_rates, host_rates, mapped_bytes, row_times
 from .schedule import schedule, stream_busy, task_durations
 
 
@@ -149,10 +149,9 @@ def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> flo
     nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
     nbytes += grads_aggregated * 2.0 * shard  # snapshots: read + write
     t = nbytes / cluster.ps_update_bandwidth()
-    host = _host_rates(cluster)
+    host = host_rates(cluster)
     if host:
-        sizes = plan.details.get("param_tensor_bytes", ())
-        fresh = sum(s for s in sizes if s > host["mmap_threshold"]) / plan.servers
+        fresh = mapped_bytes(plan.details.get("param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
         buffers = 2 * grads_aggregated + (1 if grads_aggregated > 1 else 0)  # receive + snapshot, sum
         t += buffers * fresh * host["page_fault_per_byte"]
     return t

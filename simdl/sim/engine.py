@@ -119,12 +119,16 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
             snapshots.append(net.stats())
 
     if is_ps:
+        from functools import lru_cache
+
         from ..analytic.engine import ps_update_time
         from .ps import run_ps
 
         durations = [_compute_time(t, rows, rates) for t in plan.worker_tasks]
+        # One value per aggregation count, asked for at every applied update.
+        update_time = lru_cache(maxsize=None)(lambda k: ps_update_time(cluster, plan, k))
         run = run_ps(env, net, router, plan, cluster, durations, hetero, iterations, loader_workers,
-                     batch_time, lambda k: ps_update_time(cluster, plan, k), free_comm, on_iteration_end)
+                     batch_time, update_time, free_comm, on_iteration_end)
         classes = [(w,) for w in range(plan.workers)]
         ends = run.iteration_end
     else:
