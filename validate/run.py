@@ -313,6 +313,8 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
     }
     if server:
         m["staleness"] = server[0]["staleness"]
+        if server[0].get("staleness_steady"):
+            m["staleness_steady"] = server[0]["staleness_steady"]
         m["server_updates"] = server[0]["updates"]
         m["server_update_time_s"] = server[0]["update_time_s"]
         m["server_peak_rss_bytes"] = server[0]["peak_rss_bytes"]

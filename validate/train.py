@@ -282,6 +282,8 @@ class ParameterServer:
         self.version = 0
         self.lock = threading.Lock()
         self.staleness: list[int] = []
+        # Per async update: (worker, its clock, whether some worker had already finished).
+        self.update_log: list[tuple[int, int, bool]] = []
         self.update_s: list[float] = []
         self.clocks = [0] * workers
         self.done = [False] * workers
@@ -350,6 +352,7 @@ class ParameterServer:
                     self.round_future = torch.futures.Future()
             else:
                 self.staleness.append(self.version - version)
+                self.update_log.append((worker, self.clocks[worker], any(self.done)))
                 self._apply(grads)
                 self.clocks[worker] += 1
                 if last:
@@ -404,7 +407,14 @@ def run_ps(run: RunSpec, out: Path) -> None:
         t = time.perf_counter()
         rpc.shutdown()  # waits for every worker to finish
         s = _SERVER
+        # Steady state, as step time is measured: updates a worker computed after its warm-up
+        # steps and the server applied while every worker was still training (at the start
+        # every worker pulls version 0; at the end the last workers race fewer peers).
+        steady = [v for v, (_, clock, ended) in zip(s.staleness, s.update_log)
+                  if clock >= run.warmup_steps and not ended]
         rec.update(staleness=measure.staleness_summary(s.staleness), staleness_values=s.staleness,
+                   staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
+                   staleness_log=[list(u) for u in s.update_log],
                    updates=s.version, update_time_s=measure.step_stats(s.update_s),
                    server_wall_s=time.perf_counter() - t, peak_rss_bytes=measure.peak_rss_bytes())
         _write(out, rank, rec)

@@ -61,12 +61,21 @@ METRICS: tuple[Metric, ...] = (
            lambda r: _m(r).get("comm_sent_bytes_per_step"), lambda p: p.get("comm_bytes_per_iteration"),
            applies=lambda r: r["spec"]["ranks"] > 1),
     Metric("staleness", "mean staleness of applied updates", "updates",
-           "server version counter at application minus the version the worker pulled, every update",
+           "server version counter at application minus the version the worker pulled; steady state (updates "
+           "computed after the worker's warm-up steps, applied while every worker still trained) where the run "
+           "logged it, else every update",
            "Result.staleness.mean",
-           lambda r: (_m(r).get("staleness") or {}).get("mean"), lambda p: (p.get("staleness") or {}).get("mean"),
+           lambda r: _staleness(r).get("mean"), lambda p: (p.get("staleness") or {}).get("mean"),
            applies=_is_async_ps),
 )
 METRIC_BY_KEY = {m.key: m for m in METRICS}
+
+
+def _staleness(r: dict) -> dict:
+    """The measured staleness summary compared with the prediction: the steady-state one
+    when the run logged it (runs from 2026-11-23 on), else that of every update."""
+    m = _m(r)
+    return m.get("staleness_steady") or m.get("staleness") or {}
 
 
 def read_results(path: str | Path) -> list[dict]:

@@ -289,7 +289,7 @@ def exp2_table(records: list[dict], engine: str) -> list[str]:
         return []
     lines = ["## Study 1, experiment 2: parameter server, sync vs async", "",
              "Measured / predicted / error. Accuracy is measured only (simdl predicts none). `*`: oversubscribed.", "",
-             "| model | mode | workers | step time | training time | peak memory | test accuracy | staleness mean (measured / predicted) | data |",
+             "| model | mode | workers | step time | training time | peak memory | test accuracy | staleness mean (measured, every update / steady state / predicted) | data |",
              "|---|---|---|---|---|---|---|---|---|"]
     for r in runs:
         if r.get("status") != "ok":
@@ -297,13 +297,16 @@ def exp2_table(records: list[dict], engine: str) -> list[str]:
             continue
         m = r["measured"]
         st = m.get("staleness") or {}
+        steady = m.get("staleness_steady") or {}
+        steady_mean = f"{steady['mean']:.2f}" if steady else "-"
         ps = ((r["predicted"].get(engine) or {}).get("staleness") or {})
         acc = m.get("test_accuracy")
         lines.append(f"| {_model(r)} | {r['label']} | {r['spec']['ranks']}{_flag(r)} | "
                      f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'total_time', engine))} | "
                      f"{' / '.join(_triple(r, 'peak_memory', engine))} | "
                      f"{'-' if acc is None else f'{100 * acc:.1f}%'} | "
-                     f"{st.get('mean', 0):.2f} / {ps.get('mean', 0):.2f} | {m.get('data', '')} |")
+                     f"{st.get('mean', 0):.2f} / {steady_mean} / {ps.get('mean', 0):.2f} | "
+                     f"{m.get('data', '')} |")
     lines.append("")
     return lines
 

@@ -113,3 +113,13 @@ def test_retried_run_counts_once_as_its_latest_attempt(tmp_path):
     recs = read_results(p)
     assert [(r["run_id"], r["status"]) for r in recs] == [("a", "ok"), ("b", "ok")]
     assert recs[0]["attempts"] == 2 and "attempts" not in recs[1]
+
+
+def test_staleness_compares_the_steady_state_when_the_run_logged_it():
+    from simdl.report.metrics import METRIC_BY_KEY
+
+    m = METRIC_BY_KEY["staleness"]
+    every = {"mean": 2.5, "n": 32}
+    old = {"measured": {"staleness": every}}
+    new = {"measured": {"staleness": every, "staleness_steady": {"mean": 2.7, "n": 21}}}
+    assert m.measured(old) == 2.5 and m.measured(new) == 2.7
