@@ -10,6 +10,7 @@ import math
 
 from ..cluster import Cluster
 from ..collectives import bus_bytes_factor
+from ..collectives.backends import get_backend
 from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
@@ -81,16 +82,18 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
         # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
         concurrent = max(compute + comm - any_busy, 0.0)
         makespan += interference.value * concurrent
-    return makespan, compute, comm, any_busy, bytes_sent(plan), Staleness()
+    return makespan, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness()
 
 
-def bytes_sent(plan: SpmdPlan | PSPlan) -> float:
+def bytes_sent(plan: SpmdPlan | PSPlan, cluster: Cluster) -> float:
     """Bytes each GPU sends per iteration: its collectives' payloads times their bus factor
-    (a ring all-reduce sends 2(n-1)/n of its buffer), or a PS worker's pushed gradients
-    (the pulled parameters are received). Both engines report this."""
+    (a ring all-reduce sends 2(n-1)/n of its buffer) as the cluster's backend runs them
+    (gloo's reduce-scatter is an all-reduce: simdl.collectives.backends), or a PS worker's
+    pushed gradients (the pulled parameters are received). Both engines report this."""
     if isinstance(plan, PSPlan):
         return plan.push_bytes
-    return sum(bus_bytes_factor(t.collective, plan.groups[t.group].size) * t.comm_bytes
+    backend = get_backend(cluster.spec.collective_backend)
+    return sum(bus_bytes_factor(backend.wire_collective(t.collective), plan.groups[t.group].size) * t.comm_bytes
                for t in plan.tasks if t.collective)
 
 
@@ -135,26 +138,92 @@ def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[
 
 def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> float:
     """Server seconds to aggregate ``grads_aggregated`` gradients, apply one update and
-    serve the pulls of those workers.
+    serve the pulls of those workers (one :func:`ps_snapshot_time` each).
 
     The update streams the optimizer's passes over the shard through host memory
     (see simdl.strategies.optimizer_step); aggregation reads each received gradient once.
-    Each pull is served from a snapshot of the shard, a copy taken under the server's lock
-    so that the parameters and their version agree (validate/train.py ``_snapshot``).
     On a host whose allocator maps large buffers fresh (``host.page_fault_ns_per_byte``),
-    every received gradient tensor and every snapshot above the mmap threshold faults its
-    pages in, as does ps-sync's running sum. Shards update in parallel on their own servers.
+    every received gradient tensor above the mmap threshold faults its pages in, as does
+    ps-sync's running sum. Shards update in parallel on their own servers.
     """
-    shard = plan.pull_bytes / plan.servers
     nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
-    nbytes += grads_aggregated * 2.0 * shard  # snapshots: read + write
     t = nbytes / cluster.ps_update_bandwidth()
     host = host_rates(cluster)
     if host:
-        fresh = mapped_bytes(plan.details.get("param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
-        buffers = 2 * grads_aggregated + (1 if grads_aggregated > 1 else 0)  # receive + snapshot, sum
-        t += buffers * fresh * host["page_fault_per_byte"]
+        buffers = grads_aggregated + (1 if grads_aggregated > 1 else 0)  # receive buffers, the sum
+        t += buffers * _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
+    return t + grads_aggregated * ps_snapshot_time(cluster, plan)
+
+
+def ps_snapshot_time(cluster: Cluster, plan: PSPlan) -> float:
+    """Server seconds to serve one pull: a copy of the shard taken under the server's lock so
+    that the parameters and their version agree (validate/train.py ``_snapshot``), read +
+    write, its fresh buffers faulting in on hosts that map them (see ps_update_time)."""
+    t = 2.0 * plan.pull_bytes / plan.servers / cluster.ps_update_bandwidth()
+    host = host_rates(cluster)
+    if host:
+        t += _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
     return t
+
+
+def _fresh_shard_bytes(plan: PSPlan, host: dict) -> float:
+    """Bytes of one shard's copy that the allocator maps fresh (tensors above the threshold)."""
+    return mapped_bytes(plan.details.get("param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
+
+
+def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, server_per_round: float) -> float:
+    """Least seconds per iteration when the workers and the server share one host's cores
+    (``shared_device`` clusters, cpu-local: validate starts the N workers and the server on
+    one machine); 0 on clusters whose workers have devices of their own.
+
+    In one iteration of every worker, the host's K cores (``host.cpu_cores``) run:
+    - each worker's compute. A shared device's compute times were measured with every rank
+      computing at once and are scaled to this prediction's share of it (costs._measured), so
+      ``compute`` wall seconds keep min(1, K/N) of a core busy: each rank is one thread
+      (torchrun sets OMP_NUM_THREADS=1; validate and calibration set_num_threads(1));
+    - each worker's push and pull. A transfer keeps one core busy for its duration:
+      TensorPipe-uv push + pull of 16 to 256 MiB between two processes on this host took
+      1.01 to 1.02 CPU-seconds (both processes) per wall second (benchmarks/ps_transfer_cpu.py,
+      2026-11-23);
+    - the server's updates and snapshots (``server_per_round``): one thread streaming memory,
+      its seconds are CPU seconds.
+    No resource is busy more than all the time (operational analysis, the utilisation law:
+    Lazowska et al., "Quantitative System Performance", 1984, ch. 3 and 5), so the iteration
+    takes at least that CPU time over K. Without it, async PS on cpu-local was predicted as if
+    the server's work were free for the workers (VGG16 -23%).
+    """
+    if not cluster.spec.shared_device or cluster.nodes != 1:
+        return 0.0
+    cores = float(cluster.spec.host.cpu_cores.value)
+    N = plan.workers
+    push1, pull1 = ps_transfer_times(cluster, plan, 1)
+    worker_cpu = compute * min(1.0, cores / cluster.gpus_per_node) + push1 + pull1
+    return (N * worker_cpu + server_per_round) / cores
+
+
+def async_staleness(workers: int, think: float, apply: float, snapshot: float) -> float:
+    """Mean staleness of an asynchronous update in steady state.
+
+    Over one of its cycles a worker sees each of the N-1 others apply one update (equal
+    speeds); an update counts unless it is applied between the worker's own update and the
+    snapshot its next pull reads. The pull is a request of its own after the push is answered
+    (validate/train.py), and the server's lock serves updates and snapshots one at a time, so
+    the updates queued at the lock when the pull arrives are the ones it skips. By the arrival
+    theorem the pull finds the server as the other N-1 workers alone keep it; their mean queue
+    (waiting and in service) comes from exact mean value analysis of the closed network of
+    ``think`` seconds away from the server and ``apply + snapshot`` seconds at it (Reiser and
+    Lavenberg, "Mean-Value Analysis of Closed Multichain Queuing Networks", JACM 1980), of
+    which the share ``apply / (apply + snapshot)`` are updates. With a server that is never
+    busy this is N-1.
+    """
+    demand = apply + snapshot
+    queue = 0.0
+    if demand > 0:
+        for n in range(1, workers):
+            residence = demand * (1.0 + queue)
+            queue = n * residence / (max(think, 0.0) + residence)
+    skipped = queue * apply / demand if demand > 0 else 0.0
+    return float(workers - 1) - skipped
 
 
 def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
@@ -165,26 +234,28 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
     if plan.strategy == "ps-sync":
         push, pull = ps_transfer_times(cluster, plan, N)
         update = ps_update_time(cluster, plan, N)
-        iteration = compute + push + update + pull
+        iteration = max(compute + push + update + pull, shared_host_bound(cluster, plan, compute, update))
         staleness = Staleness()
     else:
         # Alone, a worker cycles in compute + push + update + pull. With N workers the
         # server's NIC (per direction) and CPU are shared: each update demands D seconds
         # of the busiest server resource, so updates cannot come faster than 1/D.
         # Throughput is bounded by both (operational analysis, asymptotic bounds:
-        # Lazowska et al., "Quantitative System Performance", 1984, ch. 5).
+        # Lazowska et al., "Quantitative System Performance", 1984, ch. 5), and on a shared
+        # host by its cores, which the server's work takes from the workers' compute.
         push1, pull1 = ps_transfer_times(cluster, plan, 1)
         update1 = ps_update_time(cluster, plan, 1)
         cycle = compute + push1 + update1 + pull1
         demand = max(plan.push_bytes / plan.servers / _server_bandwidth(cluster, plan), update1)
-        iteration = max(cycle, N * demand)
+        host = shared_host_bound(cluster, plan, compute, N * update1)
+        iteration = max(cycle, N * demand, host)
         push, pull, update = push1, pull1, update1
-        # Between a worker's pull and the application of its push, each of the N-1 other
-        # workers applies one update on average (equal speeds): staleness N-1.
-        s = float(N - 1)
+        snapshot = ps_snapshot_time(cluster, plan)
+        # Away from the server a worker computes and transfers (slowed down on a shared host).
+        s = async_staleness(N, max(cycle, host) - update1, update1 - snapshot, snapshot)
         if plan.staleness_bound is not None:
             s = min(s, float((plan.staleness_bound + 1) * (N - 1)))
         staleness = Staleness(mean=s, p50=s, p99=s, max=s)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
-    return iteration, compute, comm, any_busy, bytes_sent(plan), staleness
+    return iteration, compute, comm, any_busy, bytes_sent(plan, cluster), staleness

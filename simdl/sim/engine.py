@@ -191,7 +191,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     # link_bytes_per_iteration keeps that traffic.
     from ..analytic.engine import bytes_sent
 
-    sent_per_gpu = bytes_sent(plan)
+    sent_per_gpu = bytes_sent(plan, cluster)
 
     # Memory: the allocation events of simdl.memory's timeline. The caching allocator sees
     # them in program order (memory is allocated when the CPU issues an op, not when the

@@ -69,14 +69,33 @@ def test_more_bandwidth_never_slows_ddp():
     assert fast.comm_time_s < slow.comm_time_s
 
 
-def test_ps_sync_has_no_staleness_and_async_has_n_minus_one():
+def test_ps_sync_has_no_staleness_and_async_at_most_n_minus_one():
     kw = dict(model="resnet50", gpus=4, cluster="a10g-ps", dataset="mnist")
     sync = simdl.predict(strategy="ps-sync", **kw)
     asyn = simdl.predict(strategy="ps-async", **kw)
     assert sync.staleness.mean == 0 and sync.staleness.max == 0
-    assert asyn.staleness.mean == 3
+    # Each other worker applies one update per cycle; the ones queued at the server's lock
+    # when a pull arrives are in the snapshot it reads, so they do not count.
+    assert 0 < asyn.staleness.mean < 3
     # Without a barrier and an incast of all pushes at once, async iterates no slower.
     assert asyn.iteration_time_s <= sync.iteration_time_s
+
+
+def test_async_staleness_queueing():
+    from simdl.analytic.engine import async_staleness
+
+    # A server that takes no time, or workers that never meet at it: N - 1.
+    assert async_staleness(4, 1.0, 0.0, 0.0) == 3
+    assert async_staleness(4, 1e9, 1.0, 0.0) == pytest.approx(3, abs=1e-6)
+    # Two workers: the other one is at the server a fraction D / (Z + D) of the time
+    # (mean value analysis with one customer), and skipped when it is updating there.
+    assert async_staleness(2, 3.0, 1.0, 0.0) == pytest.approx(1 - 1 / 4)
+    assert async_staleness(2, 3.0, 0.5, 0.5) == pytest.approx(1 - 0.25 * 0.5)
+    # Snapshots hold the lock too but change no version: only updates are skipped.
+    assert async_staleness(4, 1.0, 0.0, 0.5) == 3
+    # The busier the server, the more updates a pull finds queued.
+    s = [async_staleness(4, 1.0, a, 0.1) for a in (0.01, 0.1, 0.5, 2.0)]
+    assert all(x > y for x, y in zip(s, s[1:])) and s[-1] > 0
 
 
 def test_epoch_is_iterations_times_step():
@@ -135,3 +154,18 @@ def test_gradient_accumulation_reduces_once_per_step():
     assert full.comm_bytes_per_iteration == pytest.approx(f * (3 * (2 * P - root) + P))
     one = simdl.predict(model="resnet18", strategy="ddp", gpus=gpus)
     assert ddp.throughput_samples_per_s > one.throughput_samples_per_s  # fewer reductions per sample
+
+
+def test_gloo_reduce_scatter_sends_an_all_reduce():
+    # gloo runs FSDP's reduce-scatter as an all-reduce of the full buffer
+    # (simdl.collectives.backends): 2(n-1)/n of it on the wire, NCCL (n-1)/n. FSDP full at
+    # 2 ranks: forward and backward all-gathers (1/2 each) plus the reduce-scatter.
+    kw = dict(model="resnet18", strategy="fsdp", sharding="full", gpus=2, dataset="cifar10")
+    gloo = simdl.predict(cluster="cpu-local", **kw)
+    nccl = simdl.predict(cluster="a100-80gb-nvlink", **kw)
+    assert gloo.comm_bytes_per_iteration == pytest.approx(nccl.comm_bytes_per_iteration * 4 / 3, rel=1e-3)
+    ddp = dict(kw, strategy="ddp")
+    ddp.pop("sharding")
+    assert simdl.predict(cluster="cpu-local", **ddp).comm_bytes_per_iteration == pytest.approx(
+        simdl.predict(cluster="a100-80gb-nvlink", **ddp).comm_bytes_per_iteration)
+

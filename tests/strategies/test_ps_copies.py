@@ -35,3 +35,25 @@ def test_server_time_counts_snapshots_and_page_faults_of_large_tensors(model, fa
     streamed = (plan.update_bytes + plan.push_bytes + 2 * 2 * plan.pull_bytes) / bw  # 2 grads, 2 snapshots
     t = ps_update_time(alloc, plan, 2)
     assert t == pytest.approx(streamed) if not faults else t > 1.2 * streamed
+
+
+def test_ps_on_a_shared_host_pays_for_the_server_with_compute():
+    """cpu-local: the 4 workers and the server are processes on the same 2 cores, so the
+    server's work and the transfers take CPU from the workers' compute."""
+    import simdl
+    from simdl.analytic import engine
+
+    w, alloc, plan = _plan("vgg16", "ps-async", "cpu-local-x4", 4)
+    assert alloc.spec.shared_device and alloc.spec.host.cpu_cores.value == 2
+    r = simdl.predict(model="vgg16", strategy="ps-async", gpus=4, cluster="cpu-local-x4", dataset="mnist",
+                      batch_size=32, train_samples=100, epochs=1, optimizer="momentum")
+    push1, pull1 = engine.ps_transfer_times(alloc, plan, 1)
+    upd = ps_update_time(alloc, plan, 1)
+    alone = r.compute_time_s + push1 + pull1 + upd
+    # 4 ranks' compute at half a core each, plus each one's push, pull and server work, over 2 cores.
+    shared = (4 * (r.compute_time_s / 2 + push1 + pull1) + 4 * upd) / 2
+    assert shared > alone
+    assert r.iteration_time_s == pytest.approx(shared, rel=1e-9)
+    # Workers with devices of their own do not share cores with the server.
+    _, gpu, gplan = _plan("vgg16", "ps-async", "a10g-ps", 4)
+    assert engine.shared_host_bound(gpu, gplan, 1.0, 1.0) == 0
