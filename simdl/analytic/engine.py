@@ -171,7 +171,8 @@ def _fresh_shard_bytes(plan: PSPlan, host: dict) -> float:
     return mapped_bytes(plan.details.get("param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
 
 
-def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, server_per_round: float) -> float:
+def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, transfers: float,
+                      server_per_round: float) -> float:
     """Least seconds per iteration when the workers and the server share one host's cores
     (``shared_device`` clusters, cpu-local: validate starts the N workers and the server on
     one machine); 0 on clusters whose workers have devices of their own.
@@ -181,7 +182,8 @@ def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, server_per
       computing at once and are scaled to this prediction's share of it (costs._measured), so
       ``compute`` wall seconds keep min(1, K/N) of a core busy: each rank is one thread
       (torchrun sets OMP_NUM_THREADS=1; validate and calibration set_num_threads(1));
-    - each worker's push and pull. A transfer keeps one core busy for its duration:
+    - each worker's push and pull (``transfers``: their seconds alone). A transfer keeps one
+      core busy for its duration:
       TensorPipe-uv push + pull of 16 to 256 MiB between two processes on this host took
       1.01 to 1.02 CPU-seconds (both processes) per wall second (benchmarks/ps_transfer_cpu.py,
       2026-11-23);
@@ -195,10 +197,8 @@ def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, server_per
     if not cluster.spec.shared_device or cluster.nodes != 1:
         return 0.0
     cores = float(cluster.spec.host.cpu_cores.value)
-    N = plan.workers
-    push1, pull1 = ps_transfer_times(cluster, plan, 1)
-    worker_cpu = compute * min(1.0, cores / cluster.gpus_per_node) + push1 + pull1
-    return (N * worker_cpu + server_per_round) / cores
+    worker_cpu = compute * min(1.0, cores / cluster.gpus_per_node) + transfers
+    return (plan.workers * worker_cpu + server_per_round) / cores
 
 
 def async_staleness(workers: int, think: float, apply: float, snapshot: float) -> float:
@@ -217,13 +217,13 @@ def async_staleness(workers: int, think: float, apply: float, snapshot: float) -
     busy this is N-1.
     """
     demand = apply + snapshot
+    if demand <= 0:
+        return float(workers - 1)
     queue = 0.0
-    if demand > 0:
-        for n in range(1, workers):
-            residence = demand * (1.0 + queue)
-            queue = n * residence / (max(think, 0.0) + residence)
-    skipped = queue * apply / demand if demand > 0 else 0.0
-    return float(workers - 1) - skipped
+    for n in range(1, workers):
+        residence = demand * (1.0 + queue)
+        queue = n * residence / (max(think, 0.0) + residence)
+    return float(workers - 1) - queue * apply / demand
 
 
 def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
@@ -234,7 +234,9 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
     if plan.strategy == "ps-sync":
         push, pull = ps_transfer_times(cluster, plan, N)
         update = ps_update_time(cluster, plan, N)
-        iteration = max(compute + push + update + pull, shared_host_bound(cluster, plan, compute, update))
+        push1, pull1 = ps_transfer_times(cluster, plan, 1)
+        iteration = max(compute + push + update + pull,
+                        shared_host_bound(cluster, plan, compute, push1 + pull1, update))
         staleness = Staleness()
     else:
         # Alone, a worker cycles in compute + push + update + pull. With N workers the
@@ -247,7 +249,7 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         update1 = ps_update_time(cluster, plan, 1)
         cycle = compute + push1 + update1 + pull1
         demand = max(plan.push_bytes / plan.servers / _server_bandwidth(cluster, plan), update1)
-        host = shared_host_bound(cluster, plan, compute, N * update1)
+        host = shared_host_bound(cluster, plan, compute, push1 + pull1, N * update1)
         iteration = max(cycle, N * demand, host)
         push, pull, update = push1, pull1, update1
         snapshot = ps_snapshot_time(cluster, plan)

@@ -56,4 +56,4 @@ def test_ps_on_a_shared_host_pays_for_the_server_with_compute():
     assert r.iteration_time_s == pytest.approx(shared, rel=1e-9)
     # Workers with devices of their own do not share cores with the server.
     _, gpu, gplan = _plan("vgg16", "ps-async", "a10g-ps", 4)
-    assert engine.shared_host_bound(gpu, gplan, 1.0, 1.0) == 0
+    assert engine.shared_host_bound(gpu, gplan, 1.0, 1.0, 1.0) == 0
