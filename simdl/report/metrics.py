@@ -80,14 +80,20 @@ def _staleness(r: dict) -> dict:
 
 def read_results(path: str | Path) -> list[dict]:
     """Every complete JSON line (a torn last line is skipped). A run recorded more than once
-    (``validate.run --resume --retry-failed`` appends the new attempt) counts once, as its
-    latest record, in the place of its first; ``attempts`` says how many there were."""
+    (``validate.run --resume --retry-failed`` appends the new attempt, and a run may be made
+    again on purpose to measure its repeatability) counts once, in the place of its first
+    record: its latest record, with ``attempts`` saying how many there were. Finished
+    attempts measured the same way (:func:`_same_harness`) are repeats of one measurement,
+    and their varying figures are pooled (:func:`pool_repeats`)."""
     from ..calibrate.records import read_jsonl
 
     out: list[dict] = []
     where: dict[str, int] = {}
+    finished: dict[str, list[dict]] = {}
     for rec in read_jsonl(Path(path)):
         rid = rec.get("run_id") if isinstance(rec, dict) else None
+        if rid is not None and rec.get("status") == "ok":
+            finished.setdefault(rid, []).append(rec)
         if rid is not None and rid in where:
             i = where[rid]
             rec["attempts"] = out[i].get("attempts", 1) + 1
@@ -96,7 +102,71 @@ def read_results(path: str | Path) -> list[dict]:
             if rid is not None:
                 where[rid] = len(out)
             out.append(rec)
+    return [pool_repeats(r, finished.get(r.get("run_id"), [])) if r.get("status") == "ok" else r for r in out]
+
+
+def _same_harness(a: dict, b: dict) -> bool:
+    """Two finished attempts of a run measured the same thing: same host and core count,
+    same PS transport (the first exp2 attempts ran TensorPipe with its default transports,
+    later ones uv only: different step times, not repeats)."""
+    ma, mb = a.get("measured") or {}, b.get("measured") or {}
+    ha, hb = a.get("host") or {}, b.get("host") or {}
+    return (ma.get("transport") == mb.get("transport") and ha.get("hostname") == hb.get("hostname")
+            and ha.get("cpu_cores") == hb.get("cpu_cores"))
+
+
+def pool_repeats(latest: dict, finished: list[dict]) -> dict:
+    """``latest`` with its run-to-run varying figures pooled over the repeats in ``finished``
+    (its finished attempts measured the same way as it): steady step times (median and
+    spread of the pooled steps), training time (mean) and the steady-state staleness
+    (pooled histogram of the attempts that logged it). Memory, bytes, the busy fraction
+    and the test accuracy stay the latest attempt's;
+    ``measured.repeats`` keeps each repeat's own step median, training time and start."""
+    reps = [r for r in finished if _same_harness(r, latest)]
+    if len(reps) < 2:
+        return latest
+    import copy
+    import statistics
+
+    out = copy.deepcopy(latest)
+    m = out.setdefault("measured", {})
+    ms = [r.get("measured") or {} for r in reps]
+    steps = [t for x in ms for t in (x.get("steady_step_times_s") or [])]
+    if steps:
+        m["step_time_s"] = {"median": statistics.median(steps), "p10": _percentile(steps, 0.1),
+                            "p90": _percentile(steps, 0.9), "mean": statistics.fmean(steps), "n": len(steps)}
+        m["steady_step_times_s"] = steps
+    totals = [x["total_time_s"] for x in ms if x.get("total_time_s") is not None]
+    if totals:
+        m["total_time_s"] = statistics.fmean(totals)
+    # Attempts from before the server logged each update (2026-11-23) have no steady-state
+    # histogram: the steady state is pooled over those that have one.
+    hists = [x["staleness_steady"].get("histogram") for x in ms if x.get("staleness_steady")]
+    if len(hists) > 1 and all(hists):
+        pooled: dict[str, int] = {}
+        for h in hists:
+            for k, v in h.items():
+                pooled[k] = pooled.get(k, 0) + int(v)
+        n = sum(pooled.values())
+        values = [int(k) for k, v in pooled.items() for _ in range(v)]
+        m["staleness_steady"] = dict(m["staleness_steady"], n=n, mean=statistics.fmean(values) if values else 0.0,
+                                     p50=_percentile(values, 0.5), p99=_percentile(values, 0.99),
+                                     max=max(values, default=0),
+                                     histogram=dict(sorted(pooled.items(), key=lambda kv: int(kv[0]))))
+    m["repeats"] = [{"started": r.get("started"), "step_median_s": (x.get("step_time_s") or {}).get("median"),
+                     "total_time_s": x.get("total_time_s"), "test_accuracy": x.get("test_accuracy"),
+                     "staleness_steady_mean": (x.get("staleness_steady") or {}).get("mean")} for r, x in zip(reps, ms)]
     return out
+
+
+def _percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between order statistics (validate.measure.percentile's rule)."""
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def rel_error(predicted: float | None, measured: float | None) -> float | None:

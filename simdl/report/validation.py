@@ -119,8 +119,15 @@ def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str,
                  verdict(st["mape"], GOALS["step_mape"]) + (" (stretch met)" if st["mape"] is not None and st["mape"] <= GOALS["step_mape_stretch"] else "")))
     rows.append(("step-time max error", "<= 15%", _pct(st["max"]), verdict(st["max"], GOALS["step_max"])))
     rows.append(("peak-memory mean abs error", "<= 3%", _pct(mem["mape"]), verdict(mem["mape"], GOALS["memory_mean"])))
-    rows.append(("async PS staleness mean", "within 10% of measured", _pct(stale["max"]),
-                 verdict(stale["max"], GOALS["staleness"])))
+    # The goal names the asynchronous PS; stale-synchronous runs are judged the same way on a
+    # row of their own (the same staleness mechanism, bounded), so neither hides the other.
+    stale_pairs = pairs(records, METRIC_BY_KEY["staleness"], engine)
+    for mode, what in (("ps-async", "async PS staleness mean, worst run"),
+                       ("ps-ssp", "SSP staleness mean, worst run (same check)")):
+        errs = [abs(e) for r, *_, e in stale_pairs if r["spec"]["strategy"] == mode]
+        worst = max(errs) if errs else None
+        rows.append((what, "within 10% of measured", _pct(worst) + (f" ({len(errs)} runs)" if errs else ""),
+                     verdict(worst, GOALS["staleness"])))
     for key, what in (("step_time", "time"), ("peak_memory", "memory")):
         o = ordering(records, key, engine)
         n_ok = sum(x["match"] for x in o)
@@ -357,6 +364,32 @@ def ordering_table(records: list[dict], engine: str) -> list[str]:
     return lines
 
 
+def repeats_table(records: list[dict]) -> list[str]:
+    """Runs made more than once the same way: each repeat's step median and the pooled one
+    (simdl.report.metrics.pool_repeats), the run-to-run spread the errors above sit in."""
+    reps = [r for r in _ok(records) if (r.get("measured") or {}).get("repeats")]
+    if not reps:
+        return []
+    lines = ["## Repeated runs", "",
+             "Runs made more than once with the same harness are pooled: their steady steps together give the "
+             "median compared above, training time is the mean, steady-state staleness the pooled histogram "
+             "(of the attempts that logged it). Memory, bytes, busy fraction and test accuracy are the latest "
+             "attempt's; each repeat's accuracy is shown here (256 test images after one short epoch: mostly "
+             "noise). Spread = slowest / fastest repeat median - 1.",
+             "", "| run | repeats (start: step median, test accuracy) | spread | pooled median | predicted |", "|---|---|---|---|---|"]
+    for r in reps:
+        m = r["measured"]
+        meds = [x["step_median_s"] for x in m["repeats"] if x.get("step_median_s")]
+        each = ", ".join(f"{(x.get('started') or '?')[11:16]}: {_num(x['step_median_s'], 's')}"
+                         + (f" (acc. {_pct(x['test_accuracy'])})" if x.get("test_accuracy") is not None else "")
+                         for x in m["repeats"])
+        pred = ((r.get("predicted") or {}).get("analytic") or {}).get("iteration_time_s")
+        lines.append(f"| `{r['run_id']}` | {each} | {_pct(max(meds) / min(meds) - 1) if meds else '-'} | "
+                     f"{_num(m['step_time_s']['median'], 's')} | {_num(pred, 's')} |")
+    lines.append("")
+    return lines
+
+
 def runs_table(records: list[dict]) -> list[str]:
     lines = ["## Runs", "", "| run | status | processes | steps/rank | wall | data |", "|---|---|---|---|---|---|"]
     for r in records:
@@ -407,7 +440,7 @@ def build_report(results: str | Path, out_dir: str | Path, paper: bool = False, 
               "| goal | target | achieved (analytic) | verdict |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals(records)] + [""]
     lines += exp1_table(records, "analytic") + exp2_table(records, "analytic") + vit_table(records, "analytic")
-    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic")
+    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + repeats_table(records)
     names = figures.write_all(records, out, engines)
     if names:
         lines += ["## Figures", ""] + [f"![{n}]({n})" for n in names] + [""]

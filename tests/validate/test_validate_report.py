@@ -123,3 +123,38 @@ def test_staleness_compares_the_steady_state_when_the_run_logged_it():
     old = {"measured": {"staleness": every}}
     new = {"measured": {"staleness": every, "staleness_steady": {"mean": 2.7, "n": 21}}}
     assert m.measured(old) == 2.5 and m.measured(new) == 2.7
+
+
+def test_repeated_runs_pool_their_steps_and_other_transports_do_not(tmp_path):
+    import json
+
+    from simdl.report.metrics import read_results
+
+    host = {"hostname": "vm", "cpu_cores": 2}
+
+    def rec(steps, total, transport="uv", hist=None):
+        m = {"steady_step_times_s": steps, "step_time_s": {"median": sorted(steps)[len(steps) // 2]},
+             "total_time_s": total, "transport": transport, "peak_allocated_bytes": 7}
+        if hist:
+            m["staleness_steady"] = {"mean": 0.0, "histogram": hist}
+        return {"run_id": "a", "status": "ok", "host": host, "measured": m}
+
+    p = tmp_path / "r.jsonl"
+    rows = (rec([9.0, 9.0, 9.0], 90.0, transport="default"),  # another transport: not a repeat
+            rec([1.0, 2.0, 3.0], 10.0, hist={"2": 1, "3": 1}),
+            {"run_id": "a", "status": "failed", "error": "killed"},
+            rec([4.0, 5.0, 6.0], 20.0, hist={"3": 2}))
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (r,) = read_results(p)
+    m = r["measured"]
+    assert r["attempts"] == 4
+    assert m["step_time_s"]["median"] == 3.5 and m["step_time_s"]["n"] == 6
+    assert m["total_time_s"] == 15.0
+    assert m["staleness_steady"]["histogram"] == {"2": 1, "3": 3} and m["staleness_steady"]["mean"] == 2.75
+    assert m["staleness_steady"]["max"] == 3 and m["staleness_steady"]["n"] == 4
+    assert [x["step_median_s"] for x in m["repeats"]] == [2.0, 5.0]
+    assert m["peak_allocated_bytes"] == 7
+    # One finished attempt: the record is left as it was measured.
+    p.write_text(json.dumps(rec([1.0, 2.0, 3.0], 10.0)) + "\n")
+    (r,) = read_results(p)
+    assert "repeats" not in r["measured"] and r["measured"]["step_time_s"] == {"median": 2.0}
