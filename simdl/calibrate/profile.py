@@ -23,6 +23,7 @@ from ..cluster.spec import CLUSTER_DIR, cluster_names, load_cluster, load_gpu, r
 from ..errors import SimdlError
 from . import fit as F
 from .records import STAGES
+from .jitter import StepJitterFit, local_step_series
 from .overlap import StrategyStepFit
 
 GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
@@ -402,6 +403,19 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff["comm_compute_interference"] = _val(sf.interference_, src)
             eff["collective_load_factor"] = _val(sf.load_factor_, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
+
+    # -- step-to-step spread of compute (simdl.calibrate.jitter) ------------------------------
+    if "strategies" in ran and stages["strategies"].measurements:
+        series = local_step_series(stages["strategies"])
+        if series:
+            jf = StepJitterFit().fit(series)
+            report["strategies"]["compute_jitter"] = {"sigma": jf.sigma_, "series": jf.n_series_, "steps": jf.n_steps_,
+                                                      "per_series": jf.per_series_}
+            eff["compute_jitter"] = _val(jf.sigma_, (
+                f"{tag}: standard deviation of log(step time) of local training (every rank its own copy, all "
+                f"{per_node * nodes} at once, no communication), about each series' mean, pooled over {jf.n_series_} "
+                f"rank x model series ({jf.n_steps_} steps); per series "
+                f"{min(jf.per_series_.values()):.3f}-{max(jf.per_series_.values()):.3f}"))
 
     kept = [st for st in STAGES if st not in ran]
     kept_from = _kept_from_base(base, kept)

@@ -391,7 +391,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
-             "collective_load_factor", "collective_load_overhead_us")
+             "collective_load_factor", "collective_load_overhead_us", "compute_jitter")
 
 
 @dataclass(frozen=True)
@@ -444,6 +444,13 @@ class Efficiency:
     # per call. Fitted by `simdl calibrate` from strategy steps; absent = 1 and 0.
     collective_load_factor: Sourced | None = None
     collective_load_overhead: Sourced | None = None
+    # Optional spread of a rank's compute time from one step to the next: the standard
+    # deviation of log(step time) of ranks training on their own, all at once (so the OS
+    # scheduling of the shared cores is in it). The SimPy engine draws each parameter-server
+    # worker's compute per step from a mean-one lognormal of this sigma unless --jitter says
+    # otherwise: the workers drift apart, which sets where pulls and pushes meet at the
+    # server (staleness) and when an SSP bound binds. Measured by `simdl calibrate`.
+    compute_jitter: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -466,6 +473,7 @@ class Efficiency:
         _put(out, "copy_bandwidth", self.copy_bandwidth)
         _put(out, "collective_load_factor", self.collective_load_factor)
         _put(out, "collective_load_overhead_us", self.collective_load_overhead)
+        _put(out, "compute_jitter", self.compute_jitter)
         if self.collective_regimes_intra is not None:
             out["collective_regimes_intra"] = regimes_to_dict(self.collective_regimes_intra)
         return out
@@ -789,6 +797,8 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         copy_bandwidth=_positive(raw, "copy_bandwidth", where, required=False),
         collective_load_factor=_load_factor(raw, where),
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
+        compute_jitter=_bounded(raw, "compute_jitter", where, 0.0, 2.0,
+                                "the standard deviation of log(step time)"),
         # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
         collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
                                   if raw.get("collective_regimes_intra") is not None else None),

@@ -38,9 +38,11 @@ from ..strategies.plan import COMPUTE, PSPlan, SpmdPlan
 
 DEFAULT_ITERATIONS = 3
 DEFAULT_WARMUP = 1
-# Asynchronous PS modes need more iterations for the workers to settle into their rotation.
-DEFAULT_ITERATIONS_ASYNC = 12
-DEFAULT_WARMUP_ASYNC = 4
+# Asynchronous PS modes need more iterations for the workers to settle into their rotation,
+# and for the mean staleness to average over the drawn step-to-step spread (about 60 ms for
+# the exp2 models on cpu-local-x4).
+DEFAULT_ITERATIONS_ASYNC = 40
+DEFAULT_WARMUP_ASYNC = 8
 
 
 @dataclass
@@ -100,7 +102,11 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
             raise SimdlError(f"--{name} {v!r} must be an integer >= {lo}")
     if warmup >= iterations:
         raise SimdlError(f"--warmup {warmup} must be less than --iterations {iterations}")
-    hetero = build_hetero(straggler, jitter, seed)
+    cj = cluster.spec.efficiency.compute_jitter
+    default = None
+    if is_ps and cj is not None and cj.value > 0:
+        default = (cj.value, f"the profile's efficiency.compute_jitter ({cj.kind}: {cj.source})")
+    hetero = build_hetero(straggler, jitter, seed, default=default)
     hetero.check_ranks(plan.world_size)
 
     rates = device_rates(cluster, workload.precision)
@@ -121,14 +127,14 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if is_ps:
         from functools import lru_cache
 
-        from ..analytic.engine import ps_update_time
+        from ..analytic.engine import ps_snapshot_time, ps_update_time
         from .ps import run_ps
 
         durations = [_compute_time(t, rows, rates) for t in plan.worker_tasks]
         # One value per aggregation count, asked for at every applied update.
         update_time = lru_cache(maxsize=None)(lambda k: ps_update_time(cluster, plan, k))
         run = run_ps(env, net, router, plan, cluster, durations, hetero, iterations, loader_workers,
-                     batch_time, update_time, free_comm, on_iteration_end)
+                     batch_time, update_time, free_comm, on_iteration_end, ps_snapshot_time(cluster, plan))
         classes = [(w,) for w in range(plan.workers)]
         ends = run.iteration_end
     else:
@@ -242,7 +248,9 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         notes += (f"input pipeline bound: compute waited up to {max(waited):.4g} s per iteration for data",)
     if hetero.factors or hetero.jittered:
         notes += (f"heterogeneity: {len(hetero.factors)} straggler rank(s), jitter {hetero.jitter}"
-                  f"{':' + format(hetero.jitter_param, 'g') if hetero.jittered else ''}, seed {hetero.seed}",)
+                  f"{':' + format(hetero.jitter_param, 'g') if hetero.jittered else ''}"
+                  f"{' per worker and step' if hetero.per_step else ''}, seed {hetero.seed}"
+                  + (f"; from {hetero.source}" if hetero.source else ""),)
     notes += (f"simulated {iterations} iterations ({warmup} warm-up); {len(classes)} rank class(es)",)
     samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
     iters = math.ceil(workload.train_samples / samples_per_iteration)
@@ -252,7 +260,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if hetero.factors:
         cfg["straggler"] = [f"rank={r},factor={f:g}" for r, f in hetero.factors]
     if hetero.jittered:
-        cfg["jitter"] = f"{hetero.jitter}:{hetero.jitter_param:g}"
+        cfg["jitter"] = f"{hetero.jitter}:{hetero.jitter_param:g}" + (" per step (profile)" if hetero.per_step else "")
     result = Result(
         engine="sim",
         iteration_time_s=iteration,

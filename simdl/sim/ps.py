@@ -16,8 +16,19 @@ applied one after another; the cost of one is the analytic model's
 * ``ps-async``: each push is applied on arrival (Li et al., OSDI 2014). The staleness of an
   update is the number of updates other workers applied to the shard between this
   worker's pull (the parameter version it computed on) and the application of its push.
-* ``ps-ssp``: as async, but a worker whose clock (finished iterations) is more than the
-  bound ahead of the slowest worker's waits before its next iteration (Ho et al., NIPS 2013).
+  The pull is a request of its own, sent when the push has been answered, and the shard's
+  CPU serves updates and snapshots one at a time (validate/train.py: ``push`` and ``pull``
+  each take the server's lock; a pull copies the parameters with their version): pushes
+  that reached the shard first are applied before the pull reads it. The shard's work per
+  update is the analytic :func:`~simdl.analytic.engine.ps_update_time` for one gradient,
+  of which :func:`~simdl.analytic.engine.ps_snapshot_time` is spent serving the pull.
+* ``ps-ssp``: as async, but a worker's pull waits while its clock (updates applied) is more
+  than the bound ahead of the slowest worker still training (Ho et al., NIPS 2013; the
+  server of validate/train.py holds the pull).
+
+Whether workers drift apart depends on how their step times vary: the engine draws them
+from the profile's measured ``efficiency.compute_jitter`` (simdl.sim.stragglers). Workers
+with identical, deterministic steps fall into lockstep convoys, which real ones do not.
 """
 
 from __future__ import annotations
@@ -51,13 +62,28 @@ class _Shard:
 
 def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: int,
            loader_workers: int, batch_time: float, update_time, free_comm: bool = False,
-           on_iteration_end=None) -> PSRun:
-    """Start the worker processes; ``update_time(k)`` = server seconds for k aggregated gradients."""
+           on_iteration_end=None, snapshot_time: float = 0.0) -> PSRun:
+    """Start the worker processes; ``update_time(k)`` = server seconds for k aggregated
+    gradients and their workers' pulls, ``snapshot_time`` = the seconds of one pull."""
     N, S = plan.workers, plan.servers
     run = PSRun(N, iteration_end=[[] for _ in range(N)], data_wait=[[] for _ in range(N)])
     shards = [_Shard(env, s) for s in range(S)]
     clocks = [0] * N
+    done = [False] * N
     clock_event = [env.event()]
+
+    def tick(w: int) -> None:
+        clocks[w] += 1
+        old, clock_event[0] = clock_event[0], env.event()
+        old.succeed()
+
+    def ssp_wait(w: int):
+        """The pull of a worker more than the bound ahead of the slowest active one waits."""
+        while True:
+            active = [c for c, d in zip(clocks, done) if not d]
+            if not active or clocks[w] - min(active) <= plan.staleness_bound:
+                return
+            yield clock_event[0]
 
     def transfer(src: str, dst: str, nbytes: float):
         if free_comm:
@@ -88,8 +114,26 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
                 yield req
                 run.staleness.append(shard.version - pulled_version)
                 run.staleness_it.append(it)
-                yield env.timeout(update_time(1))
+                yield env.timeout(max(update_time(1) - snapshot_time, 0.0))
                 shard.version += 1
+            if shard.index == 0:
+                tick(w)
+                if it == iterations - 1:
+                    done[w] = True
+            # The answer to the push, then the pull's request: messages without payload.
+            yield transfer(server, gpu, 0.0)
+            yield transfer(gpu, server, 0.0)
+            if plan.strategy == "ps-ssp" and plan.staleness_bound is not None:
+                yield from ssp_wait(w)
+            with shard.cpu.request() as req:
+                yield req
+                version = shard.version
+                yield env.timeout(snapshot_time)
+            t0 = env.now
+            yield transfer(server, gpu, plan.pull_bytes / S)
+            if shard.index == 0:
+                run.transfers.append((w, it, t0, env.now, "pull"))
+            return version
         version = shard.version
         t0 = env.now
         yield transfer(server, gpu, plan.pull_bytes / S)
@@ -102,9 +146,6 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
         factor = hetero.factor(w)
         versions = [0] * S
         for it in range(iterations):
-            if plan.strategy == "ps-ssp" and plan.staleness_bound is not None:
-                while clocks[w] - min(clocks) > plan.staleness_bound:
-                    yield clock_event[0]
             ev = loader.get()
             if ev is not None:
                 t0 = env.now
@@ -120,9 +161,8 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             procs = [env.process(exchange(w, it, shards[s], versions[s])) for s in range(S)]
             result = yield env.all_of(procs)
             versions = [result[p] for p in procs]
-            clocks[w] += 1
-            old, clock_event[0] = clock_event[0], env.event()
-            old.succeed()
+            if plan.strategy == "ps-sync":
+                tick(w)
             run.iteration_end[w].append(env.now)
             if on_iteration_end is not None:
                 on_iteration_end(w)

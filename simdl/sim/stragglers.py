@@ -8,8 +8,15 @@ Syntax (CLI and Python, validated here with one-line :class:`SimdlError` message
                                      sigma 0.1 and mean 1 (mu = -sigma^2/2)
   --jitter normal:0.05               x max(N(1, 0.05), 0.05)
   --jitter uniform:0.2               x U(1 - 0.2, 1 + 0.2)
-  --jitter none                      (default)
+  --jitter none                      no jitter
   --seed 0                           the jitter's seed
+
+Without --jitter, a parameter-server plan on a cluster whose profile measured
+``efficiency.compute_jitter`` (simdl.calibrate.jitter) gets a lognormal of that sigma drawn
+once per worker and step: it is the spread of whole steps that was measured, so every
+compute task of the step takes the same draw (``per_step``). Other plans get none by
+default: their profile's step parameters were fitted to measured lockstep steps, which
+already pay for the ranks' spread.
 
 A factor multiplies the duration of every compute task (forward, backward, optimizer,
 copies) of the rank; communication is governed by the links. Jitter draws come from a
@@ -36,6 +43,8 @@ class Heterogeneity:
     jitter: str = "none"
     jitter_param: float = 0.0
     seed: int = 0
+    per_step: bool = False  # one draw per rank and step, shared by the step's compute tasks
+    source: str = ""  # where the jitter comes from, for the result's notes
     _factor_map: dict = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -81,11 +90,14 @@ class Heterogeneity:
             return np.ones(n)
         rng = np.random.Generator(np.random.PCG64([self.seed, rank, iteration]))
         s = self.jitter_param
+        k = 1 if self.per_step else n
         if self.jitter == "lognormal":
-            return rng.lognormal(-s * s / 2.0, s, n)
-        if self.jitter == "normal":
-            return np.maximum(rng.normal(1.0, s, n), 0.05)
-        return rng.uniform(1.0 - s, 1.0 + s, n)
+            d = rng.lognormal(-s * s / 2.0, s, k)
+        elif self.jitter == "normal":
+            d = np.maximum(rng.normal(1.0, s, k), 0.05)
+        else:
+            d = rng.uniform(1.0 - s, 1.0 + s, k)
+        return np.full(n, d[0]) if self.per_step else d
 
 
 def _parse_ranks(text: str, spec: str) -> list[int]:
@@ -139,8 +151,9 @@ def parse_jitter(spec: str | None) -> tuple[str, float]:
     return name, s
 
 
-def build(straggler=None, jitter=None, seed: int = 0) -> Heterogeneity:
-    """From CLI-style values: ``straggler`` a string, a list of strings, or (rank, factor) pairs."""
+def build(straggler=None, jitter=None, seed: int = 0, default=None) -> Heterogeneity:
+    """From CLI-style values: ``straggler`` a string, a list of strings, or (rank, factor) pairs.
+    ``default``: ``(sigma, source)`` of a per-step lognormal used when ``jitter`` is None."""
     specs = [] if straggler is None else ([straggler] if isinstance(straggler, str) else list(straggler))
     factors: dict[int, float] = {}
     for s in specs:
@@ -149,6 +162,10 @@ def build(straggler=None, jitter=None, seed: int = 0) -> Heterogeneity:
             if r in factors:
                 raise SimdlError(f"--straggler: rank {r} is given twice")
             factors[int(r)] = float(f)
+    if jitter is None and default is not None:
+        sigma, source = default
+        return Heterogeneity(tuple(sorted(factors.items())), "lognormal", float(sigma), seed, per_step=True,
+                             source=source)
     if isinstance(jitter, tuple):
         name, param = jitter
     else:

@@ -136,3 +136,16 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(SimdlError, match="collective_load_factor = 0.5; accepted: 1 <= value <= 10"):
         load_cluster(str(tmp_path / "bad.yaml"))
+
+
+def test_a_compute_jitter_out_of_range_is_a_one_line_error(tmp_path):
+    raw = raw_preset("cpu-local")
+    raw.pop("compute_profile", None)
+    raw["efficiency"]["compute_jitter"] = {"value": -0.1, "kind": "assumed", "source": "test"}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match=r"compute_jitter = -0.1 must be >= 0"):
+        load_cluster(str(tmp_path / "bad.yaml"))
+    raw["efficiency"]["compute_jitter"]["value"] = 3.0
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match=r"compute_jitter = 3.0; accepted: 0 <= value <= 2 \(the standard deviation"):
+        load_cluster(str(tmp_path / "bad.yaml"))

@@ -248,3 +248,20 @@ def test_profile_models_option_parses_and_rejects_bad_input():
     # vgg16 is a fit model of the roofline, so it stays in that fit; convnext_large is profiled only
     assert "convnext_large" in s["compute_profile_only"] and "vgg16" not in s["compute_profile_only"]
     assert "convnext_large:cifar10:24" in s["compute_models"] and s["strategy_models"]
+
+
+def test_step_jitter_pools_series_about_their_own_means():
+    import math
+
+    from simdl.calibrate.jitter import StepJitterFit
+
+    # Two series, log-spreads 0.1 and 0.2 about different levels: pooled by degrees of freedom.
+    a = [math.exp(v) for v in (-0.1, 0.1, -0.1, 0.1, 0.0)]  # sum of squares 0.04 over 4 dof
+    b = [5 * math.exp(v) for v in (-0.2, 0.2, 0.0)]  # 0.08 over 2 dof
+    f = StepJitterFit().fit([{"label": "a", "step_times_s": a}, {"label": "b", "step_times_s": b},
+                             {"label": "short", "step_times_s": [1.0, 2.0]}])
+    assert f.sigma_ == pytest.approx(math.sqrt(0.12 / 6))
+    assert f.per_series_["a"] == pytest.approx(0.1) and f.per_series_["b"] == pytest.approx(0.2)
+    assert f.n_series_ == 2 and f.n_steps_ == 8
+    with pytest.raises(ValueError):
+        StepJitterFit().fit([{"step_times_s": [1.0, 2.0]}])

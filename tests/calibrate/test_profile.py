@@ -174,3 +174,27 @@ def test_a_collectives_only_run_keeps_the_other_stages_of_the_base(tmp_path, mon
     monkeypatch.setattr(P, "base_preset_for", lambda gpu: profile)
     again, _ = build_profile(run, settings, name="cpu-local")
     assert again["calibration"]["kept_from_base"]["provenance"]["devices"] == ["cpu: older"]
+
+
+def test_compute_jitter_is_measured_from_the_local_steps_of_the_strategy_stage(tmp_path):
+    import numpy as np
+
+    run = make_run_dir(tmp_path)
+    rng = np.random.default_rng(0)
+    sigma = 0.08
+    for r in (0, 1):
+        recs = []
+        for model, t in (("resnet18", 0.12 * (1 + 0.05 * r)), ("convnext_tiny", 0.35)):
+            steps = (t * rng.lognormal(0.0, sigma, 200)).tolist()
+            recs.append({"type": "measurement", "key": f"local/{model}/32", "kind": "strategy", "variant": "local",
+                         "model": model, "dataset": "cifar10", "batch": 32, "iters": 200, "warmup": 3,
+                         "step_times_s": steps, "step_s": float(np.median(steps)), "peak_bytes": 1})
+        _write(run / "strategies", r, recs)
+    settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
+    profile, report = build_profile(run, settings, name="synthetic")
+    cj = profile["efficiency"]["compute_jitter"]
+    assert cj["kind"] == "calibrated" and "4 rank x model series (800 steps)" in cj["source"]
+    # Each series about its own mean: the ranks' and models' different speeds are not spread.
+    assert cj["value"] == pytest.approx(sigma, rel=0.1)
+    spec = load_cluster(str(write_profile(profile, tmp_path / "j.yaml")))
+    assert spec.efficiency.compute_jitter.value == cj["value"]

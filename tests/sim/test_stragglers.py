@@ -41,3 +41,17 @@ def test_jitter_draws_are_seeded_and_mean_one():
     assert not np.array_equal(a, h.draws(2, 0, 20000))
     assert a.mean() == pytest.approx(1.0, abs=0.005)
     assert parse_jitter("none") == ("none", 0.0)
+
+
+def test_per_step_jitter_draws_one_factor_per_rank_and_step():
+    from simdl.sim.stragglers import build
+
+    h = build(None, None, seed=3, default=(0.2, "test"))
+    assert h.jittered and h.per_step and h.jitter == "lognormal"
+    d = h.draws(1, 5, 7)
+    assert len(set(d.tolist())) == 1 and d[0] != 1.0
+    assert h.draws(1, 5, 7).tolist() == d.tolist()  # seeded by (seed, rank, step)
+    assert h.draws(2, 5, 7)[0] != d[0]
+    # A jitter given explicitly replaces the default.
+    assert not build(None, "none", default=(0.2, "test")).jittered
+    assert not build(None, "lognormal:0.1", default=(0.2, "test")).per_step
