@@ -36,6 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from simdl.report.metrics import percentile  # one rule for the runs and the report's pooled repeats
+
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
                "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
 
@@ -66,15 +68,6 @@ MEASURED_STEP = "validate::measured_step"
 # Further steady-state steps profiled for their memory peak only (not timed).
 MEMORY_STEP = "validate::memory_step"
 MEMORY_STEPS = 3
-
-
-def percentile(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
 def step_stats(step_times: list[float]) -> dict[str, float]:

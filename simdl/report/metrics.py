@@ -133,8 +133,8 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     ms = [r.get("measured") or {} for r in reps]
     steps = [t for x in ms for t in (x.get("steady_step_times_s") or [])]
     if steps:
-        m["step_time_s"] = {"median": statistics.median(steps), "p10": _percentile(steps, 0.1),
-                            "p90": _percentile(steps, 0.9), "mean": statistics.fmean(steps), "n": len(steps)}
+        m["step_time_s"] = {"median": statistics.median(steps), "p10": percentile(steps, 0.1),
+                            "p90": percentile(steps, 0.9), "mean": statistics.fmean(steps), "n": len(steps)}
         m["steady_step_times_s"] = steps
     totals = [x["total_time_s"] for x in ms if x.get("total_time_s") is not None]
     if totals:
@@ -150,7 +150,7 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
         n = sum(pooled.values())
         values = [int(k) for k, v in pooled.items() for _ in range(v)]
         m["staleness_steady"] = dict(m["staleness_steady"], n=n, mean=statistics.fmean(values) if values else 0.0,
-                                     p50=_percentile(values, 0.5), p99=_percentile(values, 0.99),
+                                     p50=percentile(values, 0.5), p99=percentile(values, 0.99),
                                      max=max(values, default=0),
                                      histogram=dict(sorted(pooled.items(), key=lambda kv: int(kv[0]))))
     m["repeats"] = [{"started": r.get("started"), "step_median_s": (x.get("step_time_s") or {}).get("median"),
@@ -159,8 +159,9 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     return out
 
 
-def _percentile(values: list[float], q: float) -> float:
-    """Linear interpolation between order statistics (validate.measure.percentile's rule)."""
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile by linear interpolation between order statistics (validate.measure
+    summarises each run with it too)."""
     if not values:
         return float("nan")
     s = sorted(values)
