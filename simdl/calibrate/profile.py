@@ -409,13 +409,15 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
         series = local_step_series(stages["strategies"])
         if series:
             jf = StepJitterFit().fit(series)
-            report["strategies"]["compute_jitter"] = {"sigma": jf.sigma_, "series": jf.n_series_, "steps": jf.n_steps_,
-                                                      "per_series": jf.per_series_}
+            report["strategies"]["compute_jitter"] = {"sigma": jf.sigma_, "sd": jf.sd_, "series": jf.n_series_,
+                                                      "steps": jf.n_steps_, "per_series": jf.per_series_}
             eff["compute_jitter"] = _val(jf.sigma_, (
-                f"{tag}: standard deviation of log(step time) of local training (every rank its own copy, all "
-                f"{per_node * nodes} at once, no communication), about each series' mean, pooled over {jf.n_series_} "
-                f"rank x model series ({jf.n_steps_} steps); per series "
-                f"{min(jf.per_series_.values()):.3f}-{max(jf.per_series_.values()):.3f}"))
+                f"{tag}: spread of log(step time) of local training (every rank its own copy, all "
+                f"{per_node * nodes} at once, no communication), 1.4826 x the median absolute deviation of each "
+                f"series about its median, pooled over {jf.n_series_} rank x model series ({jf.n_steps_} steps; "
+                f"per series {min(jf.per_series_.values()):.3f}-{max(jf.per_series_.values()):.3f}); plain standard "
+                f"deviation {jf.sd_:.3f}"
+                + (", inflated by occasional stalled steps (simdl.calibrate.jitter)" if jf.sd_ > 1.5 * jf.sigma_ else "")))
 
     kept = [st for st in STAGES if st not in ran]
     kept_from = _kept_from_base(base, kept)

@@ -250,18 +250,27 @@ def test_profile_models_option_parses_and_rejects_bad_input():
     assert "convnext_large:cifar10:24" in s["compute_models"] and s["strategy_models"]
 
 
-def test_step_jitter_pools_series_about_their_own_means():
+def test_step_jitter_is_robust_to_stalled_steps_and_pools_series_about_their_own_levels():
     import math
 
-    from simdl.calibrate.jitter import StepJitterFit
+    from simdl.calibrate.jitter import MAD_TO_SD, StepJitterFit
 
-    # Two series, log-spreads 0.1 and 0.2 about different levels: pooled by degrees of freedom.
-    a = [math.exp(v) for v in (-0.1, 0.1, -0.1, 0.1, 0.0)]  # sum of squares 0.04 over 4 dof
-    b = [5 * math.exp(v) for v in (-0.2, 0.2, 0.0)]  # 0.08 over 2 dof
+    # Series a: log deviations +-0.1 (median absolute deviation 0.1) and one step stalled to 2x;
+    # series b, five times slower: +-0.2 (MAD 0.2). Pooled by steps: sqrt((5 x 0.1^2 + 3 x 0.2^2) / 8).
+    a = [math.exp(v) for v in (-0.1, 0.1, -0.1, 0.1, 0.0)] + [2.0]
+    logs_a = [-0.1, 0.1, -0.1, 0.1, 0.0, math.log(2.0)]
+    b = [5 * math.exp(v) for v in (-0.2, 0.2, 0.0)]
     f = StepJitterFit().fit([{"label": "a", "step_times_s": a}, {"label": "b", "step_times_s": b},
                              {"label": "short", "step_times_s": [1.0, 2.0]}])
-    assert f.sigma_ == pytest.approx(math.sqrt(0.12 / 6))
-    assert f.per_series_["a"] == pytest.approx(0.1) and f.per_series_["b"] == pytest.approx(0.2)
-    assert f.n_series_ == 2 and f.n_steps_ == 8
+    med_a = 0.05  # median of logs_a
+    mad_a = sorted(abs(v - med_a) for v in logs_a)
+    mad_a = (mad_a[2] + mad_a[3]) / 2
+    assert f.per_series_["a"] == pytest.approx(MAD_TO_SD * mad_a)
+    assert f.per_series_["b"] == pytest.approx(MAD_TO_SD * 0.2)
+    assert f.sigma_ == pytest.approx(math.sqrt((6 * f.per_series_["a"] ** 2 + 3 * f.per_series_["b"] ** 2) / 9))
+    # The plain sd carries the stall: much larger than the robust one for series a alone.
+    alone = StepJitterFit().fit([{"label": "a", "step_times_s": a}])
+    assert alone.sd_ > 2 * alone.sigma_
+    assert f.n_series_ == 2 and f.n_steps_ == 9
     with pytest.raises(ValueError):
         StepJitterFit().fit([{"step_times_s": [1.0, 2.0]}])
