@@ -29,7 +29,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from .experiments import CORES, PROFILES, RunSpec, experiments
 
@@ -329,16 +329,37 @@ def host_info() -> dict:
             "cuda": torch.cuda.is_available()}
 
 
+def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, tuple[str, str, str]]:
+    """Per rank count: (profile path, note, sha256 of the file), resolved once when a sweep
+    starts, so that every run of the sweep is predicted with the same profile."""
+    out = {}
+    for n in sorted(set(ranks)):
+        path, note = profile_for_ranks(cluster, n, root)
+        out[n] = (path, note, _sha256(path))
+    return out
+
+
 def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
-            engines=ENGINES, sweep_command: str = "") -> dict:
+            engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None) -> dict:
     workdir = root / run.run_id
-    cluster_path, profile_note = profile_for_ranks(cluster, run.ranks, root)
+    if profiles is None:
+        profiles = sweep_profiles(cluster, [run.ranks], root)
+    cluster_path, profile_note, sha = profiles[run.ranks]
+    now = _sha256(cluster_path) if Path(cluster_path).is_file() else "missing"
+    if now != sha:
+        # A profile edited (or recalibrated) while the sweep runs: predicting this run with it
+        # would mix two profiles in one sweep, and a half-written file may not load.
+        return {"schema": SCHEMA, "run_id": run.run_id, "profile": profile, "sweep_command": sweep_command,
+                "spec": run.to_dict(), "status": "failed", "cluster_profile": cluster_path,
+                "error": f"cluster profile {cluster_path} changed during the sweep (sha256 {sha} at the start, "
+                         f"{now} now); rerun with --resume --retry-failed",
+                "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
     rec: dict[str, Any] = {
         "schema": SCHEMA, "run_id": run.run_id, "profile": profile, "sweep_command": sweep_command,
         "spec": run.to_dict(),
         "label": run.label, "model_name": run.model_name, "oversubscribed": run.oversubscribed,
         "processes": run.processes, "cores": CORES,
-        "cluster_profile": cluster_path, "cluster_profile_sha256": _sha256(cluster_path),
+        "cluster_profile": cluster_path, "cluster_profile_sha256": sha,
         "cluster_profile_note": profile_note,
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
@@ -395,9 +416,16 @@ def main(argv=None) -> int:
     sweep = "python -m validate.run " + " ".join(argv if argv is not None else sys.argv[1:])
     print(f"profile {a.profile}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run",
           flush=True)
+    from simdl.errors import SimdlError
+
+    try:
+        profiles = sweep_profiles(a.cluster, [r.ranks for r in todo], root)
+    except SimdlError as e:
+        print(f"python -m validate.run: error: {e}", file=sys.stderr)
+        return 2
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
-        rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep)
+        rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles)
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":

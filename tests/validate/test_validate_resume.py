@@ -30,7 +30,7 @@ def test_resume_skips_finished_runs(tmp_path, monkeypatch):
     interrupt = [True]
     ids = [r.run_id for r in experiments("smoke")]
 
-    def fake_run_one(run, profile, cluster, root, timeout, data_dir, engines=(), sweep=""):
+    def fake_run_one(run, profile, cluster, root, timeout, data_dir, engines=(), sweep="", profiles=None):
         calls.append(run.run_id)
         if len(calls) == 3 and interrupt[0]:
             interrupt[0] = False
@@ -118,3 +118,26 @@ def test_killed_rank_is_named(tmp_path):
     log.write_text("E1123 api.py:1002] failed (exitcode: 1) local_rank: 0\n")
     assert vrun._killed_rank(log) == ""
     assert vrun._killed_rank(tmp_path / "missing.txt") == ""
+
+
+def test_a_profile_edited_during_a_sweep_fails_the_runs_after_it_not_the_sweep(tmp_path, monkeypatch):
+    import shutil
+
+    from simdl.cluster.spec import CLUSTER_DIR
+
+    for f in ("cpu-local.yaml", "cpu-local.compute.json"):
+        shutil.copy(CLUSTER_DIR / f, tmp_path / f)
+    prof = tmp_path / "cpu-local.yaml"
+    run = next(r for r in experiments("smoke") if r.ranks == 2)
+    profiles = vrun.sweep_profiles(str(prof), [run.ranks], tmp_path)
+    launched = []
+    monkeypatch.setattr(vrun, "launch", lambda *a, **k: launched.append(a) or (1, "cmd", 0.0))
+    prof.write_text(prof.read_text() + "\n# recalibrated\n")  # the file changes mid-sweep
+    rec = vrun.run_one(run, "smoke", str(prof), tmp_path, 10.0, None, ("analytic",), "sweep", profiles)
+    assert rec["status"] == "failed" and "changed during the sweep" in rec["error"] and "--retry-failed" in rec["error"]
+    assert not launched  # nothing was run with a profile other than the sweep's
+    # A profile that does not load stops the sweep before any run, with a one-line error.
+    prof.write_text("efficiency: {matmul: oops}\n")
+    out = tmp_path / "r.jsonl"
+    assert vrun.main(["--profile", "smoke", "-o", str(out), "--cluster", str(prof)]) == 2
+    assert not out.exists() or not vrun.read_results(out)
