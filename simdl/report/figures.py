@@ -154,10 +154,22 @@ def staleness_histograms(records: list[dict], out: Path) -> str | None:
     for ax in axes.flat[len(runs):]:
         ax.axis("off")
     for ax, r in zip(axes.flat, runs):
-        st = r["measured"]["staleness"]
+        # The steady state (pooled over repeats) is what the tables compare with the prediction;
+        # every update, start and end included, is drawn as an outline beside it.
+        every = r["measured"]["staleness"]
+        steady = r["measured"].get("staleness_steady") or {}
+        st = steady if steady.get("histogram") else every
         hist = {int(k): v for k, v in st["histogram"].items()}
         n = sum(hist.values())
-        ax.bar(list(hist), [v / n for v in hist.values()], width=0.8, alpha=0.7, label=f"measured (mean {st['mean']:.2f})")
+        what = "steady state" if st is steady else "every update"
+        ax.bar(list(hist), [v / n for v in hist.values()], width=0.8, alpha=0.7,
+               label=f"measured, {what} (mean {st['mean']:.2f}, {n} updates)")
+        if st is steady:
+            eh = {int(k): v for k, v in every["histogram"].items()}
+            en = sum(eh.values())
+            ks = sorted(eh)
+            ax.bar(ks, [eh[k] / en for k in ks], width=0.8, fill=False, edgecolor="0.4", ls=":",
+                   label=f"measured, every update (mean {every['mean']:.2f})")
         sim = (r.get("predicted") or {}).get("sim") or {}
         sh = sim.get("staleness_histogram")
         if isinstance(sh, dict) and sh:
