@@ -30,13 +30,13 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any
 
 import numpy as np
 
-from simdl.report.metrics import percentile  # one rule for the runs and the report's pooled repeats
+# One set of summary rules for each run and for the report's pooled repeats.
+from simdl.report.metrics import percentile, staleness_summary, step_stats  # noqa: F401
 
 DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
                "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
@@ -68,14 +68,6 @@ MEASURED_STEP = "validate::measured_step"
 # Further steady-state steps profiled for their memory peak only (not timed).
 MEMORY_STEP = "validate::memory_step"
 MEMORY_STEPS = 3
-
-
-def step_stats(step_times: list[float]) -> dict[str, float]:
-    """Median and spread of steady-state step times (seconds)."""
-    if not step_times:
-        return {"median": float("nan"), "p10": float("nan"), "p90": float("nan"), "n": 0}
-    return {"median": statistics.median(step_times), "p10": percentile(step_times, 0.1),
-            "p90": percentile(step_times, 0.9), "mean": statistics.fmean(step_times), "n": len(step_times)}
 
 
 class StepTimer:
@@ -196,18 +188,6 @@ def _thin(curve: list[tuple[float, float]], n: int) -> list[list[float]]:
         t, b = max(chunk, key=lambda p: p[1])
         out.append([round(t, 6), b])
     return out
-
-
-def staleness_summary(values: list[int]) -> dict[str, Any]:
-    """Distribution of the staleness of applied updates (server version counter deltas)."""
-    if not values:
-        return {"n": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0, "histogram": {}}
-    hist: dict[str, int] = {}
-    for v in values:
-        hist[str(int(v))] = hist.get(str(int(v)), 0) + 1
-    return {"n": len(values), "mean": statistics.fmean(values), "p50": percentile(values, 0.5),
-            "p99": percentile(values, 0.99), "max": float(max(values)),
-            "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0])))}
 
 
 def peak_rss_bytes() -> float:

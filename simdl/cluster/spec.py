@@ -444,9 +444,10 @@ class Efficiency:
     # per call. Fitted by `simdl calibrate` from strategy steps; absent = 1 and 0.
     collective_load_factor: Sourced | None = None
     collective_load_overhead: Sourced | None = None
-    # Optional spread of a rank's compute time from one step to the next: the standard
-    # deviation of log(step time) of ranks training on their own, all at once (so the OS
-    # scheduling of the shared cores is in it). The SimPy engine draws each parameter-server
+    # Optional spread of a rank's compute time from one step to the next: the robust standard
+    # deviation (1.4826 x median absolute deviation) of log(step time) of ranks training on
+    # their own, all at once, so the OS scheduling of the shared cores is in it
+    # (simdl.calibrate.jitter). The SimPy engine draws each parameter-server
     # worker's compute per step from a mean-one lognormal of this sigma unless --jitter says
     # otherwise: the workers drift apart, which sets where pulls and pushes meet at the
     # server (staleness) and when an SSP bound binds. Measured by `simdl calibrate`.
@@ -798,7 +799,7 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         collective_load_factor=_load_factor(raw, where),
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
         compute_jitter=_bounded(raw, "compute_jitter", where, 0.0, 2.0,
-                                "the standard deviation of log(step time)"),
+                                "the spread of log(step time), a standard deviation"),
         # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
         collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
                                   if raw.get("collective_regimes_intra") is not None else None),

@@ -8,7 +8,9 @@ tests all read them from here. Error is signed relative error ``(predicted - mea
 
 from __future__ import annotations
 
+import copy
 import math
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -125,16 +127,12 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     reps = [r for r in finished if _same_harness(r, latest)]
     if len(reps) < 2:
         return latest
-    import copy
-    import statistics
-
     out = copy.deepcopy(latest)
     m = out.setdefault("measured", {})
     ms = [r.get("measured") or {} for r in reps]
     steps = [t for x in ms for t in (x.get("steady_step_times_s") or [])]
     if steps:
-        m["step_time_s"] = {"median": statistics.median(steps), "p10": percentile(steps, 0.1),
-                            "p90": percentile(steps, 0.9), "mean": statistics.fmean(steps), "n": len(steps)}
+        m["step_time_s"] = step_stats(steps)
         m["steady_step_times_s"] = steps
     totals = [x["total_time_s"] for x in ms if x.get("total_time_s") is not None]
     if totals:
@@ -147,27 +145,44 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
         for h in hists:
             for k, v in h.items():
                 pooled[k] = pooled.get(k, 0) + int(v)
-        n = sum(pooled.values())
-        values = [int(k) for k, v in pooled.items() for _ in range(v)]
-        m["staleness_steady"] = dict(m["staleness_steady"], n=n, mean=statistics.fmean(values) if values else 0.0,
-                                     p50=percentile(values, 0.5), p99=percentile(values, 0.99),
-                                     max=max(values, default=0),
-                                     histogram=dict(sorted(pooled.items(), key=lambda kv: int(kv[0]))))
+        m["staleness_steady"] = staleness_summary([int(k) for k, v in pooled.items() for _ in range(v)])
     m["repeats"] = [{"started": r.get("started"), "step_median_s": (x.get("step_time_s") or {}).get("median"),
                      "total_time_s": x.get("total_time_s"), "test_accuracy": x.get("test_accuracy"),
                      "staleness_steady_mean": (x.get("staleness_steady") or {}).get("mean")} for r, x in zip(reps, ms)]
     return out
 
 
+# Summaries of a measurement: validate.measure uses them for each run, pool_repeats for the
+# steps or updates of several runs together, so both are summarised by one rule.
+
 def percentile(values: list[float], q: float) -> float:
-    """The ``q`` quantile by linear interpolation between order statistics (validate.measure
-    summarises each run with it too)."""
+    """The ``q`` quantile by linear interpolation between order statistics."""
     if not values:
         return float("nan")
     s = sorted(values)
     k = (len(s) - 1) * q
     lo, hi = int(k), min(int(k) + 1, len(s) - 1)
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def step_stats(step_times: list[float]) -> dict[str, float]:
+    """Median and spread of steady-state step times (seconds)."""
+    if not step_times:
+        return {"median": float("nan"), "p10": float("nan"), "p90": float("nan"), "n": 0}
+    return {"median": statistics.median(step_times), "p10": percentile(step_times, 0.1),
+            "p90": percentile(step_times, 0.9), "mean": statistics.fmean(step_times), "n": len(step_times)}
+
+
+def staleness_summary(values: list[int]) -> dict[str, Any]:
+    """Distribution of the staleness of applied updates (server version counter deltas)."""
+    if not values:
+        return {"n": 0, "mean": 0.0, "p50": 0.0, "p99": 0.0, "max": 0.0, "histogram": {}}
+    hist: dict[str, int] = {}
+    for v in values:
+        hist[str(int(v))] = hist.get(str(int(v)), 0) + 1
+    return {"n": len(values), "mean": statistics.fmean(values), "p50": percentile(values, 0.5),
+            "p99": percentile(values, 0.99), "max": float(max(values)),
+            "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0])))}
 
 
 def rel_error(predicted: float | None, measured: float | None) -> float | None:

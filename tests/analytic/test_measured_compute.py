@@ -147,5 +147,5 @@ def test_a_compute_jitter_out_of_range_is_a_one_line_error(tmp_path):
         load_cluster(str(tmp_path / "bad.yaml"))
     raw["efficiency"]["compute_jitter"]["value"] = 3.0
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(SimdlError, match=r"compute_jitter = 3.0; accepted: 0 <= value <= 2 \(the standard deviation"):
+    with pytest.raises(SimdlError, match=r"compute_jitter = 3.0; accepted: 0 <= value <= 2 \(the spread of log\(step time\)"):
         load_cluster(str(tmp_path / "bad.yaml"))
