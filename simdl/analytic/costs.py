@@ -2,7 +2,9 @@
 
 Compute is a per-row roofline (Williams, Waterman & Patterson, CACM 2009): a row takes
 the longer of its FLOPs over the achievable FLOP/s and its bytes over the achievable
-memory bandwidth, plus a fixed overhead per kernel launched. Achievable = peak times an
+memory bandwidth, plus a fixed overhead per kernel launched. A calibrated profile may add
+the part of the shorter time that does not overlap the longer one (CPUs) and give each
+memory-bound op class its own bandwidth. Achievable = peak times an
 efficiency, both from the cluster profile (datasheet peaks, efficiencies from
 measurements or calibration; the profile says which).
 
@@ -48,6 +50,12 @@ class Rates:
     # backward input- and weight-gradient calls), on top of kernel_overhead: oneDNN on CPU
     # pays ~0.1 ms per convolution call (issue 5 calibration); 0 unless the profile says.
     matmul_call_overhead: float = 0.0
+    # Bytes/s of the memory-bound op classes that have their own rate, as ((class, rate), ...)
+    # (hashable: rates key the row-time cache); other rows use memory_bandwidth.
+    class_memory_bandwidth: tuple = ()
+    # Fraction of a row's shorter part (FLOPs or bytes time) hidden under its longer part:
+    # 1 = the roofline's max, 0 = their sum (Efficiency.compute_memory_overlap).
+    compute_memory_overlap: float = 1.0
     # Streaming ops on whole parameter-sized tensors (optimizer, FSDP/DDP copies): bytes/s
     # and s per call (0: memory_bandwidth and kernel_overhead, the roofline's rates).
     stream_bandwidth: float = 0.0
@@ -84,6 +92,9 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
         kernel_overhead=eff.kernel_launch.value,
         activation_factor=MIXED_PRECISION_ACTIVATION_FACTOR if precision in ("bf16", "fp16-amp") else 1.0,
         matmul_call_overhead=eff.matmul_call_overhead.value if eff.matmul_call_overhead else 0.0,
+        class_memory_bandwidth=tuple((c, cluster.per_rank_memory_bandwidth * v.value)
+                                     for c, v in eff.memory_bandwidth_by_class.items()),
+        compute_memory_overlap=eff.compute_memory_overlap.value if eff.compute_memory_overlap else 1.0,
         stream_bandwidth=(cluster.per_rank_memory_bandwidth * eff.stream_bandwidth.value
                           if eff.stream_bandwidth else 0.0),
         stream_call_overhead=eff.stream_call_overhead.value if eff.stream_call_overhead else None,
@@ -146,9 +157,13 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
     fwd_bytes = (table.per_sample["read_bytes"] + table.per_sample["write_bytes"]) * batch * a + (
         table.fixed["read_bytes"] + table.fixed["write_bytes"]
     )
-    fwd = np.maximum(fwd_flops / rates.flops, fwd_bytes / rates.memory_bandwidth)
+    bandwidth = np.full(table.n_rows, rates.memory_bandwidth)
+    for cls, bw in rates.class_memory_bandwidth:
+        bandwidth[table.op_classes == cls] = bw
+    fwd = _roofline(fwd_flops / rates.flops, fwd_bytes / bandwidth, rates.compute_memory_overlap)
     fwd += table.fixed["fwd_kernels"] * rates.kernel_overhead
-    bwd = np.maximum(bwd_flops / rates.flops, BACKWARD_BYTES_FACTOR * fwd_bytes / rates.memory_bandwidth)
+    bwd = _roofline(bwd_flops / rates.flops, BACKWARD_BYTES_FACTOR * fwd_bytes / bandwidth,
+                    rates.compute_memory_overlap)
     bwd += table.fixed["bwd_kernels"] * rates.kernel_overhead
     if rates.matmul_call_overhead:
         # One call per row with forward FLOPs; one per backward gradient (input, weight) computed.
@@ -156,6 +171,14 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
         bwd += ((table.column("bwd_input_flops", batch) > 0).astype(float)
                 + (table.column("bwd_weight_flops", batch) > 0)) * rates.matmul_call_overhead
     return _row_times(fwd, bwd)
+
+
+def _roofline(flops_time: np.ndarray, bytes_time: np.ndarray, overlap: float) -> np.ndarray:
+    """The longer of the two times plus the part of the shorter one not hidden under it."""
+    longer = np.maximum(flops_time, bytes_time)
+    if overlap >= 1.0:
+        return longer
+    return longer + (1.0 - overlap) * np.minimum(flops_time, bytes_time)
 
 
 def _row_times(fwd: np.ndarray, bwd: np.ndarray) -> RowTimes:

@@ -278,10 +278,20 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
                              f"against the workload tables, of the fp32 peak{share_note}; {fitq}")
         eff["memory_bandwidth"] = _val(est.memory_bandwidth_efficiency_, f"{tag}: same roofline fit, fraction of the "
                                        f"memory bandwidth{share_note}; {fitq}")
-        eff["kernel_launch_us"] = _val(est.kernel_launch_s_ * 1e6, f"{tag}: same roofline fit, seconds per kernel "
-                                       f"(eager dispatch + launch); {fitq}")
+        eff["kernel_launch_us"] = (
+            _val(est.kernel_launch_s_ * 1e6, f"{tag}: tiny-op microbenchmark (a 16-element add, eager dispatch + "
+                 f"launch), median over ranks; held fixed in the roofline fit", kind="measured")
+            if comp.get("kernel_launch_measured") else
+            _val(est.kernel_launch_s_ * 1e6, f"{tag}: same roofline fit, seconds per kernel (eager dispatch + launch); "
+                 f"{fitq}"))
         eff["matmul_call_overhead_us"] = _val(est.matmul_call_overhead_s_ * 1e6, f"{tag}: same roofline fit, fixed "
                                               f"seconds per matmul/convolution call (fwd, and each bwd gradient); {fitq}")
+        eff["compute_memory_overlap"] = _val(est.compute_memory_overlap_, f"{tag}: same roofline fit, fraction of a "
+                                             f"row's shorter part (FLOPs or bytes time) hidden under its longer part "
+                                             f"(1 = max, 0 = sum); {fitq}")
+        for c, v in est.class_bandwidth_efficiency_.items():
+            eff[f"memory_bandwidth_{c}"] = _val(v, f"{tag}: same roofline fit, fraction of the memory bandwidth"
+                                                f"{share_note} that {c} rows stream their bytes at; {fitq}")
 
     per_rank_bw = gpu_spec.memory_bandwidth.value * share
     for key, what, ops in (("stream", "stream_bandwidth", "momentum-SGD optimizer steps over 16-32 Mi parameters in "

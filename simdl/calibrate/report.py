@@ -96,6 +96,11 @@ def format_report(report: dict, profile: dict) -> str:
                      f"kernel_launch {p['kernel_launch_us']:.2f} us  matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us"
                      f"   step R2 {q['steps']['r2']}  "
                      f"max|step err| {_apct(q['steps']['max_abs_rel_error'])}  row R2 {q['rows']['r2']}")
+        per_class = {k[len("memory_bandwidth_"):]: v for k, v in p.items() if k.startswith("memory_bandwidth_")}
+        if "compute_memory_overlap" in p:
+            lines.append(f"  compute_memory_overlap {p['compute_memory_overlap']:.3f}"
+                         + ("  memory_bandwidth by class: " + ", ".join(f"{c} {v:.3f}" for c, v in per_class.items())
+                            if per_class else ""))
         for r in q["runs"]:
             lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
                          f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")

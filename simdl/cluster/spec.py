@@ -41,6 +41,7 @@ from ..collectives.regimes import Regime, RegimeCurve, RegimeModel
 from ..errors import SimdlError, unknown
 from ..provenance import KINDS, Sourced, read
 from ..units import GB
+from ..workload.op_classes import MEMORY_CLASSES
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 GPU_DIR = DATA_DIR / "gpus"
@@ -391,7 +392,8 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
-             "collective_load_factor", "collective_load_overhead_us", "compute_jitter")
+             "collective_load_factor", "collective_load_overhead_us", "compute_jitter",
+             *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
 
 
 @dataclass(frozen=True)
@@ -452,6 +454,16 @@ class Efficiency:
     # otherwise: the workers drift apart, which sets where pulls and pushes meet at the
     # server (staleness) and when an SSP bound binds. Measured by `simdl calibrate`.
     compute_jitter: Sourced | None = None
+    # Optional fraction of the memory bandwidth per memory-bound op class (key
+    # ``memory_bandwidth_<class>``, simdl.workload.op_classes.MEMORY_CLASSES): a row of that
+    # class streams its bytes at this rate instead of ``memory_bandwidth``'s. Not capped at 1
+    # (a small tensor that stays in cache beats the datasheet's DRAM figure). class -> Sourced.
+    memory_bandwidth_by_class: FrozenMap = field(default_factory=FrozenMap)
+    # Optional fraction of a row's shorter part (FLOPs or bytes time) hidden under its longer
+    # part: 1 = the roofline's max (the default; a GPU's warps overlap arithmetic with memory
+    # traffic), 0 = their sum (one CPU core runs a small op's arithmetic and its loads in one
+    # instruction stream). Fitted by `simdl calibrate` (issue 5: 0 on this 2-core host).
+    compute_memory_overlap: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -475,6 +487,9 @@ class Efficiency:
         _put(out, "collective_load_factor", self.collective_load_factor)
         _put(out, "collective_load_overhead_us", self.collective_load_overhead)
         _put(out, "compute_jitter", self.compute_jitter)
+        for c, v in self.memory_bandwidth_by_class.items():
+            _put(out, f"memory_bandwidth_{c}", v)
+        _put(out, "compute_memory_overlap", self.compute_memory_overlap)
         if self.collective_regimes_intra is not None:
             out["collective_regimes_intra"] = regimes_to_dict(self.collective_regimes_intra)
         return out
@@ -800,6 +815,10 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
         compute_jitter=_bounded(raw, "compute_jitter", where, 0.0, 2.0,
                                 "the spread of log(step time), a standard deviation"),
+        memory_bandwidth_by_class=FrozenMap({c: _positive(raw, f"memory_bandwidth_{c}", where)
+                                             for c in MEMORY_CLASSES if f"memory_bandwidth_{c}" in raw}),
+        compute_memory_overlap=_bounded(raw, "compute_memory_overlap", where, 0.0, 1.0,
+                                        "the fraction of a row's shorter part hidden under its longer part"),
         # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
         collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
                                   if raw.get("collective_regimes_intra") is not None else None),

@@ -55,6 +55,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import SimdlError
+from .op_classes import op_class
 
 SCHEMA = 1
 
@@ -174,3 +175,8 @@ class WorkloadTable:
     @cached_property
     def module_types(self) -> dict[str, str]:
         return {m.name: m.type for m in self.modules}
+
+    @cached_property
+    def op_classes(self) -> np.ndarray:
+        """Per-row op class (:mod:`simdl.workload.op_classes`)."""
+        return np.array([op_class(t) for t in self.types])

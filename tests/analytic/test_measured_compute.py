@@ -149,3 +149,49 @@ def test_a_compute_jitter_out_of_range_is_a_one_line_error(tmp_path):
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(SimdlError, match=r"compute_jitter = 3.0; accepted: 0 <= value <= 2 \(the spread of log\(step time\)"):
         load_cluster(str(tmp_path / "bad.yaml"))
+
+
+def test_overlap_and_per_class_bandwidths_change_only_what_they_name():
+    """compute_memory_overlap 1 is the roofline's max, 0 the sum of FLOP and byte times; a
+    class bandwidth reprices that class's rows and no others (checked against the formula)."""
+    table = load_workload("resnet18", "cifar10")
+    base = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0)
+    f = table.column("fwd_flops", 8) / 1e11
+    b = ((table.per_sample["read_bytes"] + table.per_sample["write_bytes"]) * 8
+         + table.fixed["read_bytes"] + table.fixed["write_bytes"]) / 5e9
+    assert np.allclose(row_times(table, 8, base).fwd, np.maximum(f, b))
+    summed = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
+                   compute_memory_overlap=0.0)
+    assert np.allclose(row_times(table, 8, summed).fwd, f + b)
+    half = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
+                 compute_memory_overlap=0.5)
+    assert np.allclose(row_times(table, 8, half).fwd, np.maximum(f, b) + 0.5 * np.minimum(f, b))
+    norm = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
+                 class_memory_bandwidth=(("norm", 1e9),))
+    got, ref = row_times(table, 8, norm).fwd, row_times(table, 8, base).fwd
+    is_norm = table.op_classes == "norm"
+    assert is_norm.sum() == 20  # resnet18's BatchNorm2d calls
+    assert np.allclose(got[is_norm], ref[is_norm] * 5)
+    assert np.array_equal(got[~is_norm], ref[~is_norm])
+
+
+def test_profile_keys_for_overlap_and_class_bandwidths_load_and_reject_bad_values(tmp_path):
+    raw = raw_preset("cpu-local")
+    raw.pop("compute_profile", None)
+    eff = raw["efficiency"]
+    eff["compute_memory_overlap"] = {"value": 0.25, "kind": "assumed", "source": "test"}
+    eff["memory_bandwidth_norm"] = {"value": 0.5, "kind": "assumed", "source": "test"}
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(raw))
+    c = load_cluster(str(tmp_path / "ok.yaml"))
+    assert c.efficiency.compute_memory_overlap.value == 0.25
+    assert c.efficiency.memory_bandwidth_by_class["norm"].value == 0.5
+    assert c.efficiency.to_dict()["memory_bandwidth_norm"]["value"] == 0.5
+    eff["compute_memory_overlap"]["value"] = 1.5
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match=r"compute_memory_overlap = 1.5; accepted: 0 <= value <= 1"):
+        load_cluster(str(tmp_path / "bad.yaml"))
+    eff["compute_memory_overlap"]["value"] = 0.0
+    eff["memory_bandwidth_conv"] = {"value": 0.5, "kind": "assumed", "source": "test"}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match="memory_bandwidth_conv"):
+        load_cluster(str(tmp_path / "bad.yaml"))

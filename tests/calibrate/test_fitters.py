@@ -274,3 +274,37 @@ def test_step_jitter_is_robust_to_stalled_steps_and_pools_series_about_their_own
     assert f.n_series_ == 2 and f.n_steps_ == 9
     with pytest.raises(ValueError):
         StepJitterFit().fit([{"step_times_s": [1.0, 2.0]}])
+
+
+def test_roofline_fit_recovers_per_class_bandwidths_and_the_overlap_of_a_cpu_like_device():
+    """Rows of a host CPU: FLOP and byte times add up (overlap 0) and each memory-bound class
+    streams at its own rate; the fit finds both, and a held-out model's rows follow."""
+    P, BW = 166e9, 22e9
+    classes = {"norm": 0.29, "activation": 1.1, "pool": 0.25, "dropout": 0.66, "other": 0.48}
+    true = Rates(flops=P * 0.8, memory_bandwidth=BW * 0.22, kernel_overhead=25e-6, activation_factor=1.0,
+                 matmul_call_overhead=60e-6, compute_memory_overlap=0.0,
+                 class_memory_bandwidth=tuple((c, BW * e) for c, e in classes.items()))
+    runs = [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (16, 64)]
+    runs += [_synthetic_run("resnet18", "cifar10", b, true) for b in (4, 32)]
+    runs += [_synthetic_run("vgg16", "cifar10", b, true) for b in (2, 24)]
+    est = RooflineFit(peak_flops=P, memory_bandwidth=BW).fit(runs)
+    assert est.compute_memory_overlap_ == pytest.approx(0.0, abs=0.02)
+    assert est.classes_ == ("norm", "activation", "pool", "dropout", "other")
+    for c, e in classes.items():
+        assert est.class_bandwidth_efficiency_[c] == pytest.approx(e, rel=0.05), c
+    assert est.params()["memory_bandwidth_norm"] == est.class_bandwidth_efficiency_["norm"]
+    held = est.evaluate([_synthetic_run("densenet121", "cifar10", 8, true)])
+    assert held["steps"]["max_abs_rel_error"] < 0.01
+    # The same runs fitted with one bandwidth and the plain roofline miss the held-out model.
+    plain = RooflineFit(peak_flops=P, memory_bandwidth=BW, per_class_bandwidth=False, fit_overlap=False).fit(runs)
+    assert plain.classes_ == () and plain.compute_memory_overlap_ == 1.0
+    assert plain.evaluate([_synthetic_run("densenet121", "cifar10", 8, true)])["steps"]["max_abs_rel_error"] > 0.05
+
+
+def test_a_class_without_rows_in_the_fit_runs_keeps_the_shared_bandwidth():
+    P, BW = 166e9, 19e9
+    true = Rates(flops=P * 0.45, memory_bandwidth=BW * 0.3, kernel_overhead=8e-6, activation_factor=1.0)
+    est = RooflineFit(peak_flops=P, memory_bandwidth=BW).fit(
+        [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (8, 32)])
+    assert "norm" not in est.classes_  # mnist_cnn has no batch norm
+    assert "memory_bandwidth_norm" not in est.params()

@@ -198,3 +198,20 @@ def test_compute_jitter_is_measured_from_the_local_steps_of_the_strategy_stage(t
     assert cj["value"] == pytest.approx(sigma, rel=0.1)
     spec = load_cluster(str(write_profile(profile, tmp_path / "j.yaml")))
     assert spec.efficiency.compute_jitter.value == cj["value"]
+
+
+def test_the_launch_microbenchmark_fixes_the_per_kernel_cost_of_the_roofline_fit(tmp_path):
+    run = make_run_dir(tmp_path)
+    tiny = {"type": "measurement", "key": "micro/tiny/add16", "kind": "micro", "op_class": "launch",
+            "flops": 0.0, "bytes": 0.0}
+    for r, t in ((0, 5e-6), (1, 7e-6)):  # median over ranks: 6 us, the synthetic rows' true value
+        with open(run / "compute" / f"rank{r}.jsonl", "a") as f:
+            f.write(json.dumps(dict(tiny, time_s=t)) + "\n")
+    settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
+    profile, report = build_profile(run, settings, name="synthetic")
+    eff = profile["efficiency"]
+    assert eff["kernel_launch_us"]["kind"] == "measured"
+    assert eff["kernel_launch_us"]["value"] == pytest.approx(6.0)
+    assert "tiny-op microbenchmark" in eff["kernel_launch_us"]["source"]
+    assert eff["matmul"]["value"] == pytest.approx(TRUE["e_m"], rel=0.02)
+    assert report["compute"]["held_out"]["steps"]["max_abs_rel_error"] < 0.01
