@@ -119,7 +119,20 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
 
 
 def _sha256(path: str) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:16]
+    """Digest of everything a prediction reads from a cluster profile: the YAML, the resolved
+    profile (a preset it ``extends`` included) and the compute profile (JSON) it names."""
+    from simdl.cluster import load_cluster
+    from simdl.errors import SimdlError
+
+    h = hashlib.sha256(Path(path).read_bytes())
+    try:
+        spec = load_cluster(path)
+    except SimdlError:
+        return h.hexdigest()[:16]  # does not load: the sweep stops on it before any run
+    h.update(json.dumps(spec.to_dict(), sort_keys=True, default=str).encode())
+    if spec.compute_profile and Path(spec.compute_profile).is_file():
+        h.update(Path(spec.compute_profile).read_bytes())
+    return h.hexdigest()[:16]
 
 
 # ----------------------------------------------------------------------------- prediction

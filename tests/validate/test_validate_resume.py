@@ -136,6 +136,16 @@ def test_a_profile_edited_during_a_sweep_fails_the_runs_after_it_not_the_sweep(t
     rec = vrun.run_one(run, "smoke", str(prof), tmp_path, 10.0, None, ("analytic",), "sweep", profiles)
     assert rec["status"] == "failed" and "changed during the sweep" in rec["error"] and "--retry-failed" in rec["error"]
     assert not launched  # nothing was run with a profile other than the sweep's
+    # So does its compute profile (the measured rows the YAML names), which the YAML's bytes
+    # do not show.
+    prof.write_text(prof.read_text().replace("\n# recalibrated\n", ""))
+    profiles = vrun.sweep_profiles(str(prof), [run.ranks], tmp_path)
+    comp = tmp_path / "cpu-local.compute.json"
+    comp.write_text(comp.read_text().replace('"source":"', '"source":"remeasured; ', 1))
+    assert "remeasured" in comp.read_text()
+    rec = vrun.run_one(run, "smoke", str(prof), tmp_path, 10.0, None, ("analytic",), "sweep", profiles)
+    assert rec["status"] == "failed" and "changed during the sweep" in rec["error"]
+    assert not launched
     # A profile that does not load stops the sweep before any run, with a one-line error.
     prof.write_text("efficiency: {matmul: oops}\n")
     out = tmp_path / "r.jsonl"
