@@ -178,7 +178,8 @@ def _cmd_calibrate(a: argparse.Namespace) -> int:
             raise SimdlError("simdl calibrate: give --nproc-per-node P (ranks per node), or --resume RUN_DIR")
         settings = make_settings(
             nproc_per_node=a.nproc_per_node, quick=a.quick, time_budget=a.time_budget, output=a.output,
-            name=a.name, gpu=a.gpu, stages=_stages(a.stages), profile_models=a.profile_models, nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
+            name=a.name, gpu=a.gpu, stages=_stages(a.stages), profile_models=a.profile_models,
+            collective_passes=a.collective_passes, nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
             rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id, master_addr=a.master_addr, master_port=a.master_port)
         calibrate(settings, new_run_dir(a.run_root))
         return 0
@@ -221,6 +222,9 @@ def _add_calibrate_parser(sub) -> None:
     k.add_argument("--profile-models", default=None, metavar="M:D:B1,B2;...",
                    help="also profile these models' rows at these batch sizes (e.g. vgg16:cifar10:24,48): "
                         "predictions of them then use the measured row times (a compute profile)")
+    k.add_argument("--collective-passes", type=_int, default=None, metavar="N",
+                   help="passes over the collective size grid (default 7, --quick 3); more narrow each size's "
+                        "time on a noisy host, in proportion more time (within the collectives' budget share)")
     k.add_argument("--run-root", default="runs", help="where run directories go (default runs/, git-ignored)")
     k.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue an interrupted run")
     k.set_defaults(func=_cmd_calibrate)

@@ -73,12 +73,15 @@ def new_run_dir(root: Path | None = None) -> Path:
 
 def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None, output: str | None,
                   name: str | None = None, gpu: str | None = None, stages: tuple[str, ...] = STAGES,
-                  profile_models: str | None = None, **torchrun: Any) -> dict[str, Any]:
+                  profile_models: str | None = None, collective_passes: int | None = None,
+                  **torchrun: Any) -> dict[str, Any]:
     if nproc_per_node < 1:
         raise SimdlError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
     budget = DEFAULT_BUDGET[quick] if time_budget is None else float(time_budget)
     if budget <= 0:
         raise SimdlError(f"--time-budget {time_budget}: must be > 0 seconds")
+    if collective_passes is not None and collective_passes < 1:
+        raise SimdlError(f"--collective-passes {collective_passes}: must be >= 1 (passes over the size grid)")
     models, held = COMPUTE_MODELS[quick]
     extra = parse_profile_models(profile_models)
     # The strategy stage's models: the compute stage profiles them at the same batch sizes,
@@ -95,6 +98,9 @@ def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None
         "compute_profile_only": sorted({m for m, _, _ in extra}
                                        - {item.split(":")[0] for item in models.split(";")}),
         "strategy_models": strategy_models,
+        # None: calibration/collectives.py's default (7, --quick 3). More passes narrow each
+        # size's 25th percentile on a noisy host (bootstrap SE ~6 % at 7 passes here).
+        "collective_passes": None if collective_passes is None else int(collective_passes),
         "torchrun": {k: v for k, v in torchrun.items() if k in TORCHRUN_OPTIONS and v is not None},
     }
 
@@ -133,6 +139,8 @@ def _torchrun_cmd(settings: dict, stage: str, stage_dir: Path) -> list[str]:
     cmd += [str(scripts_dir() / f"{stage}.py"), "--out", str(stage_dir), "--budget", f"{budget:.1f}"]
     if settings["quick"]:
         cmd.append("--quick")
+    if stage == "collectives" and settings.get("collective_passes"):
+        cmd += ["--passes", str(settings["collective_passes"])]
     if stage == "compute":
         cmd += ["--models", settings["compute_models"]]
     if stage == "strategies" and settings.get("strategy_models"):

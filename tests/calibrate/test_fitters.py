@@ -308,3 +308,17 @@ def test_a_class_without_rows_in_the_fit_runs_keeps_the_shared_bandwidth():
         [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (8, 32)])
     assert "norm" not in est.classes_  # mnist_cnn has no batch norm
     assert "memory_bandwidth_norm" not in est.params()
+
+
+def test_collective_passes_reach_the_collectives_script_and_bad_values_are_one_line_errors(tmp_path):
+    from simdl.calibrate.run import _torchrun_cmd, make_settings
+    from simdl.errors import SimdlError
+
+    s = make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None, collective_passes=28)
+    cmd = _torchrun_cmd(s, "collectives", tmp_path)
+    assert cmd[cmd.index("--passes") + 1] == "28"
+    assert "--passes" not in _torchrun_cmd(s, "compute", tmp_path)
+    default = make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None)
+    assert default["collective_passes"] is None and "--passes" not in _torchrun_cmd(default, "collectives", tmp_path)
+    with pytest.raises(SimdlError, match="--collective-passes 0: must be >= 1"):
+        make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None, collective_passes=0)
