@@ -92,10 +92,15 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         raise SimdlError(f"{run_dir}: no measurements found")
     h0 = headers[0]
     loads = [h["loadavg"][0] for h in headers if h.get("loadavg")]
+    # When each stage was measured (a resumed run, or a stage measured again, spans days).
+    stage_dates = {name: min(h["date"] for h in st.headers.values() if h.get("date"))
+                   for name, st in stages.items() if any(h.get("date") for h in st.headers.values())}
+    dates = sorted(set(stage_dates.values()))
     return {
         "tool": "simdl calibrate",
         "run_dir": str(run_dir),
-        "date": h0.get("date"),
+        "date": dates[0] if dates else h0.get("date"),
+        "stage_dates": stage_dates,
         "host": sorted({h["host"] for h in headers}),
         "devices": sorted({h["device"] for h in headers}),
         "backend": h0.get("backend"),
@@ -111,6 +116,15 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "machine_busy": _busy(settings, loads, h0),
         "settings": settings,
     }
+
+
+def _dates(prov: dict) -> str:
+    """The measurement date, or each stage's when they were measured hours apart."""
+    sd = prov.get("stage_dates") or {}
+    days = {d[:13] for d in sd.values()}
+    if len(days) <= 1:
+        return str(prov["date"])
+    return ", ".join(f"{stage} {d}" for stage, d in sorted(sd.items(), key=lambda kv: kv[1]))
 
 
 def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
@@ -180,7 +194,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     nodes = int(prov["nodes"] or 1)
     shared = gpu == "cpu"
     share = 1.0 / per_node if shared else 1.0
-    tag = f"simdl calibrate run {run_dir.name} ({prov['date']}, {', '.join(prov['host'])})"
+    tag = f"simdl calibrate run {run_dir.name} ({_dates(prov)}, {', '.join(prov['host'])})"
     report: dict[str, Any] = {"provenance": prov}
     # Stages this calibration ran; what the others measure is kept from the base profile.
     ran = set(settings.get("stages") or STAGES)
@@ -332,7 +346,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
                       + f", {per_node} ranks measuring at once",
             "data": {"schema": "simdl-compute-profile/1", "precision": "fp32",
                      "ranks_sharing_device": per_node if shared else 1,
-                     "source": f"simdl calibrate run {run_dir.name} ({prov['date']})", "models": rows}}
+                     "source": f"simdl calibrate run {run_dir.name} ({prov['stage_dates'].get('compute', prov['date'])})",
+                     "models": rows}}
 
     # -- parameter server (fitted above) ------------------------------------------------------
     report["ps"] = ps

@@ -215,3 +215,17 @@ def test_the_launch_microbenchmark_fixes_the_per_kernel_cost_of_the_roofline_fit
     assert "tiny-op microbenchmark" in eff["kernel_launch_us"]["source"]
     assert eff["matmul"]["value"] == pytest.approx(TRUE["e_m"], rel=0.02)
     assert report["compute"]["held_out"]["steps"]["max_abs_rel_error"] < 0.01
+
+
+def test_a_stage_measured_again_later_is_dated_on_its_own_in_the_sources(tmp_path):
+    run = make_run_dir(tmp_path)
+    for r in (0, 1):  # the collectives stage measured again a day later (simdl calibrate --resume)
+        f = run / "collectives" / f"rank{r}.jsonl"
+        f.write_text(f.read_text().replace(HEADER["date"], "2026-01-02T09:00:00+00:00", 1))
+    settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
+    profile, _ = build_profile(run, settings, name="synthetic")
+    prov = profile["calibration"]["provenance"]
+    assert prov["stage_dates"]["collectives"] == "2026-01-02T09:00:00+00:00"
+    assert prov["stage_dates"]["compute"] == HEADER["date"] == prov["date"]  # the earliest
+    src = profile["efficiency"]["matmul"]["source"]
+    assert "collectives 2026-01-02T09:00:00+00:00" in src and f"compute {HEADER['date']}" in src
