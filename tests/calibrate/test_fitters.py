@@ -105,9 +105,25 @@ def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
     # Every model is predicted from a fit to the others; exact data gives exact predictions.
     assert set(est.held_out_) == {"a", "b", "c"}
     assert all(abs(e) < 1e-3 for h in est.held_out_.values() for e in h["rel_errors"].values())
-    # A fit is bounded to physical values: k in [0, 1], f >= 1, a >= 0.
+    # A fit is bounded to physical values: k in [0, 5], f >= 1, a >= 0.
     lo = StrategyStepFit().fit([dict(p, measured_s=p["compute"] * 0.5) for p in pts], _synthetic_step)
-    assert 0.0 <= lo.interference_ <= 1.0 and lo.load_factor_ >= 1.0 and lo.load_overhead_s_ >= 0.0
+    assert 0.0 <= lo.interference_ <= 5.0 and lo.load_factor_ >= 1.0 and lo.load_overhead_s_ >= 0.0
+    assert lo.interference_ == pytest.approx(0.0, abs=1e-6)  # steps faster than compute: k at its floor
+
+
+def test_strategy_step_fit_finds_interference_above_one_when_each_stream_slows_the_other():
+    truth = (1.5, 1.2, 2e-3)  # each concurrent second costs 1.5 s more: beyond serialising
+    pts = []
+    for model, (comp, comm, calls, ov) in {"a": (0.3, 0.1, 5, 0.05), "b": (0.5, 0.3, 40, 0.1),
+                                           "c": (0.2, 0.2, 60, 0.08)}.items():
+        for v, scale in (("ddp", 1.0), ("fsdp-full", 2.0)):
+            p = {"model": model, "variant": v, "compute": comp, "comm": comm * scale, "calls": calls * scale,
+                 "overlap": ov}
+            p["measured_s"] = _synthetic_step(truth, p)
+            pts.append(p)
+    est = StrategyStepFit().fit(pts, _synthetic_step)
+    assert est.interference_ == pytest.approx(1.5, rel=1e-2)
+    assert est.load_factor_ == pytest.approx(1.2, rel=1e-2)
 
 
 def test_ps_fit():
