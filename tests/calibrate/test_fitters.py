@@ -87,16 +87,21 @@ def _synthetic_step(theta, p):
     return p["compute"] + f * p["comm"] + a * p["calls"] - (1.0 - k) * p["overlap"]
 
 
-def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
-    truth = (1.0, 1.6, 3e-3)
+def _synthetic_points(truth, overlaps=(0.05, 0.1, 0.02)) -> list[dict]:
+    """DDP and FSDP-full steps of three models (compute, comm, calls, overlap), timed by ``truth``."""
     pts = []
-    for model, (comp, comm, calls, ov) in {"a": (0.3, 0.1, 5, 0.05), "b": (0.5, 0.3, 40, 0.1),
-                                           "c": (0.2, 0.2, 60, 0.02)}.items():
+    for (model, (comp, comm, calls)), ov in zip({"a": (0.3, 0.1, 5), "b": (0.5, 0.3, 40),
+                                                  "c": (0.2, 0.2, 60)}.items(), overlaps):
         for v, scale in (("ddp", 1.0), ("fsdp-full", 2.0)):
             p = {"model": model, "variant": v, "compute": comp, "comm": comm * scale, "calls": calls * scale,
                  "overlap": ov}
             p["measured_s"] = _synthetic_step(truth, p)
             pts.append(p)
+    return pts
+
+
+def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
+    pts = _synthetic_points((1.0, 1.6, 3e-3))
     est = StrategyStepFit().fit(pts, _synthetic_step)
     assert est.load_factor_ == pytest.approx(1.6, rel=1e-3)
     assert est.load_overhead_s_ == pytest.approx(3e-3, rel=1e-2)
@@ -112,16 +117,8 @@ def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
 
 
 def test_strategy_step_fit_finds_interference_above_one_when_each_stream_slows_the_other():
-    truth = (1.5, 1.2, 2e-3)  # each concurrent second costs 1.5 s more: beyond serialising
-    pts = []
-    for model, (comp, comm, calls, ov) in {"a": (0.3, 0.1, 5, 0.05), "b": (0.5, 0.3, 40, 0.1),
-                                           "c": (0.2, 0.2, 60, 0.08)}.items():
-        for v, scale in (("ddp", 1.0), ("fsdp-full", 2.0)):
-            p = {"model": model, "variant": v, "compute": comp, "comm": comm * scale, "calls": calls * scale,
-                 "overlap": ov}
-            p["measured_s"] = _synthetic_step(truth, p)
-            pts.append(p)
-    est = StrategyStepFit().fit(pts, _synthetic_step)
+    # Each concurrent second costs 1.5 s more: beyond serialising.
+    est = StrategyStepFit().fit(_synthetic_points((1.5, 1.2, 2e-3), overlaps=(0.05, 0.1, 0.08)), _synthetic_step)
     assert est.interference_ == pytest.approx(1.5, rel=1e-2)
     assert est.load_factor_ == pytest.approx(1.2, rel=1e-2)
 
