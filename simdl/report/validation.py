@@ -144,7 +144,9 @@ def _calibration_section(records: list[dict]) -> list[str]:
     for p in profiles:
         sha = next((r.get("cluster_profile_sha256") for r in records if r.get("cluster_profile") == p), "")
         lines.append(f"- `{_rel(p)}` (sha256 {sha})")
-    fitted, calib = False, None
+    # Every profile's calibration record: runs at 2 and 4 ranks are predicted with profiles
+    # calibrated separately, each on its own configurations.
+    fitted, calibs = False, []
     for p in profiles:
         try:
             text = Path(p).read_text()
@@ -152,22 +154,22 @@ def _calibration_section(records: list[dict]) -> list[str]:
             continue
         fitted = fitted or "kind: calibrated" in text
         raw = yaml.safe_load(text) or {}
-        for k in ("calibration", "provenance", "calibrated_from"):
-            if k in raw and calib is None:
-                calib = raw[k]
+        calib = next((raw[k] for k in ("calibration", "provenance", "calibrated_from") if k in raw), None)
+        if calib is not None:
+            calibs.append(calib)
     lines.append("")
     if not fitted:
         lines += ["The profile holds no `kind: calibrated` value: the prediction used the **uncalibrated** "
                   "cpu-local preset (most values `assumed`). Errors below measure the preset, not a fit. "
                   "Rerun `python -m validate.run ... --cluster <fitted profile>` after `simdl calibrate`.", ""]
-    configs = calibration_configs(calib) if isinstance(calib, dict) else []
+    configs = [c for calib in calibs if isinstance(calib, dict) for c in calibration_configs(calib)]
     if configs:
-        lines += ["Configurations the calibration measured (from the profile's `calibration` record):", "",
+        lines += ["Configurations the calibration measured (from each profile's `calibration` record):", "",
                   "| stage | model | dataset | batch/rank | ranks | variant |", "|---|---|---|---|---|---|"]
         lines += [f"| {c['stage']} | {c['model']} | {c.get('dataset') or '-'} | {c['batch']} | {c.get('ranks') or '-'} | "
                   f"{c.get('variant') or '-'} |" for c in configs]
         lines.append("")
-    elif calib is not None:
+    elif calibs:
         lines += ["The profile's calibration record lists no model configurations.", ""]
     else:
         lines += ["No calibration configurations are recorded in the profile.", ""]

@@ -84,6 +84,18 @@ def test_calibration_configs_and_overlap(results_file, tmp_path):
     assert "uncalibrated" not in text and "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text
     # the smoke profile's PS runs use mnist_cnn at batch 48: flagged as overlapping
     assert "also measured: `exp2-mnist_cnn-ps-async" in text
+    # Runs predicted with two profiles (2 and 4 ranks): both calibrations are listed and checked.
+    calib4 = {"provenance": {"ranks": 4, "settings": {"compute_models": "vgg16:cifar10:24"}}}
+    profile4 = tmp_path / "fitted4.yaml"
+    profile4.write_text("name: fitted4\nx:\n  kind: calibrated\ncalibration:\n" +
+                        "\n".join("  " + line for line in json.dumps(calib4, indent=1).splitlines()) + "\n")
+    recs[0]["cluster_profile"] = str(profile4)
+    recs[0]["spec"] = dict(recs[0]["spec"], model="vgg16", dataset="cifar10", batch_size=24)
+    recs[0]["model_name"] = "vgg16"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = build_report(path, tmp_path / "rep2").read_text()
+    assert "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text and "| compute | vgg16 | cifar10 | 24 | 4 | - |" in text
+    assert f"`{recs[0]['run_id']}`" in text.split("also measured: ")[1].split("\n")[0]
 
 
 def test_calibration_configs_keep_each_dataset():
