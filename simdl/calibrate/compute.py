@@ -230,8 +230,20 @@ class RooflineFit:
             })
         rows_m_a, rows_p_a = np.array(rows_m), np.array(rows_p)
         keep = rows_m_a > 0
+        # Per configuration (model, dataset, batch): the mean over the ranks that measured it
+        # at once -- the figure a compute profile keeps (fit.measured_rows), where one rank's
+        # time alone also carries how the OS shared the cores among them.
+        by_config: dict[str, list[float]] = {}
+        for run, meas, pred in zip(runs, steps_m, steps_p):
+            by_config.setdefault(run.label, [0.0, pred, 0])
+            by_config[run.label][0] += meas
+            by_config[run.label][2] += 1
+        configs = [{"config": k, "ranks_or_repeats": n, "measured_step_ms": round(m / n * 1e3, 4),
+                    "predicted_step_ms": round(p * 1e3, 4), "step_rel_error": round(p / (m / n) - 1.0, 4)}
+                   for k, (m, p, n) in by_config.items()]
         return {
             "steps": summary(steps_m, steps_p),
+            "configs": configs,
             "rows": {"n": int(keep.sum()), "r2": summary(rows_m_a[keep], rows_p_a[keep])["r2"]},
             "by_class": {c: {"measured_ms": round(v[0] * 1e3, 4), "predicted_ms": round(v[1] * 1e3, 4),
                              "rel_error": round(v[1] / v[0] - 1.0, 4)} for c, v in cls.items() if v[0] > 0},

@@ -531,7 +531,8 @@ def _summary(report: dict) -> dict:
             ho = comp["held_out"]
             out["compute"]["held_out"] = {"models": ho["models"], "steps": ho["steps"], "by_class": ho["by_class"],
                                           "runs": [{k: r[k] for k in ("run", "measured_step_ms", "predicted_step_ms",
-                                                                       "step_rel_error")} for r in ho["runs"]]}
+                                                                       "step_rel_error")} for r in ho["runs"]],
+                                          "configs": ho.get("configs", [])}
         out["compute"]["micro"] = comp.get("micro", {})
     if comp.get("stream"):
         st = comp["stream"]

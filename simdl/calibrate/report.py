@@ -111,6 +111,11 @@ def format_report(report: dict, profile: dict) -> str:
             for r in ho["runs"]:
                 lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
                              f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
+            cfg = ho.get("configs") or []
+            if cfg:
+                within = sum(abs(c["step_rel_error"]) <= 0.10 for c in cfg)
+                lines.append(f"    per configuration (mean of its ranks' steps), {within}/{len(cfg)} within 10%: "
+                             + ", ".join(f"{c['config']} {_pct(c['step_rel_error'])}" for c in cfg))
             lines.append("    by op class: " + ", ".join(f"{c} {_pct(v['rel_error'])}" for c, v in ho["by_class"].items()))
         for cls, m in comp.get("micro", {}).items():
             rate = (f"{m['achieved_GFLOP_per_s']} GFLOP/s (eff {m['matmul_efficiency']})" if m["achieved_GFLOP_per_s"]

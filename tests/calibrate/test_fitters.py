@@ -75,6 +75,20 @@ def test_roofline_fit_recovers_efficiencies_and_predicts_a_held_out_model():
     assert set(held["by_class"]) >= {"conv", "norm", "activation"}
 
 
+def test_evaluate_reports_each_configuration_as_the_mean_of_its_ranks():
+    P, BW = 166e9, 19e9
+    rates = Rates(flops=P * 0.45, memory_bandwidth=BW * 0.3, kernel_overhead=8e-6, activation_factor=1.0)
+    est = RooflineFit(peak_flops=P, memory_bandwidth=BW).fit([_synthetic_run("mnist_cnn", "mnist", 8, rates)])
+    exact = _synthetic_run("resnet18", "cifar10", 4, rates)
+    # Two ranks measured the same configuration at once, one 30 % fast and one 10 % slow.
+    fast = Run(exact.label, exact.table, 4, exact.fwd * 0.7, exact.bwd * 0.7, exact.step_fwd * 0.7, exact.step_bwd * 0.7)
+    slow = Run(exact.label, exact.table, 4, exact.fwd * 1.1, exact.bwd * 1.1, exact.step_fwd * 1.1, exact.step_bwd * 1.1)
+    q = est.evaluate([fast, slow])
+    assert [round(r["step_rel_error"], 2) for r in q["runs"]] == [0.43, -0.09]  # 1/0.7 - 1, 1/1.1 - 1
+    (cfg,) = q["configs"]
+    assert cfg["ranks_or_repeats"] == 2 and cfg["step_rel_error"] == pytest.approx(1 / 0.9 - 1, abs=2e-3)
+
+
 def test_op_classes():
     assert op_class("Conv2d") == "conv" and op_class("BatchNorm2d") == "norm"
     assert op_class("Sequential") == "other"
