@@ -343,7 +343,8 @@ def host_info() -> dict:
 
 
 def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, tuple[str, str, str]]:
-    """Per rank count: (profile path, note, sha256 of the file), resolved once when a sweep
+    """Per rank count: (profile path, note, digest of what predictions read from it:
+    :func:`_sha256`), resolved once when a sweep
     starts, so that every run of the sweep is predicted with the same profile."""
     out = {}
     for n in sorted(set(ranks)):

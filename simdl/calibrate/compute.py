@@ -20,8 +20,9 @@ engine's own :func:`~simdl.analytic.costs.row_times` so that a fitted profile re
 what was fitted.
 
 Why a bandwidth per class (the issue asks for efficiency per op class): on this CPU a
-BatchNorm streams its bytes at ~0.29 of the datasheet bandwidth (statistics pass, then
-normalise), an in-place ReLU at ~1.1 (its tensor is still in cache), pooling at ~0.25; one
+BatchNorm streams its bytes at ~0.21 of the datasheet bandwidth (statistics pass, then
+normalise), an in-place ReLU at ~0.98 (its tensor is still in cache), pooling at ~0.25
+(cpu-local fit, 2 ranks); one
 shared efficiency made DenseNet121's 120 ReLUs 4x too slow and its 121 norms 25 % too fast.
 Why ``o``: a GPU hides a kernel's memory traffic under its arithmetic (o = 1, the plain
 roofline); one CPU core running a small op does not, and the fit finds o = 0 on this host.
@@ -53,7 +54,7 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from ..analytic.costs import Rates, row_times
-from ..workload.op_classes import CLASSES, MEMORY_CLASSES, OP_CLASSES, op_class  # noqa: F401 (re-exported)
+from ..workload.op_classes import CLASSES, MEMORY_CLASSES
 from ..workload.table import WorkloadTable
 from .quality import summary
 
@@ -160,7 +161,7 @@ class RooflineFit:
         masks = [self._class_masks(r) for r in runs]
         # A class gets its own bandwidth only if the fit runs have rows of it with bytes to time.
         self.classes_ = tuple(c for c in MEMORY_CLASSES if self.per_class_bandwidth and any(
-            (r.table.op_classes == c).any() and (r.fwd[r.table.op_classes == c].sum() > 0) for r in runs))
+            r.fwd[r.table.op_classes == c].sum() > 0 for r in runs))
         k = len(self.classes_)
         lo_e, hi_e = self.efficiency_bounds
         lo_c, hi_c = self.class_bandwidth_bounds
@@ -207,7 +208,7 @@ class RooflineFit:
             steps_p.append(float(pf.sum() + pb.sum()))
             rows_m.extend(run.fwd.tolist() + run.bwd.tolist())
             rows_p.extend(pf.tolist() + pb.tolist())
-            classes = np.array([op_class(t) for t in run.table.types])
+            classes = run.table.op_classes
             by_class = {}
             for c in CLASSES:
                 m = classes == c

@@ -5,12 +5,13 @@ import numpy as np
 import pytest
 
 from simdl.calibrate.collectives import CollectiveFit, fit_with_holdout, held_out_split
-from simdl.calibrate.compute import Run, RooflineFit, op_class
+from simdl.calibrate.compute import Run, RooflineFit
 from simdl.calibrate.overlap import StrategyStepFit
 from simdl.calibrate.ps import PSFit
 from simdl.calibrate.records import read_jsonl
 from simdl.collectives.cost import collective_time
 from simdl.workload.library import load_workload
+from simdl.workload.op_classes import op_class
 from simdl.analytic.costs import Rates, row_times
 
 SIZES = [4096 * 4**i for i in range(9)]  # 4 KB .. 256 MB
