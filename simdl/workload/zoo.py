@@ -39,6 +39,7 @@ MODELS: dict[str, str] = {
     "vit_b_16": "vit_b_16",
     "vit_b_32": "vit_b_32",
     "mobilenet_v3_large": "mobilenet_v3_large",
+    "wide_resnet101_2": "wide_resnet101_2",
     "mnist_cnn": "simdl.workload.zoo:mnist_cnn",
 }
 
@@ -66,6 +67,9 @@ DEFAULT_WRAP_TYPES: dict[str, tuple[str, ...]] = {
     "vit_b_32": ("EncoderBlock",),
     # The inverted-residual bottleneck (torchvision.models.mobilenetv3.InvertedResidual).
     "mobilenet_v3_large": ("InvertedResidual",),
+    # ResNet-101 with bottlenecks twice as wide (torchvision Bottleneck, width_per_group 128):
+    # 127 M parameters, the calibration's large-message model (not in any validation run).
+    "wide_resnet101_2": ("Bottleneck",),
     # Two convs and two fc layers: no blocks, so each weighted layer is a unit.
     "mnist_cnn": ("Conv2d", "Linear"),
 }
