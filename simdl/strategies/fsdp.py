@@ -24,6 +24,17 @@ scatters run on a separate stream. The root unit is not resharded after forward
 default: its parameters are needed again at once for backward), unless
 ``StrategyConfig.reshard_root`` says the root was given reshard_after_forward=True
 explicitly, as validate/train.py does.
+
+Known gap (CPU): on a device without streams FSDP2's collectives block the training thread
+(it issues them with ``async_op=False``; c10d's ``work.wait()`` waits on the host for gloo:
+benchmarks/fsdp2_blocking_cpu.py), so nothing overlaps there. This plan still overlaps them,
+as on a GPU, and the calibrated interference and load factor
+(simdl.calibrate.overlap) absorb the difference. A plan with blocking collectives on CPU
+(no prefetch, each backward unit waiting for the previous reduction) was tried on
+2026-11-24 and fitted the calibration's own strategy steps worse: leave-one-model-out max
+error 15.4% -> 20.5%, mean 6.5% -> 8.1% at 2 ranks (4 ranks: max 34.4% -> 34.9%, mean
+13.0% -> 12.1%), so it was not adopted: some cost of the blocking schedule is still
+missing (FSDP2-none steps stay 14-20% under-predicted with it).
 """
 
 from __future__ import annotations
