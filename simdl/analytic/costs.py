@@ -244,6 +244,8 @@ class CommCosts:
         self._factor = {c: f.value for c, f in eff.collective_bandwidth_factors.items()}
         self._regimes = eff.collective_regimes_intra
         self._load_factor = eff.collective_load_factor.value if eff.collective_load_factor else 1.0
+        ar = eff.collective_load_factor_all_reduce
+        self._load_factor_all_reduce = ar.value if ar else self._load_factor
         self._load_overhead = eff.collective_load_overhead.value if eff.collective_load_overhead else 0.0
         self._cache: dict[tuple, float] = {}
         self._parts: dict[tuple, tuple] = {}
@@ -282,13 +284,15 @@ class CommCosts:
                     tree = collective_time(collective, nbytes, size, bw, alpha, "tree")
                     algo = "tree" if tree < ring else "ring"
                 p = (self._overhead, alpha, bw, algo)
-            if self._load_factor != 1.0 or self._load_overhead:
+            f = self._load_factor_all_reduce if collective == "all_reduce" else self._load_factor
+            if f != 1.0 or self._load_overhead:
                 # Host ranks (CPU, gloo): a collective of a training step runs while the same
                 # cores compute and waits for the peers' threads to be scheduled, so it takes
                 # longer than on the idle machine the curves were measured on: the profile's
-                # fitted factor on its latency and bandwidth terms, plus a delay per call.
+                # fitted factor on its latency and bandwidth terms (all_reduce's own, if the
+                # profile has one), plus a delay per call.
                 o, alpha, bw, algo = p
-                p = (o + self._load_overhead, alpha * self._load_factor, bw / self._load_factor, algo)
+                p = (o + self._load_overhead, alpha * f, bw / f, algo)
             self._parts[key] = p
         return p
 

@@ -392,7 +392,8 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
-             "collective_load_factor", "collective_load_overhead_us", "compute_jitter",
+             "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_overhead_us",
+             "compute_jitter",
              *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
 
 
@@ -446,6 +447,12 @@ class Efficiency:
     # per call. Fitted by `simdl calibrate` from strategy steps; absent = 1 and 0.
     collective_load_factor: Sourced | None = None
     collective_load_overhead: Sourced | None = None
+    # Optional factor for all_reduce alone (default: ``collective_load_factor``): on the
+    # idle machine gloo's all_reduce reaches 2-3x the bus bandwidth of its reduce_scatter
+    # and all_gather, and inside a training step it loses most of that lead (profiled FSDP2
+    # steps, 2026-11-24: an in-step all-reduce of a unit took about as long as the
+    # reduce-scatter of the same bytes). Fitted by `simdl calibrate` with the other factor.
+    collective_load_factor_all_reduce: Sourced | None = None
     # Optional spread of a rank's compute time from one step to the next: the robust standard
     # deviation (1.4826 x median absolute deviation) of log(step time) of ranks training on
     # their own, all at once, so the OS scheduling of the shared cores is in it
@@ -485,6 +492,7 @@ class Efficiency:
         _put(out, "stream_call_overhead_us", self.stream_call_overhead)
         _put(out, "copy_bandwidth", self.copy_bandwidth)
         _put(out, "collective_load_factor", self.collective_load_factor)
+        _put(out, "collective_load_factor_all_reduce", self.collective_load_factor_all_reduce)
         _put(out, "collective_load_overhead_us", self.collective_load_overhead)
         _put(out, "compute_jitter", self.compute_jitter)
         for c, v in self.memory_bandwidth_by_class.items():
@@ -812,6 +820,7 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         stream_call_overhead=_nonneg(raw, "stream_call_overhead_us", where, required=False),
         copy_bandwidth=_positive(raw, "copy_bandwidth", where, required=False),
         collective_load_factor=_load_factor(raw, where),
+        collective_load_factor_all_reduce=_load_factor(raw, where, "collective_load_factor_all_reduce"),
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
         compute_jitter=_bounded(raw, "compute_jitter", where, 0.0, 2.0,
                                 "the spread of log(step time), a standard deviation"),
@@ -836,8 +845,8 @@ def _bounded(raw: Mapping[str, Any], key: str, where: str, lo: float, hi: float,
     return s
 
 
-def _load_factor(raw: Mapping[str, Any], where: str) -> Sourced | None:
-    return _bounded(raw, "collective_load_factor", where, 1.0, 10.0,
+def _load_factor(raw: Mapping[str, Any], where: str, key: str = "collective_load_factor") -> Sourced | None:
+    return _bounded(raw, key, where, 1.0, 10.0,
                     "how many times slower a collective runs inside a training step")
 
 

@@ -25,16 +25,24 @@ default: its parameters are needed again at once for backward), unless
 ``StrategyConfig.reshard_root`` says the root was given reshard_after_forward=True
 explicitly, as validate/train.py does.
 
-Known gap (CPU): on a device without streams FSDP2's collectives block the training thread
-(it issues them with ``async_op=False``; c10d's ``work.wait()`` waits on the host for gloo:
-benchmarks/fsdp2_blocking_cpu.py), so nothing overlaps there. This plan still overlaps them,
-as on a GPU, and the calibrated interference and load factor
-(simdl.calibrate.overlap) absorb the difference. A plan with blocking collectives on CPU
-(no prefetch, each backward unit waiting for the previous reduction) was tried on
-2026-11-24 and fitted the calibration's own strategy steps worse: leave-one-model-out max
-error 15.4% -> 20.5%, mean 6.5% -> 8.1% at 2 ranks (4 ranks: max 34.4% -> 34.9%, mean
-13.0% -> 12.1%), so it was not adopted: some cost of the blocking schedule is still
-missing (FSDP2-none steps stay 14-20% under-predicted with it).
+On a CPU device there are no side streams, and every collective FSDP2 issues blocks the
+training thread until it completes: FSDP2 calls its reduce-scatter and all-reduce with
+``async_op=False`` and unshards with ``unshard_async_op=False`` (_fsdp_collectives.py
+foreach_reduce, _fsdp_param_group.py), and c10d then calls ``work.wait()``
+(distributed_c10d.py), which on a CUDA tensor only orders the stream but on gloo's CPU
+work waits on the host. So on a CPU cluster nothing is prefetched and each unit's
+backward waits for the previous unit's gradient reduction (:func:`collectives_block`).
+Measured: benchmarks/fsdp2_blocking_cpu.py (a synchronous 64 MiB gloo collective holds the
+calling thread as long as an asynchronous one takes to complete). DDP is different: its
+reducer issues asynchronous all-reduces and waits once, at the end of backward, so its
+communication overlaps backward on CPU as well.
+
+Adopted on 2026-11-24 together with a load factor of its own for all_reduce
+(``efficiency.collective_load_factor_all_reduce``), on the calibration's own strategy steps
+before any validation prediction: leave-one-model-out max / mean error 15.4% / 6.5% ->
+12.9% / 5.8% at 2 ranks and 34.4% / 13.0% -> 31.3% / 11.1% at 4 ranks. Blocking alone fitted
+worse (2 ranks: 20.5% / 8.1%; FSDP-none 5-20% under-predicted), the extra factor alone no
+better (14.6% / 6.8%).
 """
 
 from __future__ import annotations
@@ -59,6 +67,11 @@ def _runs(row_unit) -> list[tuple[int, int, int]]:
             runs.append((int(row_unit[start]), start, i))
             start = i
     return runs
+
+
+def collectives_block(cluster: Cluster) -> bool:
+    """FSDP2's collectives block the training thread: devices without streams (CPU, gloo)."""
+    return cluster.spec.gpu.name == "cpu"
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
@@ -91,6 +104,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     reshard_root = reshard and config.reshard_root
 
     limit = config.max_inflight_all_gathers
+    blocking = collectives_block(cluster)
     tasks: list[Task] = []
     reduce_tasks: list[int] = []
     prev: int | None = None
@@ -131,6 +145,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
                         bytes=2.0 * unit.numel * ag_elem, kernels=unit.n_tensors, allocs=unsharded_allocs(u)))
 
     def reduce(u: int, after: int) -> None:
+        nonlocal prev
         if unit_bytes[u] == 0 or world == 1:
             return
         name = units.units[u].name or "root"
@@ -145,6 +160,8 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             cp = add(Task(f"rs_copy:{name}", COMPUTE, "bwd", deps=(cin,), bytes=2.0 * unit_bytes[u], kernels=1))
             reduce_tasks.append(add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(cp,),
                                          collective="all_reduce", comm_bytes=unit_bytes[u], group="replicate")))
+            if blocking:  # the next unit's backward starts when the all-reduce has returned
+                prev = reduce_tasks[-1]
             return
         rs = add(Task(f"reduce_scatter:{name}", COMM_REDUCE, "comm", deps=(cin,),
                       collective="reduce_scatter", comm_bytes=unit_bytes[u], group="shard"))
@@ -152,6 +169,8 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             rs = add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(rs,), collective="all_reduce",
                           comm_bytes=unit_bytes[u] / shard_size, group="replicate"))
         reduce_tasks.append(rs)
+        if blocking:
+            prev = rs
 
     def schedule(run_list: list[tuple[int, int, int]], direction: str, gather, ahead: int) -> None:
         """Compute runs in order; all-gathers of units for which ``gather(u)`` holds are
@@ -201,11 +220,13 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             runs_left[u] += 1
         # Every unit is unsharded before its forward (by an all-gather, or by a local copy
         # when the shard group has one rank).
-        schedule(runs, "fwd", lambda u: unit_bytes[u] > 0, limit if config.forward_prefetch else 1)
+        # Prefetch needs a stream to gather on while the compute runs; blocking collectives
+        # gather each unit when it is reached.
+        schedule(runs, "fwd", lambda u: unit_bytes[u] > 0, limit if config.forward_prefetch and not blocking else 1)
         # Backward: resharded units are gathered again; the root kept its parameters
         # (unless resharded too).
         schedule(list(reversed(runs)), "bwd", lambda u: reshard and unit_bytes[u] > 0 and (u != 0 or reshard_root),
-                 min(2, limit) if config.backward_prefetch == "pre" else 1)
+                 min(2, limit) if config.backward_prefetch == "pre" and not blocking else 1)
 
     opt_deps = ((prev,) if prev is not None else ()) + ((reduce_tasks[-1],) if reduce_tasks else ())
     local_bytes = workload.param_bytes / shard_size
@@ -227,6 +248,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             "replicas": replicas,
             "reshard_after_forward": reshard,
             "reshard_root": reshard_root,
+            "blocking_collectives": blocking,
             "all_gather_elem_bytes": ag_elem,
             "largest_unit_bytes": max(unit_bytes) if unit_bytes else 0,
             "root_unit_bytes": unit_bytes[0] if unit_bytes else 0,

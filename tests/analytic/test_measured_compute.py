@@ -118,10 +118,11 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
     raw = raw_preset("cpu-local")
     base = tmp_path / "base.yaml"
     raw.pop("compute_profile", None)
-    for k in ("collective_load_factor", "collective_load_overhead_us"):
+    for k in ("collective_load_factor", "collective_load_factor_all_reduce", "collective_load_overhead_us"):
         raw["efficiency"].pop(k, None)
     base.write_text(yaml.safe_dump(raw))
     raw["efficiency"]["collective_load_factor"] = {"value": 2.0, "kind": "assumed", "source": "test"}
+    raw["efficiency"]["collective_load_factor_all_reduce"] = {"value": 3.0, "kind": "assumed", "source": "test"}
     raw["efficiency"]["collective_load_overhead_us"] = {"value": 1000, "kind": "assumed", "source": "test"}
     loaded = tmp_path / "loaded.yaml"
     loaded.write_text(yaml.safe_dump(raw))
@@ -131,7 +132,13 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
     for op, n in (("all_reduce", 2**20), ("all_gather", 2**24), ("reduce_scatter", 2**16)):
         t0 = a.time(op, n, 2, "intra")
         o = a.parts(op, n, 2, "intra")[0]
-        assert b.time(op, n, 2, "intra") == pytest.approx(2.0 * (t0 - o) + o + 1e-3)
+        f = 3.0 if op == "all_reduce" else 2.0  # all_reduce's own factor where the profile has one
+        assert b.time(op, n, 2, "intra") == pytest.approx(f * (t0 - o) + o + 1e-3)
+    raw["efficiency"]["collective_load_factor_all_reduce"]["value"] = 0.9
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match="collective_load_factor_all_reduce = 0.9; accepted: 1 <= value <= 10"):
+        load_cluster(str(tmp_path / "bad.yaml"))
+    raw["efficiency"]["collective_load_factor_all_reduce"]["value"] = 3.0
     raw["efficiency"]["collective_load_factor"]["value"] = 0.5
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(SimdlError, match="collective_load_factor = 0.5; accepted: 1 <= value <= 10"):

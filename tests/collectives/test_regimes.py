@@ -87,7 +87,7 @@ def _profile(tmp_path, regimes=REGIMES, name="r.yaml", **intra):
     off = {"kind": "assumed", "source": "test"}
     d = {"extends": "cpu-local", "name": "r", "efficiency": {
         "collective_regimes_intra": regimes, "collective_load_factor": dict(off, value=1.0),
-        "collective_load_overhead_us": dict(off, value=0.0)}}
+        "collective_load_factor_all_reduce": dict(off, value=1.0), "collective_load_overhead_us": dict(off, value=0.0)}}
     if intra:
         d["intra_node"] = {k: {"value": v, "kind": "assumed", "source": "test"} for k, v in intra.items()}
     p = tmp_path / name

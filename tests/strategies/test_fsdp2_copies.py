@@ -79,3 +79,32 @@ def test_root_given_reshard_after_forward_is_gathered_again_for_backward(shardin
     assert list(tk.labels).count("reshard root") == 1
     assert list(tr.labels).count("reshard root") == (2 if regathered else 1)
     assert list(tr.labels).count("unsharded root") == (2 if regathered else 1)
+
+
+@pytest.mark.parametrize("sharding", ["full", "grad_op", "none"])
+def test_fsdp2_collectives_block_the_training_thread_on_cpu(sharding):
+    """gloo on CPU: FSDP2's synchronous collectives wait on the host (c10d work.wait()), so
+    no unit is prefetched and each unit's backward waits for the previous reduction; on a
+    GPU preset the all-gathers and reductions stay on their own streams."""
+    from simdl.analytic.costs import CommCosts, device_rates, row_times
+    from simdl.analytic.schedule import schedule, stream_busy, task_durations
+
+    def overlap(cluster_name):
+        t = load_workload("resnet18", "cifar10")
+        w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32")
+        cluster = allocate(cluster_name, 2)
+        plan = build_plan(w, cluster, StrategyConfig(name="fsdp", sharding=sharding))
+        rates = device_rates(cluster, "fp32")
+        d = task_durations(plan, row_times(t, 8, rates), rates, CommCosts(cluster))
+        compute, comm, any_busy = stream_busy(plan, schedule(plan, d))
+        return plan, compute + comm - any_busy
+
+    plan, concurrent = overlap("cpu-local")
+    assert plan.details["blocking_collectives"]
+    assert concurrent == pytest.approx(0.0, abs=1e-12)
+    # every gradient reduction holds up the training thread: a compute task waits on it
+    reductions = [i for i, t in enumerate(plan.tasks) if t.collective and t.stream == "comm_reduce"]
+    waited = {d for t in plan.tasks if t.stream == "compute" for d in t.deps}
+    assert reductions and all(i in waited for i in reductions)
+    gpu_plan, gpu_concurrent = overlap("a100-80gb-nvlink")
+    assert not gpu_plan.details["blocking_collectives"] and gpu_concurrent > 0
