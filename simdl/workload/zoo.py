@@ -41,6 +41,7 @@ MODELS: dict[str, str] = {
     "mobilenet_v3_large": "mobilenet_v3_large",
     "wide_resnet101_2": "wide_resnet101_2",
     "mnist_cnn": "simdl.workload.zoo:mnist_cnn",
+    "wide_mlp": "simdl.workload.zoo:wide_mlp",
 }
 
 # Patch size of the ViT models: input H and W must be multiples of it.
@@ -72,6 +73,8 @@ DEFAULT_WRAP_TYPES: dict[str, tuple[str, ...]] = {
     "wide_resnet101_2": ("Bottleneck",),
     # Two convs and two fc layers: no blocks, so each weighted layer is a unit.
     "mnist_cnn": ("Conv2d", "Linear"),
+    # Two fc layers, each a unit: the first one is one 400 MB message on CIFAR-10.
+    "wide_mlp": ("Linear",),
 }
 
 _MAX_PAD = 64  # give up padding beyond this many pixels per side
@@ -103,6 +106,18 @@ def mnist_cnn(num_classes: int = 10, input_shape: tuple[int, ...] = (1, 28, 28))
         nn.Dropout(0.5),
         nn.Linear(128, num_classes),
     )
+
+
+def wide_mlp(num_classes: int = 10, input_shape: tuple[int, ...] = (3, 32, 32), hidden: int = 32768) -> Any:
+    """flatten fc(C*H*W -> 32768) relu fc(-> classes): the calibration's single-large-message
+    model. On 3x32x32 inputs its first weight is 100.7 M parameters, one 403 MB gradient:
+    the size of VGG-style classifiers (VGG16's first fc layer is 411 MB), for which the
+    strategy stage otherwise has no message larger than wide_resnet101_2's 67 MB units.
+    Little compute per byte, so communication dominates its steps."""
+    from torch import nn
+
+    c, h, w = input_shape
+    return nn.Sequential(nn.Flatten(1), nn.Linear(c * h * w, hidden), nn.ReLU(), nn.Linear(hidden, num_classes))
 
 
 def check_model_name(name: str) -> None:

@@ -70,6 +70,9 @@ def test_param_counts_equal_torchvision(model, dataset):
             pytest.skip("mnist_cnn's fc size depends on the input; checked on mnist")
         table = WorkloadTable.load(shipped_path(model, "mnist"))
         expected = _examples_mnist_net_count()
+    elif model == "wide_mlp":  # simdl's own: C*H*W -> 32768 -> classes, with biases
+        c, h, w = ds.input_shape
+        expected = (c * h * w + 1) * 32768 + (32768 + 1) * ds.num_classes
     else:
         expected = _torchvision_count(model, ds.num_classes, ds.input_shape[1])
     assert table.param_count == expected
