@@ -49,9 +49,10 @@ STAGE = "strategies"
 SPMD_VARIANTS = ("local", "ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none")
 PS_VARIANTS = ("ps-sync", "ps-async")
 # Models of the strategy fit: many mid-size FSDP units (convnext_tiny), few (resnet18), many
-# small ones (efficientnet_v2_s), large ones (wide_resnet101_2: 507 MB of gradients); none of
-# them, nor these batch sizes, is a validation run.
-DEFAULT_MODELS = "resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;wide_resnet101_2:cifar10:16"
+# small ones (efficientnet_v2_s), large ones (wide_resnet101_2: 507 MB of gradients), one
+# 403 MB layer (wide_mlp); none of them, nor these batch sizes, is a validation run.
+DEFAULT_MODELS = ("resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;"
+                  "wide_resnet101_2:cifar10:16;wide_mlp:cifar10:16")
 QUICK_MODELS = "resnet18:cifar10:16;convnext_tiny:cifar10:16"
 
 

@@ -44,10 +44,12 @@ COMPUTE_MODELS = {
 # Strategy stage (calibration/strategies.py): models and batch sizes no validation run uses.
 # wide_resnet101_2 (127 M parameters, 507 MB of fp32 gradients, 25 MB DDP buckets and
 # 17-67 MB FSDP units) puts the large-message steps of the models users train into the fit;
-# the three others have 45-111 MB. It adds about 6 minutes at 2 CPU ranks, 15 at 4.
+# the three others have 45-111 MB. wide_mlp's first layer is one 403 MB message, the size of
+# VGG-style classifiers. Together they add about 10 minutes at 2 CPU ranks, 25 at 4.
 STRATEGY_MODELS = {
     True: "resnet18:cifar10:16;convnext_tiny:cifar10:16",
-    False: "resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;wide_resnet101_2:cifar10:16",
+    False: ("resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;wide_resnet101_2:cifar10:16;"
+            "wide_mlp:cifar10:16"),
 }
 TORCHRUN_OPTIONS = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port")
 
