@@ -246,6 +246,8 @@ class CommCosts:
         self._load_factor = eff.collective_load_factor.value if eff.collective_load_factor else 1.0
         ar = eff.collective_load_factor_all_reduce
         self._load_factor_all_reduce = ar.value if ar else self._load_factor
+        half = eff.collective_load_half_size
+        self._load_half_size = half.value if half else float("inf")
         self._load_overhead = eff.collective_load_overhead.value if eff.collective_load_overhead else 0.0
         self._cache: dict[tuple, float] = {}
         self._parts: dict[tuple, tuple] = {}
@@ -285,12 +287,14 @@ class CommCosts:
                     algo = "tree" if tree < ring else "ring"
                 p = (self._overhead, alpha, bw, algo)
             f = self._load_factor_all_reduce if collective == "all_reduce" else self._load_factor
+            f = 1.0 + (f - 1.0) / (1.0 + nbytes / self._load_half_size)
             if f != 1.0 or self._load_overhead:
                 # Host ranks (CPU, gloo): a collective of a training step runs while the same
                 # cores compute and waits for the peers' threads to be scheduled, so it takes
                 # longer than on the idle machine the curves were measured on: the profile's
                 # fitted factor on its latency and bandwidth terms (all_reduce's own, if the
-                # profile has one), plus a delay per call.
+                # profile has one; smaller for large messages, if it has a half size), plus a
+                # delay per call.
                 o, alpha, bw, algo = p
                 p = (o + self._load_overhead, alpha * f, bw / f, algo)
             self._parts[key] = p

@@ -16,9 +16,12 @@ The collective costs of a profile are measured on an otherwise idle machine
   adds a delay per call (:class:`simdl.analytic.costs.CommCosts`);
 * all_reduce has a factor of its own, ``efficiency.collective_load_factor_all_reduce``
   (``f_ar``): idle, gloo's all_reduce reaches 2-3x the bus bandwidth of its all_gather and
-  reduce_scatter, and inside a step it loses most of that lead (simdl.cluster.spec).
+  reduce_scatter, and inside a step it loses most of that lead (simdl.cluster.spec);
+* both factors are for small messages: a message of S bytes is slowed by
+  1 + (f - 1) / (1 + S / h), ``h`` = ``efficiency.collective_load_half_size_MiB`` (a 403 MB
+  all-reduce in a step runs at nearly its idle speed, 1-67 MB ones at a half or a third).
 
-:class:`StrategyStepFit` finds ``(k, f, f_ar, a)`` by bounded least squares on the relative
+:class:`StrategyStepFit` finds ``(k, f, f_ar, h, a)`` by bounded least squares on the relative
 errors of the measured DDP/FSDP steps, each predicted by the engine itself with candidate
 values (the ``predict`` callable), everything else of the profile fixed (compute rows,
 optimizer, copies, collective curves: fitted separately). It then predicts each model's
@@ -34,24 +37,26 @@ import numpy as np
 from scipy.optimize import least_squares
 
 PARAMS = ("comm_compute_interference", "collective_load_factor", "collective_load_factor_all_reduce",
-          "collective_load_overhead_us")
+          "collective_load_half_size_MiB", "collective_load_overhead_us")
 
 
 class StrategyStepFit:
     """Estimator: ``fit(points, predict)`` -> self with ``interference_``,
-    ``load_factor_``, ``load_factor_all_reduce_``, ``load_overhead_s_``, ``residuals_``
-    (relative), ``errors_before_`` (at the defaults k = 0, f = f_ar = 1, a = 0) and
-    ``held_out_`` (leave-one-model-out errors).
+    ``load_factor_``, ``load_factor_all_reduce_``, ``load_half_size_bytes_``,
+    ``load_overhead_s_``, ``residuals_`` (relative), ``errors_before_`` (at the defaults
+    k = 0, f = f_ar = 1, a = 0) and ``held_out_`` (leave-one-model-out errors).
 
     ``points``: rows with ``measured_s`` and ``model``; ``predict(theta, point)`` -> seconds,
-    ``theta = (k, f, f_ar, a_seconds)``.
+    ``theta = (k, f, f_ar, h_bytes, a_seconds)``. The half size is searched on a log scale,
+    1 MB to 3 GB.
     """
 
     # k up to 5 (the profile accepts 20). Until 2026-11-24 k was capped at 1, and both CPU
     # profiles' fits stopped on that cap; freed, they choose k 1.28 / 1.42 with f 1.54 / 1.25,
     # and the leave-one-model-out max error of the calibration steps falls 21 % -> 18 %
     # (2 ranks) and 26 % -> 22 % (4 ranks) -- chosen on those figures, before validation.
-    def __init__(self, *, bounds=((0.0, 5.0), (1.0, 5.0), (1.0, 5.0), (0.0, 0.02)), held_out: bool = True):
+    def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02)),
+                 held_out: bool = True):
         self.bounds = bounds
         self.held_out = held_out
 
@@ -59,28 +64,34 @@ class StrategyStepFit:
     def _resid(theta, pts, predict) -> np.ndarray:
         return np.array([(predict(tuple(theta), p) - p["measured_s"]) / p["measured_s"] for p in pts])
 
+    @staticmethod
+    def _theta(z) -> tuple:
+        """Search coordinates -> theta: the half size is searched as log10(bytes), a in ms."""
+        return (z[0], z[1], z[2], 10.0 ** z[3], z[4] * 1e-3)
+
     def _solve(self, pts, predict) -> np.ndarray:
-        lo = np.array([b[0] for b in self.bounds])
-        hi = np.array([b[1] for b in self.bounds])
-        scale = np.array([1.0, 1.0, 1.0, 1e-3])
+        lo = np.array([b[0] for b in self.bounds], dtype=float)
+        hi = np.array([b[1] for b in self.bounds], dtype=float)
+        lo[3], hi[3] = np.log10(lo[3]), np.log10(hi[3])
+        lo[4], hi[4] = lo[4] * 1e3, hi[4] * 1e3
         best = None
-        for x0 in ((1.0, 1.0, 1.0, 0.0), (0.5, 1.5, 1.5, 2e-3), (1.0, 1.2, 2.0, 5e-3)):
+        for x0 in ((1.0, 2.0, 2.0, 7.0, 1.0), (0.5, 3.0, 4.0, 6.0, 2.0), (1.0, 2.0, 4.0, 8.0, 0.0)):
             x0 = np.clip(np.array(x0), lo, hi)
-            sol = least_squares(lambda z: self._resid(z * scale, pts, predict), x0 / scale,
-                                bounds=(lo / scale, hi / scale), diff_step=1e-3)
+            sol = least_squares(lambda z: self._resid(self._theta(z), pts, predict), x0,
+                                bounds=(lo, hi), diff_step=1e-3)
             if best is None or sol.cost < best.cost:
                 best = sol
-        return best.x * scale
+        return np.array(self._theta(best.x))
 
     def fit(self, points: Iterable[Mapping], predict: Callable) -> "StrategyStepFit":
         pts = list(points)
         if not pts:
             raise ValueError("StrategyStepFit needs at least one measured step")
         theta = self._solve(pts, predict)
-        self.interference_, self.load_factor_, self.load_factor_all_reduce_, self.load_overhead_s_ = (
-            float(v) for v in theta)
+        (self.interference_, self.load_factor_, self.load_factor_all_reduce_, self.load_half_size_bytes_,
+         self.load_overhead_s_) = (float(v) for v in theta)
         self.residuals_ = self._resid(theta, pts, predict)
-        self.errors_before_ = self._resid((0.0, 1.0, 1.0, 0.0), pts, predict)
+        self.errors_before_ = self._resid((0.0, 1.0, 1.0, 1e9, 0.0), pts, predict)
         self.held_out_ = {}
         models = sorted({p["model"] for p in pts})
         if self.held_out and len(models) > 1:
@@ -98,4 +109,5 @@ class StrategyStepFit:
     def params(self) -> dict:
         return {"comm_compute_interference": self.interference_, "collective_load_factor": self.load_factor_,
                 "collective_load_factor_all_reduce": self.load_factor_all_reduce_,
+                "collective_load_half_size_MiB": self.load_half_size_bytes_ / 2**20,
                 "collective_load_overhead_us": self.load_overhead_s_ * 1e6}

@@ -162,15 +162,15 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
     cache: dict = {}
 
     def spec_for(theta):
-        k, f, far, a = (round(float(x), 9) for x in theta)
-        if (k, f, far, a) not in cache:
+        k, f, far, h, a = (float(f"{float(x):.9g}") for x in theta)
+        if (k, f, far, h, a) not in cache:
             def src(what):
                 return Sourced(what, "assumed", "candidate of the strategy fit")
             eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
                                       collective_load_factor=src(f), collective_load_factor_all_reduce=src(far),
-                                      collective_load_overhead=src(a))
-            cache[(k, f, far, a)] = dataclasses.replace(spec, efficiency=eff)
-        return cache[(k, f, far, a)]
+                                      collective_load_half_size=src(h), collective_load_overhead=src(a))
+            cache[(k, f, far, h, a)] = dataclasses.replace(spec, efficiency=eff)
+        return cache[(k, f, far, h, a)]
 
     def pred(theta, p):
         return predict(cluster=spec_for(theta), **p["kwargs"]).iteration_time_s
@@ -421,8 +421,9 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             report["strategies"]["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
                                            "held_out_max_abs_rel_error": worst}
             models = sorted({p["model"] for p in pts})
-            src = (f"{tag}: least-squares fit of k (interference), f, f_ar and a (collective load factor, "
-                   f"all_reduce's own, and delay per call) "
+            src = (f"{tag}: least-squares fit of k (interference), f, f_ar, h and a (collective load factor "
+                   f"for small messages, all_reduce's own, the message size where the slowdown halves, and "
+                   f"delay per call) "
                    f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {per_node * nodes} ranks; "
                    f"step errors at k=0, f=f_ar=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
                    f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
@@ -430,6 +431,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff["comm_compute_interference"] = _val(sf.interference_, src)
             eff["collective_load_factor"] = _val(sf.load_factor_, src)
             eff["collective_load_factor_all_reduce"] = _val(sf.load_factor_all_reduce_, src)
+            eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
 
     # -- step-to-step spread of compute (simdl.calibrate.jitter) ------------------------------

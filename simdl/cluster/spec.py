@@ -392,7 +392,8 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
-             "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_overhead_us",
+             "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
+             "collective_load_overhead_us",
              "compute_jitter",
              *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
 
@@ -453,6 +454,12 @@ class Efficiency:
     # steps, 2026-11-24: an in-step all-reduce of a unit took about as long as the
     # reduce-scatter of the same bytes). Fitted by `simdl calibrate` with the other factor.
     collective_load_factor_all_reduce: Sourced | None = None
+    # Optional message size (bytes; key ``collective_load_half_size_MiB``) at which the slowdown
+    # is half its small-message value: the factors above then apply to small messages, and a
+    # message of S bytes is slowed by 1 + (factor - 1) / (1 + S / half_size). Measured strategy
+    # steps (calibration, 2026-11-24): a single 403 MB all-reduce in a step runs at nearly its
+    # idle speed, while 1-67 MB ones take 2-3x theirs. Absent: every size gets the full factor.
+    collective_load_half_size: Sourced | None = None
     # Optional spread of a rank's compute time from one step to the next: the robust standard
     # deviation (1.4826 x median absolute deviation) of log(step time) of ranks training on
     # their own, all at once, so the OS scheduling of the shared cores is in it
@@ -493,6 +500,7 @@ class Efficiency:
         _put(out, "copy_bandwidth", self.copy_bandwidth)
         _put(out, "collective_load_factor", self.collective_load_factor)
         _put(out, "collective_load_factor_all_reduce", self.collective_load_factor_all_reduce)
+        _put(out, "collective_load_half_size_MiB", self.collective_load_half_size)
         _put(out, "collective_load_overhead_us", self.collective_load_overhead)
         _put(out, "compute_jitter", self.compute_jitter)
         for c, v in self.memory_bandwidth_by_class.items():
@@ -821,6 +829,7 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         copy_bandwidth=_positive(raw, "copy_bandwidth", where, required=False),
         collective_load_factor=_load_factor(raw, where),
         collective_load_factor_all_reduce=_load_factor(raw, where, "collective_load_factor_all_reduce"),
+        collective_load_half_size=_positive(raw, "collective_load_half_size_MiB", where, required=False),
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
         compute_jitter=_bounded(raw, "compute_jitter", where, 0.0, 2.0,
                                 "the spread of log(step time), a standard deviation"),

@@ -118,7 +118,8 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
     raw = raw_preset("cpu-local")
     base = tmp_path / "base.yaml"
     raw.pop("compute_profile", None)
-    for k in ("collective_load_factor", "collective_load_factor_all_reduce", "collective_load_overhead_us"):
+    for k in ("collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
+              "collective_load_overhead_us"):
         raw["efficiency"].pop(k, None)
     base.write_text(yaml.safe_dump(raw))
     raw["efficiency"]["collective_load_factor"] = {"value": 2.0, "kind": "assumed", "source": "test"}
@@ -134,6 +135,15 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
         o = a.parts(op, n, 2, "intra")[0]
         f = 3.0 if op == "all_reduce" else 2.0  # all_reduce's own factor where the profile has one
         assert b.time(op, n, 2, "intra") == pytest.approx(f * (t0 - o) + o + 1e-3)
+    # With a half size the factors are for small messages: at h the slowdown is half of it.
+    raw["efficiency"]["collective_load_half_size_MiB"] = {"value": 1, "kind": "assumed", "source": "test"}
+    sized = tmp_path / "sized.yaml"
+    sized.write_text(yaml.safe_dump(raw))
+    c = CommCosts(allocate(str(sized), 2))
+    for n, f in ((2**20, 1 + 2.0 / 2), (2**24, 1 + 2.0 / 17)):
+        t0, o = a.time("all_reduce", n, 2, "intra"), a.parts("all_reduce", n, 2, "intra")[0]
+        assert c.time("all_reduce", n, 2, "intra") == pytest.approx(f * (t0 - o) + o + 1e-3)
+    del raw["efficiency"]["collective_load_half_size_MiB"]
     raw["efficiency"]["collective_load_factor_all_reduce"]["value"] = 0.9
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(SimdlError, match="collective_load_factor_all_reduce = 0.9; accepted: 1 <= value <= 10"):
