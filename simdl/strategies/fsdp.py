@@ -42,7 +42,9 @@ Adopted on 2026-11-24 together with a load factor of its own for all_reduce
 before any validation prediction: leave-one-model-out max / mean error 15.4% / 6.5% ->
 12.9% / 5.8% at 2 ranks and 34.4% / 13.0% -> 31.3% / 11.1% at 4 ranks. Blocking alone fitted
 worse (2 ranks: 20.5% / 8.1%; FSDP-none 5-20% under-predicted), the extra factor alone no
-better (14.6% / 6.8%).
+better (14.6% / 6.8%). The factors were then made to fall with message size
+(``collective_load_half_size_MiB``, simdl.calibrate.overlap) once a 403 MB message was
+calibrated.
 """
 
 from __future__ import annotations
