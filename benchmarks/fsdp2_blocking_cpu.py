@@ -8,7 +8,8 @@ unshards with ``unshard_async_op=False`` (torch/distributed/fsdp/_fully_shard/
 _fsdp_collectives.py ``foreach_reduce``, _fsdp_param_group.py), and c10d then calls
 ``work.wait()`` (distributed_c10d.py). On CUDA that only orders streams; on gloo's CPU work
 it waits on the host, so on a CPU cluster the training thread cannot compute while an FSDP2
-collective runs. simdl's FSDP plan still overlaps them (simdl/strategies/fsdp.py says why).
+collective runs; simdl's FSDP plan blocks the same way on CPU clusters
+(simdl/strategies/fsdp.py ``collectives_block``).
 
 Run on the 2-core VM, 2026-11-24 (64 MiB, three repeats, ms):
 

@@ -51,10 +51,8 @@ class StrategyStepFit:
     1 MB to 3 GB.
     """
 
-    # k up to 5 (the profile accepts 20). Until 2026-11-24 k was capped at 1, and both CPU
-    # profiles' fits stopped on that cap; freed, they choose k 1.28 / 1.42 with f 1.54 / 1.25,
-    # and the leave-one-model-out max error of the calibration steps falls 21 % -> 18 %
-    # (2 ranks) and 26 % -> 22 % (4 ranks) -- chosen on those figures, before validation.
+    # k up to 5 (the profile accepts 20): capped at 1 until 2026-11-24, both CPU fits stopped
+    # on the cap. f and f_ar up to 10, as the profile accepts; a up to 20 ms per call.
     def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02)),
                  held_out: bool = True):
         self.bounds = bounds

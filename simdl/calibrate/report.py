@@ -151,10 +151,9 @@ def format_report(report: dict, profile: dict) -> str:
         p = o["params"]
         lines.append(f"strategy fit: comm_compute_interference {p['comm_compute_interference']:.3f}, collective_load_factor "
                      f"{p['collective_load_factor']:.3f}, collective_load_factor_all_reduce "
-                     f"{p.get('collective_load_factor_all_reduce', p['collective_load_factor']):.3f}, "
-                     + (f"collective_load_half_size {p['collective_load_half_size_MiB']:.1f} MiB, "
-                        if "collective_load_half_size_MiB" in p else "") +
-                     f"collective_load_overhead {p['collective_load_overhead_us']:.0f} us")
+                     f"{p['collective_load_factor_all_reduce']:.3f}, collective_load_half_size "
+                     f"{p['collective_load_half_size_MiB']:.1f} MiB, collective_load_overhead "
+                     f"{p['collective_load_overhead_us']:.0f} us")
         for pt in o["points"]:
             lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  error at defaults "
                          f"{_pct(pt['rel_error_defaults'])} -> fitted {_pct(pt['rel_error_fitted'])}")

@@ -393,8 +393,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
              "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
-             "collective_load_overhead_us",
-             "compute_jitter",
+             "collective_load_overhead_us", "compute_jitter",
              *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
 
 
@@ -450,9 +449,10 @@ class Efficiency:
     collective_load_overhead: Sourced | None = None
     # Optional factor for all_reduce alone (default: ``collective_load_factor``): on the
     # idle machine gloo's all_reduce reaches 2-3x the bus bandwidth of its reduce_scatter
-    # and all_gather, and inside a training step it loses most of that lead (profiled FSDP2
-    # steps, 2026-11-24: an in-step all-reduce of a unit took about as long as the
-    # reduce-scatter of the same bytes). Fitted by `simdl calibrate` with the other factor.
+    # and all_gather (cpu-local's collective fits: 1.57 against 0.49 and 0.87 GB/s), and
+    # inside a training step it loses most of that lead (profiled FSDP2 steps, 2026-11-24:
+    # an in-step all-reduce of a unit took about as long as the reduce-scatter of the same
+    # bytes). Fitted by `simdl calibrate` with the other factor.
     collective_load_factor_all_reduce: Sourced | None = None
     # Optional message size (bytes; key ``collective_load_half_size_MiB``) at which the slowdown
     # is half its small-message value: the factors above then apply to small messages, and a

@@ -37,14 +37,10 @@ calling thread as long as an asynchronous one takes to complete). DDP is differe
 reducer issues asynchronous all-reduces and waits once, at the end of backward, so its
 communication overlaps backward on CPU as well.
 
-Adopted on 2026-11-24 together with a load factor of its own for all_reduce
-(``efficiency.collective_load_factor_all_reduce``), on the calibration's own strategy steps
-before any validation prediction: leave-one-model-out max / mean error 15.4% / 6.5% ->
-12.9% / 5.8% at 2 ranks and 34.4% / 13.0% -> 31.3% / 11.1% at 4 ranks. Blocking alone fitted
-worse (2 ranks: 20.5% / 8.1%; FSDP-none 5-20% under-predicted), the extra factor alone no
-better (14.6% / 6.8%). The factors were then made to fall with message size
-(``collective_load_half_size_MiB``, simdl.calibrate.overlap) once a 403 MB message was
-calibrated.
+The blocking schedule is priced together with the in-step collective slowdown that
+simdl.calibrate.overlap fits (all_reduce's own factor, falling with message size). Chosen
+on the calibration's own leave-one-model-out errors; blocking with the earlier single
+factor fitted worse (2 ranks: max 20.5% against 15.4% overlapped).
 """
 
 from __future__ import annotations

@@ -73,7 +73,7 @@ DEFAULT_WRAP_TYPES: dict[str, tuple[str, ...]] = {
     "wide_resnet101_2": ("Bottleneck",),
     # Two convs and two fc layers: no blocks, so each weighted layer is a unit.
     "mnist_cnn": ("Conv2d", "Linear"),
-    # Two fc layers, each a unit: the first one is one 400 MB message on CIFAR-10.
+    # Two fc layers, each a unit: the first one is one 403 MB message on CIFAR-10.
     "wide_mlp": ("Linear",),
 }
 
