@@ -20,7 +20,13 @@ with momentum, ``zero_grad(set_to_none=True)``):
 * ``ps-async``      the server applies each push as it arrives and answers that worker.
 
 Per iteration the worker-side step time is logged; peak memory is the CUDA allocator's
-peak, or the process's peak RSS on CPU (``ru_maxrss``). `simdl calibrate` fits from the
+peak, or the process's peak RSS on CPU (``ru_maxrss``). FSDP variants also log every
+collective call of the timed iterations (:class:`CallTimer`): which, its bytes, and the
+host clock when the rank entered and left it. On CPU, gloo's work is waited for inside the
+call (benchmarks/fsdp2_blocking_cpu.py), so the time in the calls is the step's exposed
+communication, and the latest entry over the ranks splits it into waiting for the peers and
+the transfer itself (simdl.calibrate.in_step). On CUDA the call only enqueues the work; the
+times are kept but not read as communication. `simdl calibrate` fits from the
 DDP/FSDP steps how much slower collectives run inside training than on the idle machine
 (simdl.calibrate.overlap).
 
@@ -77,6 +83,57 @@ def peak_memory(ctx) -> dict:
     return {"peak_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "memory_kind": "ru_maxrss"}
 
 
+class CallTimer:
+    """Times the collectives FSDP2 issues, by wrapping the ``torch.distributed`` functions it
+    calls (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: ``all_gather_single``
+    and ``reduce_scatter_single`` per unit, ``all_reduce`` across HSDP replicas). A call
+    made with ``async_op=True`` is timed to its ``wait()``-free return: FSDP2 makes them
+    synchronous on CPU (its ``unshard_async_op`` default and ``foreach_reduce``).
+
+    ``calls``: ``[step, collective, bytes, enter_ns, exit_ns]`` per call while ``step`` is
+    not None; ``bytes`` is the collective's full buffer (the all-gather's output)."""
+
+    NAMES = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
+             "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
+             "all_reduce": "all_reduce"}
+
+    def __init__(self):
+        self.calls: list[list] = []
+        self.step: int | None = None
+        self._saved: dict = {}
+
+    def __enter__(self):
+        for name, coll in self.NAMES.items():
+            fn = getattr(dist, name, None)
+            if fn is None:
+                continue
+            self._saved[name] = fn
+            setattr(dist, name, self._wrap(fn, coll))
+        return self
+
+    def __exit__(self, *exc):
+        for name, fn in self._saved.items():
+            setattr(dist, name, fn)
+        self._saved.clear()
+
+    def _wrap(self, fn, coll):
+        def timed(*args, **kwargs):
+            t0 = time.time_ns()
+            out = fn(*args, **kwargs)
+            t1 = time.time_ns()
+            if self.step is not None:
+                # The full buffer: an all-gather's output (first argument), a reduce-scatter's
+                # input, an all-reduce's tensor.
+                if coll == "reduce_scatter":
+                    t = kwargs.get("input", args[1] if len(args) > 1 else None)
+                else:
+                    t = kwargs.get("output_tensor", kwargs.get("tensor", args[0] if args else None))
+                nbytes = int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0
+                self.calls.append([self.step, coll, nbytes, t0, t1])
+            return out
+        return timed
+
+
 def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, model_name=""):
     """Step times of local / DDP / FSDP training (every rank is a trainer)."""
     note = ""
@@ -111,18 +168,29 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
     x = torch.randn(batch, *shape, device=ctx.device)
     y = torch.randint(0, classes, (batch,), device=ctx.device)
     times = []
-    for i in range(warmup + iters):
-        ctx.sync()
-        t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        F.cross_entropy(model(x), y).backward()
-        opt.step()
-        ctx.sync()
-        if i >= warmup:
-            times.append(time.perf_counter() - t0)
+    timer = CallTimer()
+    with timer if variant.startswith("fsdp-") else _nothing():
+        for i in range(warmup + iters):
+            timer.step = i - warmup if i >= warmup else None
+            ctx.sync()
+            t0 = time.perf_counter()
+            opt.zero_grad(set_to_none=True)
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            ctx.sync()
+            if i >= warmup:
+                times.append(time.perf_counter() - t0)
     if variant == "ddp":
         note = "bucket_cap_mb=default (25)"
-    return times, note
+    return times, note, timer.calls
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
 
 
 def ps_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
@@ -215,12 +283,13 @@ def main() -> None:
         dist.barrier()
         ok, err = True, ""
         try:
+            calls = []
             if v.startswith("ps"):
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
-                times, note = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup, name)
+                times, note, calls = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup, name)
         except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
-            ok, err, times, note = False, f"{type(e).__name__}: {e}"[:300], [], ""
+            ok, err, times, note, calls = False, f"{type(e).__name__}: {e}"[:300], [], "", []
         if not all_ok(ctx, ok):
             ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
                                 skipped=True, error=err or "failed on another rank")
@@ -229,7 +298,8 @@ def main() -> None:
         ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
                             iters=iters, warmup=args.warmup, step_times_s=times, step_s=med,
                             role=("server" if v.startswith("ps") and ctx.rank == 0 else "worker"),
-                            note=note, **peak_memory(ctx))
+                            note=note, **peak_memory(ctx),
+                            **({"collective_calls": calls, "calls_block": not ctx.is_cuda} if calls else {}))
         del model
     finish(ctx, stopped_by_budget=stopped)
 

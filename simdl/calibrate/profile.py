@@ -182,6 +182,36 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
     return est, pts
 
 
+def _in_step(stage, profile: dict, ranks: int) -> dict:
+    """Every FSDP measurement's logged collective calls against the profile's idle curves and
+    against what the profile charges them in a step (simdl.calibrate.in_step)."""
+    import dataclasses
+
+    from ..analytic.costs import CommCosts
+    from ..cluster import allocate
+    from .in_step import in_step_collectives, summarise
+
+    with tempfile.TemporaryDirectory() as td:
+        spec = load_cluster(str(write_profile(profile, Path(td) / "in_step.yaml")))
+    idle_eff = dataclasses.replace(spec.efficiency, collective_load_factor=None, collective_load_factor_all_reduce=None,
+                                   collective_load_half_size=None, collective_load_overhead=None)
+    charged = CommCosts(allocate(spec, ranks, 1))
+    idle = CommCosts(allocate(dataclasses.replace(spec, efficiency=idle_eff), ranks, 1))
+    out = {}
+    for key in sorted(stage.keys_all_ranks()):
+        recs = [r for r in stage.records(key) if not r.get("skipped")]
+        if not recs or not recs[0].get("collective_calls") or not recs[0].get("calls_block"):
+            continue
+        calls = in_step_collectives(recs)
+        if calls is None:
+            out[key] = {"error": "the ranks logged different collective calls"}
+            continue
+        out[key] = summarise(calls, lambda c, n: idle.time(c, n, ranks, "world"),
+                             lambda c, n: charged.time(c, n, ranks, "world"))
+        out[key]["steps"] = calls["steps"]
+    return out
+
+
 def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None = None) -> tuple[dict, dict]:
     """(profile YAML dict, full fit report) for a run directory."""
     run_dir = Path(run_dir)
@@ -433,6 +463,10 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff["collective_load_factor_all_reduce"] = _val(sf.load_factor_all_reduce_, src)
             eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
+
+    # -- collectives inside the measured steps (simdl.calibrate.in_step): a check -------------
+    if strat and nodes == 1 and eff.get("collective_regimes_intra"):
+        report["strategies"]["in_step"] = _in_step(stages["strategies"], profile, per_node * nodes)
 
     # -- step-to-step spread of compute (simdl.calibrate.jitter) ------------------------------
     if "strategies" in ran and stages["strategies"].measurements:

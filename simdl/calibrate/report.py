@@ -160,7 +160,25 @@ def format_report(report: dict, profile: dict) -> str:
         for m, h in o["held_out"].items():
             lines.append(f"  held out {m} (fit on {', '.join(h['fitted_on'])}): "
                          + ", ".join(f"{v} {_pct(e)}" for v, e in h["rel_errors"].items()))
+    if st.get("in_step"):
+        lines.append("collectives inside the FSDP steps (per step, ms; in the call = exposed communication on a "
+                     "host that blocks; transfer = from the last rank's entry; idle = the collective curves; "
+                     "charged = what the profile predicts for the same calls)")
+        lines.append(f"    {'step':<34} {'calls':>5} {'in call':>8} {'waiting':>8} {'transfer':>8} {'idle':>8} "
+                     f"{'charged':>8}  transfer/idle  charged/in call")
+        for key, v in st["in_step"].items():
+            if "error" in v:
+                lines.append(f"    {key:<34} {v['error']}")
+                continue
+            t = v["total"]
+            lines.append(f"    {key:<34} {t['calls']:5.0f} {t['in_call_s'] * 1e3:8.1f} {t['waiting_s'] * 1e3:8.1f} "
+                         f"{t['transfer_s'] * 1e3:8.1f} {t['idle_s'] * 1e3:8.1f} {t['model_s'] * 1e3:8.1f}  "
+                         f"{_ratio(t['transfer_over_idle']):>13}  {_ratio(t['model_over_in_call']):>15}")
     lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items() if "value" in v)
                  + ("; collective_regimes_intra for " + ", ".join(eff["collective_regimes_intra"]["collectives"])
                     if "collective_regimes_intra" in eff else ""))
     return "\n".join(lines)
+
+
+def _ratio(x) -> str:
+    return "-" if x is None else f"{x:.2f}x"

@@ -42,6 +42,15 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert spec.calibration["provenance"]["backend"] == "gloo"
     r = predict(model="mnist_cnn", strategy="ddp", gpus=2, cluster=str(out), dataset="mnist")
     assert r.iteration_time_s > 0
+    # Every FSDP step the budget let it measure has its collective calls logged and set
+    # against the idle curves (simdl.calibrate.in_step).
+    (fit,) = (tmp_path / "runs").glob("*/fit.json")
+    st = json.loads(fit.read_text())["strategies"]
+    fsdp = [k for k, m in st["measured"].items() if k.startswith("fsdp-") and not m.get("skipped")]
+    assert sorted(st.get("in_step", {})) == sorted(fsdp)
+    for k in fsdp:
+        t = st["in_step"][k]["total"]
+        assert t["calls"] > 0 and t["in_call_s"] > 0 and t["idle_s"] > 0, (k, t)
     print(f"quick calibration took {elapsed:.0f} s")
 
 

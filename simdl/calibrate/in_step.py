@@ -1,0 +1,78 @@
+"""Collectives inside measured training steps: exposed communication, and how much slower
+the calls run than on the idle machine.
+
+calibration/strategies.py logs every collective call of its FSDP steps with the host clock
+at which each rank entered and left it. On CPU (gloo) the call holds the training thread
+until the collective is done (benchmarks/fsdp2_blocking_cpu.py), so:
+
+* the time in the calls is the step's exposed communication;
+* a call cannot finish before the last rank has entered it: the time from the latest entry
+  to the exit is the *transfer*, the rest of a rank's time in the call is *waiting* for a
+  peer that was still computing (ranks of one host share its clock, so entries compare);
+* the transfer divided by the idle-machine curve of the same call (calibration/
+  collectives.py) is the in-step slowdown of the collective itself.
+
+:func:`in_step_collectives` pairs the ranks' calls (every rank makes the same calls in
+the same order), and :func:`summarise` sets them against the profile's idle curves and
+against what the profile predicts for the same calls. Nothing here is fitted: it checks
+the strategy fit's attribution of a step's time to its collectives, which the step times
+alone cannot separate from the work around the calls.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Callable
+
+
+def in_step_collectives(records: list[dict]) -> dict | None:
+    """Per-call times of one strategy measurement from its ranks' records (rank order).
+
+    Returns ``{"world", "steps", "calls": [(collective, bytes, in_call_s, transfer_s), ...]}``
+    with ``in_call_s`` the mean over the ranks, or None when a rank logged no calls or the
+    ranks' call sequences differ."""
+    logs = [r.get("collective_calls") for r in records]
+    if not logs or any(not c for c in logs):
+        return None
+    n = len(logs[0])
+    if any(len(c) != n for c in logs):
+        return None
+    calls = []
+    for per_rank in zip(*logs):
+        step, coll, nbytes = per_rank[0][:3]
+        if any(tuple(c[:3]) != (step, coll, nbytes) for c in per_rank):
+            return None
+        last_in = max(c[3] for c in per_rank)
+        in_call = statistics.fmean(c[4] - c[3] for c in per_rank) / 1e9
+        transfer = statistics.fmean(max(c[4] - last_in, 0) for c in per_rank) / 1e9
+        calls.append((coll, int(nbytes), in_call, transfer))
+    steps = len({c[0] for c in logs[0]})
+    return {"world": len(records), "steps": steps, "calls": calls}
+
+
+def summarise(calls: dict, idle: Callable[[str, float], float], model: Callable[[str, float], float]) -> dict:
+    """Per step and per collective: calls, time in the calls (exposed communication on a
+    host that blocks), of it waiting for peers and transfer, the idle curves' time of the
+    same calls, and the profile's prediction of them (``model``: what the engines charge a
+    call in a step)."""
+    steps = max(calls["steps"], 1)
+    by: dict[str, dict] = {}
+    for coll, nbytes, in_call, transfer in calls["calls"]:
+        d = by.setdefault(coll, {"calls": 0, "in_call_s": 0.0, "transfer_s": 0.0, "idle_s": 0.0, "model_s": 0.0})
+        d["calls"] += 1
+        d["in_call_s"] += in_call
+        d["transfer_s"] += transfer
+        d["idle_s"] += idle(coll, nbytes)
+        d["model_s"] += model(coll, nbytes)
+    out = {}
+    for coll, d in sorted(by.items()):
+        per = {k: v / steps for k, v in d.items()}
+        per["waiting_s"] = per["in_call_s"] - per["transfer_s"]
+        per["transfer_over_idle"] = per["transfer_s"] / per["idle_s"] if per["idle_s"] > 0 else None
+        per["model_over_in_call"] = per["model_s"] / per["in_call_s"] if per["in_call_s"] > 0 else None
+        out[coll] = per
+    total = {k: sum(v[k] for v in out.values()) for k in ("calls", "in_call_s", "transfer_s", "waiting_s", "idle_s",
+                                                          "model_s")}
+    total["transfer_over_idle"] = total["transfer_s"] / total["idle_s"] if total["idle_s"] > 0 else None
+    total["model_over_in_call"] = total["model_s"] / total["in_call_s"] if total["in_call_s"] > 0 else None
+    return {"per_step": out, "total": total}

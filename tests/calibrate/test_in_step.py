@@ -1,0 +1,80 @@
+"""Collective calls logged in strategy steps: pairing the ranks, splitting waiting from
+transfer (simdl.calibrate.in_step), and the logger itself (calibration/strategies.py)."""
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from simdl.calibrate.in_step import in_step_collectives, summarise
+
+MS = 1_000_000  # ns
+
+
+def _recs(calls_per_rank):
+    return [{"collective_calls": c, "calls_block": True} for c in calls_per_rank]
+
+
+def test_waiting_for_the_last_rank_is_split_from_the_transfer():
+    # rank 1 enters 4 ms after rank 0; both leave at 10 ms: 6 ms of transfer, rank 0 waited 4.
+    r0 = [[0, "all_gather", 1000, 0, 10 * MS], [1, "all_gather", 1000, 20 * MS, 23 * MS]]
+    r1 = [[0, "all_gather", 1000, 4 * MS, 10 * MS], [1, "all_gather", 1000, 20 * MS, 23 * MS]]
+    c = in_step_collectives(_recs([r0, r1]))
+    assert c["world"] == 2 and c["steps"] == 2
+    (_, n, in_call, transfer), second = c["calls"]
+    assert n == 1000
+    assert in_call == pytest.approx((10 + 6) / 2 * 1e-3)
+    assert transfer == pytest.approx(6e-3)
+    assert second[2:] == pytest.approx((3e-3, 3e-3))
+
+
+def test_ranks_that_logged_different_calls_are_not_paired():
+    r0 = [[0, "all_gather", 1000, 0, 1]]
+    assert in_step_collectives(_recs([r0, [[0, "all_gather", 2000, 0, 1]]])) is None
+    assert in_step_collectives(_recs([r0, r0 + r0])) is None
+    assert in_step_collectives(_recs([r0, []])) is None
+
+
+def test_summary_per_step_against_idle_curves_and_the_charge():
+    r = [[s, "reduce_scatter", 4096, s * 100 * MS, s * 100 * MS + 8 * MS] for s in range(4)]
+    c = in_step_collectives(_recs([r, r]))
+    out = summarise(c, idle=lambda coll, n: 4e-3, model=lambda coll, n: 12e-3)
+    t = out["total"]
+    assert t["calls"] == 1 and t["in_call_s"] == pytest.approx(8e-3) and t["waiting_s"] == pytest.approx(0.0)
+    assert t["transfer_over_idle"] == pytest.approx(2.0)
+    assert t["model_over_in_call"] == pytest.approx(1.5)
+    assert set(out["per_step"]) == {"reduce_scatter"}
+
+
+def _strategies_module():
+    path = Path(__file__).resolve().parents[2] / "calibration" / "strategies.py"
+    spec = importlib.util.spec_from_file_location("calibration_strategies", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_call_timer_logs_the_calls_fsdp2_makes_and_restores_torch_distributed(monkeypatch):
+    seen = []
+    monkeypatch.setattr(dist, "all_reduce", lambda t, **kw: seen.append(("ar", t.numel())))
+    monkeypatch.setattr(dist, "reduce_scatter_single", lambda **kw: seen.append(("rs", kw["input"].numel())),
+                        raising=False)
+    monkeypatch.setattr(dist, "all_gather_single", lambda out, inp, **kw: seen.append(("ag", out.numel())),
+                        raising=False)
+    before = dist.all_reduce
+    timer = _strategies_module().CallTimer()
+    with timer:
+        dist.all_reduce(torch.zeros(10))          # not in a timed step: run, not logged
+        timer.step = 3
+        dist.all_reduce(torch.zeros(10))
+        # FSDP2's call forms (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py)
+        dist.reduce_scatter_single(output=torch.zeros(5), input=torch.zeros(10), group=None, op=None,
+                                   async_op=False)
+        dist.all_gather_single(torch.zeros(8, dtype=torch.float64), torch.zeros(4, dtype=torch.float64),
+                               group=None, async_op=False)
+    assert dist.all_reduce is before
+    assert seen == [("ar", 10), ("ar", 10), ("rs", 10), ("ag", 8)]
+    assert [c[:3] for c in timer.calls] == [[3, "all_reduce", 40], [3, "reduce_scatter", 40], [3, "all_gather", 64]]
+    assert all(c[4] >= c[3] for c in timer.calls)
