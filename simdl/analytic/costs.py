@@ -232,9 +232,14 @@ class CommCosts:
     three, per call, for the collectives it covers inside a node: that collective's
     overhead, and the alpha and bandwidth of the regime its message size falls in, always
     with the ring form (the scaling assumption the curves are fitted with).
+
+    ``blocking``: the plan's collectives hold the training thread (FSDP2 on CPU,
+    ``plan.details["blocking_collectives"]``). A collective the profile has a
+    ``collective_blocking_factor_<collective>`` for is then priced by it instead of the load
+    factors.
     """
 
-    def __init__(self, cluster: Cluster, algorithm: str = "auto"):
+    def __init__(self, cluster: Cluster, algorithm: str = "auto", blocking: bool = False):
         self.cluster = cluster
         self.algorithm = algorithm
         self._overhead = cluster.collective_overhead
@@ -249,6 +254,7 @@ class CommCosts:
         half = eff.collective_load_half_size
         self._load_half_size = half.value if half else float("inf")
         self._load_overhead = eff.collective_load_overhead.value if eff.collective_load_overhead else 0.0
+        self._blocking = ({c: f.value for c, f in eff.collective_blocking_factors.items()} if blocking else {})
         self._cache: dict[tuple, float] = {}
         self._parts: dict[tuple, tuple] = {}
 
@@ -286,6 +292,15 @@ class CommCosts:
                     tree = collective_time(collective, nbytes, size, bw, alpha, "tree")
                     algo = "tree" if tree < ring else "ring"
                 p = (self._overhead, alpha, bw, algo)
+            g = self._blocking.get(collective)
+            if g is not None:
+                # A call that holds the training thread, priced as measured in steps
+                # (simdl.calibrate.in_step): its transfer at g x the idle time, plus the fitted
+                # delay per call. The wait for peers is the engines' (blocking_wait_time).
+                o, alpha, bw, algo = p
+                p = (o + self._load_overhead, alpha * g, bw / g, algo)
+                self._parts[key] = p
+                return p
             f = self._load_factor_all_reduce if collective == "all_reduce" else self._load_factor
             f = 1.0 + (f - 1.0) / (1.0 + nbytes / self._load_half_size)
             if f != 1.0 or self._load_overhead:
@@ -310,3 +325,13 @@ class CommCosts:
                 t += o
             self._cache[key] = t
         return t
+
+
+def blocking_wait_time(cluster: Cluster, plan, compute: float) -> float:
+    """Seconds a step's blocking collectives spend waiting for peers still computing: the
+    profile's ``collective_blocking_wait`` (per second of compute) x the step's compute, for
+    a plan whose collectives hold the training thread; 0 otherwise."""
+    w = cluster.spec.efficiency.collective_blocking_wait
+    if w is None or not plan.details.get("blocking_collectives"):
+        return 0.0
+    return w.value * compute

@@ -15,7 +15,8 @@ from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-from .costs import CommCosts, Rates, compute_task_time, device_rates, host_rates, mapped_bytes, row_times
+from .costs import (CommCosts, Rates, blocking_wait_time, compute_task_time, device_rates, host_rates, mapped_bytes,
+                    row_times)
 from .schedule import schedule, stream_busy, task_durations
 
 
@@ -70,7 +71,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
 
 
 def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorithm: str):
-    comm_costs = CommCosts(cluster, algorithm)
+    comm_costs = CommCosts(cluster, algorithm, blocking=bool(plan.details.get("blocking_collectives")))
     durations = task_durations(plan, rows, rates, comm_costs)
     sched = schedule(plan, durations)
     compute, comm, any_busy = stream_busy(plan, sched)
@@ -82,6 +83,7 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
         # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
         concurrent = max(compute + comm - any_busy, 0.0)
         makespan += interference.value * concurrent
+    makespan += blocking_wait_time(cluster, plan, compute)
     return makespan, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness()
 
 

@@ -76,3 +76,59 @@ def summarise(calls: dict, idle: Callable[[str, float], float], model: Callable[
     total["transfer_over_idle"] = total["transfer_s"] / total["idle_s"] if total["idle_s"] > 0 else None
     total["model_over_in_call"] = total["model_s"] / total["in_call_s"] if total["in_call_s"] > 0 else None
     return {"per_step": out, "total": total}
+
+
+class BlockingFit:
+    """Estimator: ``fit(measurements, idle_parts)`` -> self with ``factors_`` (per collective:
+    in-step transfer over idle wire time, pooled over every logged call), ``wait_`` (time in
+    the calls waiting for the last peer, per second of the step's compute, pooled), and
+    ``held_out_`` (per model: the in-call time per step predicted from the *other* models'
+    factors and wait, against the measured one).
+
+    ``measurements``: ``{"model", "key", "compute_s", "calls": in_step_collectives(...)}``
+    rows, ``compute_s`` the model's step without communication (the strategy stage's
+    ``local`` step); ``idle_parts(collective, bytes)`` -> (fixed cost per call s, wire time s)
+    on the idle machine. A step's calls are priced ``sum(fixed + factor x wire) + wait x
+    compute``, as the engines price blocking calls (:class:`simdl.analytic.costs.CommCosts`,
+    :func:`simdl.analytic.costs.blocking_wait_time`).
+    """
+
+    def fit(self, measurements: list[dict], idle_parts: Callable[[str, float], tuple[float, float]]) -> "BlockingFit":
+        rows = [m for m in measurements if m["calls"]["calls"]]
+        if not rows:
+            raise ValueError("BlockingFit needs logged collective calls")
+        self._idle = idle_parts
+        self.factors_, self.wait_ = self._solve(rows)
+        self.n_calls_ = sum(len(m["calls"]["calls"]) for m in rows)
+        self.held_out_ = {}
+        models = sorted({m["model"] for m in rows})
+        if len(models) > 1:
+            for model in models:
+                factors, wait = self._solve([m for m in rows if m["model"] != model])
+                self.held_out_[model] = {
+                    m["key"]: self._check(m, factors, wait) for m in rows if m["model"] == model}
+        return self
+
+    def _solve(self, rows) -> tuple[dict, float]:
+        wire: dict[str, float] = {}
+        moved: dict[str, float] = {}
+        waited = compute = 0.0
+        for m in rows:
+            steps = max(m["calls"]["steps"], 1)
+            for coll, nbytes, in_call, transfer in m["calls"]["calls"]:
+                fixed, w = self._idle(coll, nbytes)
+                wire[coll] = wire.get(coll, 0.0) + w / steps
+                moved[coll] = moved.get(coll, 0.0) + (transfer - fixed) / steps
+                waited += (in_call - transfer) / steps
+            compute += m["compute_s"]
+        factors = {c: moved[c] / wire[c] if wire[c] > 0 else 1.0 for c in sorted(wire)}
+        return factors, max(waited / compute, 0.0) if compute > 0 else 0.0
+
+    def _check(self, m, factors, wait) -> dict:
+        steps = max(m["calls"]["steps"], 1)
+        measured = sum(c[2] for c in m["calls"]["calls"]) / steps
+        pred = wait * m["compute_s"]
+        for coll, nbytes, _, _ in m["calls"]["calls"]:
+            fixed, w = self._idle(coll, nbytes)
+            pred += (fixed + factors.get(coll, 1.0) * w) / steps
+        return {"measured_s": measured, "predicted_s": pred, "rel_error": pred / measured - 1.0}

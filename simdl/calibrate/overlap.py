@@ -54,9 +54,12 @@ class StrategyStepFit:
     # k up to 5 (the profile accepts 20): capped at 1 until 2026-11-24, both CPU fits stopped
     # on the cap. f and f_ar up to 10, as the profile accepts; a up to 20 ms per call.
     def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02)),
-                 held_out: bool = True):
+                 held_out: bool = True, fixed: Mapping[int, float] | None = None):
         self.bounds = bounds
         self.held_out = held_out
+        # theta index -> value held there: a parameter no measured step depends on (f where
+        # every all-gather and reduce-scatter blocks and is priced by its measured factor).
+        self.fixed = dict(fixed or {})
 
     @staticmethod
     def _resid(theta, pts, predict) -> np.ndarray:
@@ -72,14 +75,24 @@ class StrategyStepFit:
         hi = np.array([b[1] for b in self.bounds], dtype=float)
         lo[3], hi[3] = np.log10(lo[3]), np.log10(hi[3])
         lo[4], hi[4] = lo[4] * 1e3, hi[4] * 1e3
+        fixed = {i: (np.log10(v) if i == 3 else v * 1e3 if i == 4 else v) for i, v in self.fixed.items()}
+        free = [i for i in range(5) if i not in fixed]
+
+        def full(zf):
+            z = np.empty(5)
+            z[free] = zf
+            for i, v in fixed.items():
+                z[i] = v
+            return z
+
         best = None
         for x0 in ((1.0, 2.0, 2.0, 7.0, 1.0), (0.5, 3.0, 4.0, 6.0, 2.0), (1.0, 2.0, 4.0, 8.0, 0.0)):
-            x0 = np.clip(np.array(x0), lo, hi)
-            sol = least_squares(lambda z: self._resid(self._theta(z), pts, predict), x0,
-                                bounds=(lo, hi), diff_step=1e-3)
+            x0 = np.clip(np.array(x0), lo, hi)[free]
+            sol = least_squares(lambda zf: self._resid(self._theta(full(zf)), pts, predict), x0,
+                                bounds=(lo[free], hi[free]), diff_step=1e-3)
             if best is None or sol.cost < best.cost:
                 best = sol
-        return np.array(self._theta(best.x))
+        return np.array(self._theta(full(best.x)))
 
     def fit(self, points: Iterable[Mapping], predict: Callable) -> "StrategyStepFit":
         pts = list(points)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from ..cluster.spec import CLUSTER_DIR, cluster_names, load_cluster, load_gpu, raw_preset
+from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, load_cluster, load_gpu, raw_preset
 from ..errors import SimdlError
 from . import fit as F
 from .records import STAGES
@@ -135,7 +136,7 @@ def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
     return bool(loads and max(loads) > 0.5 + (h0.get("local_world") or 1))
 
 
-def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
+def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, fixed=None):
     """Fit comm_compute_interference and the collective load factor/overhead to the measured
     DDP/FSDP steps, predicting each with the provisional profile (simdl.calibrate.overlap)."""
     import dataclasses
@@ -175,34 +176,83 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
     def pred(theta, p):
         return predict(cluster=spec_for(theta), **p["kwargs"]).iteration_time_s
 
-    est = StrategyStepFit().fit(pts, pred)
+    est = StrategyStepFit(fixed=fixed).fit(pts, pred)
     for p, r, b in zip(pts, est.residuals_, est.errors_before_):
         p.pop("kwargs")
         p.update(rel_error_fitted=round(float(r), 4), rel_error_defaults=round(float(b), 4))
     return est, pts
 
 
-def _in_step(stage, profile: dict, ranks: int) -> dict:
-    """Every FSDP measurement's logged collective calls against the profile's idle curves and
-    against what the profile charges them in a step (simdl.calibrate.in_step)."""
+# Price blocking collectives by their logged calls (simdl.calibrate.in_step.BlockingFit) where
+# a run logged them. Chosen on the calibration's own leave-one-model-out step errors: on the
+# runs of 2026-11-24 (calibrate-20261124T041800Z / -041801Z) max 23.7 % at 2 ranks and 33.3 %
+# at 4, against 55.3 % and 50.3 % for the load factors alone on the same steps. False gives
+# that comparison's other side.
+BLOCKING_FROM_CALLS = True
+
+
+def _logged_calls(stage) -> dict:
+    """key -> (model, in_step_collectives(...)) of every measurement whose calls block."""
+    from .in_step import in_step_collectives
+
+    out = {}
+    for key in sorted(stage.keys_all_ranks()):
+        recs = [r for r in stage.records(key) if not r.get("skipped")]
+        if recs and recs[0].get("collective_calls") and recs[0].get("calls_block"):
+            out[key] = (recs[0]["model"], in_step_collectives(recs))
+    return out
+
+
+def _idle_costs(profile: dict, ranks: int):
+    """CommCosts of the profile without its in-step factors: the idle machine."""
     import dataclasses
 
     from ..analytic.costs import CommCosts
     from ..cluster import allocate
-    from .in_step import in_step_collectives, summarise
+
+    with tempfile.TemporaryDirectory() as td:
+        spec = load_cluster(str(write_profile(profile, Path(td) / "idle.yaml")))
+    idle_eff = dataclasses.replace(spec.efficiency, collective_load_factor=None, collective_load_factor_all_reduce=None,
+                                   collective_load_half_size=None, collective_load_overhead=None,
+                                   collective_blocking_factors=FrozenMap(), collective_blocking_wait=None)
+    return CommCosts(allocate(dataclasses.replace(spec, efficiency=idle_eff), ranks, 1))
+
+
+def _blocking_fit(stage, profile: dict, ranks: int):
+    from ..collectives import collective_time
+    from .in_step import BlockingFit
+
+    calls = {k: v for k, v in _logged_calls(stage).items() if v[1] is not None}
+    if not calls:
+        return None
+    idle = _idle_costs(profile, ranks)
+
+    def idle_parts(coll, nbytes):
+        o, alpha, bw, algo = idle.parts(coll, nbytes, ranks, "world")
+        return o, collective_time(coll, nbytes, ranks, bw, alpha, algo)
+
+    rows = []
+    for key, (model, c) in calls.items():
+        local = [r for r in stage.records(f"local/{model}/{key.rsplit('/', 1)[1]}") if r.get("step_s")]
+        if local:
+            rows.append({"model": model, "key": key, "calls": c,
+                         "compute_s": statistics.median(r["step_s"] for r in local)})
+    return BlockingFit().fit(rows, idle_parts) if rows else None
+
+
+def _in_step(stage, profile: dict, ranks: int) -> dict:
+    """Every FSDP measurement's logged collective calls against the profile's idle curves and
+    against what the profile charges them in a step (simdl.calibrate.in_step)."""
+    from ..analytic.costs import CommCosts
+    from ..cluster import allocate
+    from .in_step import summarise
 
     with tempfile.TemporaryDirectory() as td:
         spec = load_cluster(str(write_profile(profile, Path(td) / "in_step.yaml")))
-    idle_eff = dataclasses.replace(spec.efficiency, collective_load_factor=None, collective_load_factor_all_reduce=None,
-                                   collective_load_half_size=None, collective_load_overhead=None)
-    charged = CommCosts(allocate(spec, ranks, 1))
-    idle = CommCosts(allocate(dataclasses.replace(spec, efficiency=idle_eff), ranks, 1))
+    charged = CommCosts(allocate(spec, ranks, 1), blocking=True)
+    idle = _idle_costs(profile, ranks)
     out = {}
-    for key in sorted(stage.keys_all_ranks()):
-        recs = [r for r in stage.records(key) if not r.get("skipped")]
-        if not recs or not recs[0].get("collective_calls") or not recs[0].get("calls_block"):
-            continue
-        calls = in_step_collectives(recs)
+    for key, (_, calls) in _logged_calls(stage).items():
         if calls is None:
             out[key] = {"error": "the ranks logged different collective calls"}
             continue
@@ -442,24 +492,54 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     # -- overlap (needs the provisional profile) -----------------------------------------------
     strat = F.strategy_points(stages["strategies"]) if "strategies" in ran and stages["strategies"].measurements else {}
     report["strategies"] = {"measured": strat}
+    # Blocking collectives (FSDP2 on CPU) priced as their logged calls ran (simdl.calibrate.in_step);
+    # f, the load factor of all-gathers and reduce-scatters, then prices none of the steps.
+    fixed = None
+    if strat and nodes == 1 and eff.get("collective_regimes_intra") and BLOCKING_FROM_CALLS:
+        bf = _blocking_fit(stages["strategies"], profile, per_node * nodes)
+        if bf is not None:
+            worst = max((abs(v["rel_error"]) for h in bf.held_out_.values() for v in h.values()), default=None)
+            report["strategies"]["blocking"] = {"factors": bf.factors_, "wait": bf.wait_, "calls": bf.n_calls_,
+                                                "held_out": bf.held_out_, "held_out_max_abs_rel_error": worst}
+            src = (f"{tag}: in-step time of every logged FSDP collective call ({bf.n_calls_} calls; "
+                   f"{', '.join(sorted(bf.held_out_) or ['one model'])} at {per_node * nodes} ranks) from the last "
+                   f"rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time of the "
+                   f"same calls"
+                   + (f"; a model's in-call time per step predicted from the other models' factors and wait within "
+                      f"{worst:.1%}" if worst is not None else ""))
+            for c, g in bf.factors_.items():
+                eff[f"collective_blocking_factor_{c}"] = _val(g, src)
+            eff["collective_blocking_wait"] = _val(bf.wait_, src.replace(
+                "from the last rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time "
+                "of the same calls",
+                "before the last rank's entry (waiting for a peer still computing), per second of the model's "
+                "local step, pooled"))
+            if {"all_gather", "reduce_scatter"} <= set(bf.factors_):
+                fixed = {1: 1.0}
+                eff.pop("collective_load_factor", None)
     if strat and (est is not None or rows) and (joint or eff.get("collective_regimes_intra")):
         with tempfile.TemporaryDirectory() as td:
-            sf, pts = _strategy_fit(profile, strat, per_node * nodes, Path(td))
+            sf, pts = _strategy_fit(profile, strat, per_node * nodes, Path(td), fixed)
         if sf is not None:
             ho = sf.held_out_
             worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
             report["strategies"]["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
                                            "held_out_max_abs_rel_error": worst}
             models = sorted({p["model"] for p in pts})
-            src = (f"{tag}: least-squares fit of k (interference), f, f_ar, h and a (collective load factor "
-                   f"for small messages, all_reduce's own, the message size where the slowdown halves, and "
-                   f"delay per call) "
+            src = (f"{tag}: least-squares fit of k (interference), "
+                   + ("f_ar, h and a (all_reduce's load factor for small messages, the message size where the "
+                      "slowdown halves, and delay per call; blocking all-gathers and reduce-scatters priced as "
+                      "logged) " if fixed else
+                      "f, f_ar, h and a (collective load factor for small messages, all_reduce's own, the message "
+                      "size where the slowdown halves, and delay per call) ")
+                   + 
                    f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {per_node * nodes} ranks; "
                    f"step errors at k=0, f=f_ar=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
                    f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
                    + (f"; leave-one-model-out max |err| {worst:.1%}" if worst is not None else ""))
             eff["comm_compute_interference"] = _val(sf.interference_, src)
-            eff["collective_load_factor"] = _val(sf.load_factor_, src)
+            if not fixed:
+                eff["collective_load_factor"] = _val(sf.load_factor_, src)
             eff["collective_load_factor_all_reduce"] = _val(sf.load_factor_all_reduce_, src)
             eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)

@@ -149,8 +149,9 @@ def format_report(report: dict, profile: dict) -> str:
     if st.get("fit"):
         o = st["fit"]
         p = o["params"]
+        held = " (held: the blocking calls are priced as logged)" if st.get("blocking") else ""
         lines.append(f"strategy fit: comm_compute_interference {p['comm_compute_interference']:.3f}, collective_load_factor "
-                     f"{p['collective_load_factor']:.3f}, collective_load_factor_all_reduce "
+                     f"{p['collective_load_factor']:.3f}{held}, collective_load_factor_all_reduce "
                      f"{p['collective_load_factor_all_reduce']:.3f}, collective_load_half_size "
                      f"{p['collective_load_half_size_MiB']:.1f} MiB, collective_load_overhead "
                      f"{p['collective_load_overhead_us']:.0f} us")
@@ -160,6 +161,15 @@ def format_report(report: dict, profile: dict) -> str:
         for m, h in o["held_out"].items():
             lines.append(f"  held out {m} (fit on {', '.join(h['fitted_on'])}): "
                          + ", ".join(f"{v} {_pct(e)}" for v, e in h["rel_errors"].items()))
+    if st.get("blocking"):
+        b = st["blocking"]
+        lines.append("blocking collectives (FSDP calls, measured): "
+                     + ", ".join(f"{c} {g:.3f}x idle" for c, g in b["factors"].items())
+                     + f", wait {b['wait']:.3f} s per s of compute ({b['calls']} calls)")
+        for m, h in b["held_out"].items():
+            lines.append(f"  held out {m}: in-call time per step "
+                         + ", ".join(f"{k.split('/')[0]} {v['measured_s'] * 1e3:.0f} ms {_pct(v['rel_error'])}"
+                                     for k, v in h.items()))
     if st.get("in_step"):
         lines.append("collectives inside the FSDP steps (per step, ms; in the call = exposed communication on a "
                      "host that blocks; transfer = from the last rank's entry; idle = the collective curves; "

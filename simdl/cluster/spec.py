@@ -386,6 +386,8 @@ class PSServers:
         return out
 
 
+# The collectives FSDP2 issues synchronously (simdl.strategies.fsdp.collectives_block).
+BLOCKING_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandwidth_intra",
              "collective_bandwidth_inter", "collective_latency_intra_us", "collective_latency_inter_us",
              "collective_overhead_us", "comm_compute_interference",
@@ -394,6 +396,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
              "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
              "collective_load_overhead_us", "compute_jitter",
+             *(f"collective_blocking_factor_{c}" for c in BLOCKING_COLLECTIVES), "collective_blocking_wait",
              *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
 
 
@@ -460,6 +463,20 @@ class Efficiency:
     # steps (calibration, 2026-11-24): a single 403 MB all-reduce in a step runs at nearly its
     # idle speed, while 1-67 MB ones take 2-3x theirs. Absent: every size gets the full factor.
     collective_load_half_size: Sourced | None = None
+    # Optional, for collectives that hold the training thread (FSDP2 on CPU: gloo's work is
+    # waited for on the host; simdl.strategies.fsdp.collectives_block). Measured directly:
+    # `simdl calibrate` logs every FSDP collective call of its strategy steps
+    # (simdl.calibrate.in_step). ``collective_blocking_factors``: per collective, how many
+    # times its idle time a call's transfer takes in a step (keys
+    # ``collective_blocking_factor_<collective>``); it replaces the load factors above
+    # (fitted to whole steps, which also carry the work around the calls) for such calls,
+    # and ``collective_load_overhead_us`` is still added per call.
+    # ``collective_blocking_wait``: the time ranks spend in the calls waiting for a peer that
+    # is still computing, as a fraction of the step's compute (ranks drift apart while they
+    # compute and meet at every call; logged waits, 2026-11-24, were 5-16 % of the local step
+    # on every model, and no steadier per call).
+    collective_blocking_factors: FrozenMap = field(default_factory=FrozenMap)
+    collective_blocking_wait: Sourced | None = None
     # Optional spread of a rank's compute time from one step to the next: the robust standard
     # deviation (1.4826 x median absolute deviation) of log(step time) of ranks training on
     # their own, all at once, so the OS scheduling of the shared cores is in it
@@ -503,6 +520,9 @@ class Efficiency:
         _put(out, "collective_load_half_size_MiB", self.collective_load_half_size)
         _put(out, "collective_load_overhead_us", self.collective_load_overhead)
         _put(out, "compute_jitter", self.compute_jitter)
+        for c, v in self.collective_blocking_factors.items():
+            _put(out, f"collective_blocking_factor_{c}", v)
+        _put(out, "collective_blocking_wait", self.collective_blocking_wait)
         for c, v in self.memory_bandwidth_by_class.items():
             _put(out, f"memory_bandwidth_{c}", v)
         _put(out, "compute_memory_overlap", self.compute_memory_overlap)
@@ -831,6 +851,12 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         collective_load_factor_all_reduce=_load_factor(raw, where, "collective_load_factor_all_reduce"),
         collective_load_half_size=_positive(raw, "collective_load_half_size_MiB", where, required=False),
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
+        collective_blocking_factors=FrozenMap({
+            c: _bounded(raw, f"collective_blocking_factor_{c}", where, 0.5, 10.0,
+                        "how many times its idle time a blocking collective's transfer takes in a step")
+            for c in BLOCKING_COLLECTIVES if f"collective_blocking_factor_{c}" in raw}),
+        collective_blocking_wait=_bounded(raw, "collective_blocking_wait", where, 0.0, 1.0,
+                                          "time waiting for peers in blocking calls per second of compute"),
         compute_jitter=_bounded(raw, "compute_jitter", where, 0.0, 2.0,
                                 "the spread of log(step time), a standard deviation"),
         memory_bandwidth_by_class=FrozenMap({c: _positive(raw, f"memory_bandwidth_{c}", where)

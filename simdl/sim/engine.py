@@ -85,7 +85,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if unknown_options:
         raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
                          "iterations, warmup, straggler, jitter, seed, free_comm, contention")
-    from ..analytic.costs import CommCosts, device_rates, row_times
+    from ..analytic.costs import CommCosts, blocking_wait_time, device_rates, row_times
     from ..cluster.topology import build_topology
     from .collectives import Collectives, Router
     from .network import Network
@@ -111,7 +111,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
 
     rates = device_rates(cluster, workload.precision)
     rows = row_times(workload.table, workload.batch_size, rates)
-    comm = CommCosts(cluster, algorithm)
+    comm = CommCosts(cluster, algorithm, blocking=bool(plan.details.get("blocking_collectives")))
     graph = build_topology(cluster)
     router = Router(graph, cluster)
     env = simpy.Environment()
@@ -184,6 +184,9 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         # threads take the cores the compute needs): the links model no core contention, so
         # the same correction as the analytic engine's is applied to the simulated overlap.
         iteration += interference.value * max(compute + comm_busy - any_busy, 0.0)
+    if not is_ps:
+        # Blocking collectives wait for peers still computing (the analytic engine's term).
+        iteration += blocking_wait_time(cluster, plan, compute)
 
     # Links over the steady-state window.
     s0, s1 = snapshots[warmup - 1] if warmup > 0 else None, snapshots[-1]

@@ -144,6 +144,19 @@ def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
     assert lo.interference_ == pytest.approx(0.0, abs=1e-6)  # steps faster than compute: k at its floor
 
 
+def test_strategy_step_fit_holds_a_fixed_parameter_and_fits_the_rest():
+    # Steps with no all-gather or reduce-scatter left to the factor f (the blocking calls are
+    # priced as logged): f is held at 1, the others are still recovered.
+    pts = [dict(p, comm=0.0) for p in _synthetic_points((1.0, 1.0, 2.2, 5e7, 3e-3))]
+    for p in pts:
+        p["measured_s"] = _synthetic_step((1.0, 1.0, 2.2, 5e7, 3e-3), p)
+    est = StrategyStepFit(fixed={1: 1.0}).fit(pts, _synthetic_step)
+    assert est.load_factor_ == 1.0
+    assert est.load_factor_all_reduce_ == pytest.approx(2.2, rel=1e-2)
+    assert est.load_overhead_s_ == pytest.approx(3e-3, rel=5e-2)
+    assert all(h["params"][1] == 1.0 for h in est.held_out_.values())
+
+
 def test_strategy_step_fit_finds_interference_above_one_when_each_stream_slows_the_other():
     # Each concurrent second costs 1.5 s more: beyond serialising.
     est = StrategyStepFit().fit(_synthetic_points((1.5, 1.2, 1.2, 1e8, 2e-3), overlaps=(0.05, 0.1, 0.08)),

@@ -78,3 +78,39 @@ def test_call_timer_logs_the_calls_fsdp2_makes_and_restores_torch_distributed(mo
     assert seen == [("ar", 10), ("ar", 10), ("rs", 10), ("ag", 8)]
     assert [c[:3] for c in timer.calls] == [[3, "all_reduce", 40], [3, "reduce_scatter", 40], [3, "all_gather", 64]]
     assert all(c[4] >= c[3] for c in timer.calls)
+
+
+def _calls(model_scale, steps=2, late_ms=1):
+    """Two ranks, per step one all_gather and one reduce_scatter; rank 1 arrives ``late_ms``
+    late. Transfers take ``model_scale`` x their idle wire time (idle: 1 ms fixed + 1 ns/byte)."""
+    r0, r1 = [], []
+    t = 0
+    for s in range(steps):
+        for coll, n in (("all_gather", 4_000_000), ("reduce_scatter", 8_000_000)):
+            dur = int((1e-3 + n * 1e-9 * model_scale[coll]) * 1e9)
+            r0.append([s, coll, n, t, t + late_ms * MS + dur])
+            r1.append([s, coll, n, t + late_ms * MS, t + late_ms * MS + dur])
+            t += 50 * MS
+    return in_step_collectives(_recs([r0, r1]))
+
+
+def test_blocking_fit_recovers_factors_and_wait_and_predicts_a_held_out_model():
+    from simdl.calibrate.in_step import BlockingFit
+
+    scale = {"all_gather": 1.3, "reduce_scatter": 1.6}
+    # Waits proportional to compute: 2 calls x 1 ms late / 2 ranks = 1 ms per step per 20 ms
+    # of compute, 2 ms per 40 ms.
+    rows = [{"model": m, "key": f"fsdp-full/{m}/8", "calls": _calls(scale, late_ms=late), "compute_s": comp}
+            for m, late, comp in (("a", 1, 0.02), ("b", 2, 0.04), ("c", 1, 0.02))]
+    idle = lambda coll, n: (1e-3, n * 1e-9)  # noqa: E731
+    bf = BlockingFit().fit(rows, idle)
+    assert bf.factors_ == pytest.approx(scale, rel=1e-3)
+    assert bf.wait_ == pytest.approx(0.05, rel=1e-3)
+    assert set(bf.held_out_) == {"a", "b", "c"}
+    for h in bf.held_out_.values():
+        (v,) = h.values()
+        assert abs(v["rel_error"]) < 1e-3
+    # a model whose calls run slower than the others' is predicted too fast
+    rows[0]["calls"] = _calls({"all_gather": 2.6, "reduce_scatter": 3.2})
+    bf = BlockingFit().fit(rows, idle)
+    assert bf.held_out_["a"]["fsdp-full/a/8"]["rel_error"] < -0.3
