@@ -173,7 +173,8 @@ def format_report(report: dict, profile: dict) -> str:
     if st.get("in_step"):
         lines.append("collectives inside the FSDP steps (per step, ms; in the call = exposed communication on a "
                      "host that blocks; transfer = from the last rank's entry; idle = the collective curves; "
-                     "charged = what the profile predicts for the same calls)")
+                     "charged = what the profile predicts for the same calls, without the wait for peers, which the engines "
+                     "add per second of compute)")
         lines.append(f"    {'step':<34} {'calls':>5} {'in call':>8} {'waiting':>8} {'transfer':>8} {'idle':>8} "
                      f"{'charged':>8}  transfer/idle  charged/in call")
         for key, v in st["in_step"].items():
