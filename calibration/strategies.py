@@ -26,7 +26,10 @@ host clock when the rank entered and left it. On CPU, gloo's work is waited for 
 call (benchmarks/fsdp2_blocking_cpu.py), so the time in the calls is the step's exposed
 communication, and the latest entry over the ranks splits it into waiting for the peers and
 the transfer itself (simdl.calibrate.in_step). On CUDA the call only enqueues the work; the
-times are kept but not read as communication. `simdl calibrate` fits from the
+times are kept but not read as communication. Local, DDP and FSDP variants also log the
+untimed warm-up steps' times and the process's minor page faults per timed step
+(``ru_minflt``): memory the step touched for the first time since the allocator got it
+from the OS. `simdl calibrate` fits from the
 DDP/FSDP steps how much slower collectives run inside training than on the idle machine
 (simdl.calibrate.overlap).
 
@@ -167,22 +170,35 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, *shape, device=ctx.device)
     y = torch.randint(0, classes, (batch,), device=ctx.device)
-    times = []
+    times, warm, faults = [], [], []
     timer = CallTimer()
     with timer if variant.startswith("fsdp-") else _nothing():
         for i in range(warmup + iters):
             timer.step = i - warmup if i >= warmup else None
             ctx.sync()
+            f0 = _minor_faults()
             t0 = time.perf_counter()
             opt.zero_grad(set_to_none=True)
             F.cross_entropy(model(x), y).backward()
             opt.step()
             ctx.sync()
+            dt = time.perf_counter() - t0
             if i >= warmup:
-                times.append(time.perf_counter() - t0)
+                times.append(dt)
+                faults.append(_minor_faults() - f0)
+            else:
+                warm.append(dt)
     if variant == "ddp":
         note = "bucket_cap_mb=default (25)"
-    return times, note, timer.calls
+    return times, note, timer.calls, {"warmup_times_s": warm, "minor_faults_per_step": faults,
+                                      "page_bytes": resource.getpagesize()}
+
+
+def _minor_faults() -> int:
+    """Minor page faults of this process so far: each is a page touched for the first time
+    since the allocator got it from the OS (benchmarks/fsdp2_allocator_cpu.py: glibc gives
+    FSDP2's per-step buffers back and faults them in again)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
 
 class _nothing:
@@ -283,13 +299,14 @@ def main() -> None:
         dist.barrier()
         ok, err = True, ""
         try:
-            calls = []
+            calls, extra = [], {}
             if v.startswith("ps"):
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
-                times, note, calls = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup, name)
+                times, note, calls, extra = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup,
+                                                         name)
         except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
-            ok, err, times, note, calls = False, f"{type(e).__name__}: {e}"[:300], [], "", []
+            ok, err, times, note, calls, extra = False, f"{type(e).__name__}: {e}"[:300], [], "", [], {}
         if not all_ok(ctx, ok):
             ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
                                 skipped=True, error=err or "failed on another rank")
@@ -298,7 +315,7 @@ def main() -> None:
         ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
                             iters=iters, warmup=args.warmup, step_times_s=times, step_s=med,
                             role=("server" if v.startswith("ps") and ctx.rank == 0 else "worker"),
-                            note=note, **peak_memory(ctx),
+                            note=note, **peak_memory(ctx), **extra,
                             **({"collective_calls": calls, "calls_block": not ctx.is_cuda} if calls else {}))
         del model
     finish(ctx, stopped_by_budget=stopped)

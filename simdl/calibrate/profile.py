@@ -240,6 +240,23 @@ def _blocking_fit(stage, profile: dict, ranks: int):
     return BlockingFit().fit(rows, idle_parts) if rows else None
 
 
+def _faults_warmup(stage) -> dict:
+    """Per strategy measurement that logged them: bytes faulted in per timed step (median
+    step of each rank, median over ranks; calibration/strategies.py ``ru_minflt`` x page
+    size) and the untimed warm-up steps in units of the median timed step."""
+    out = {}
+    for key in sorted(stage.keys_all_ranks()):
+        recs = [r for r in stage.records(key) if r.get("minor_faults_per_step") and r.get("step_s")]
+        if not recs:
+            continue
+        faulted = statistics.median(statistics.median(r["minor_faults_per_step"]) * r.get("page_bytes", 4096)
+                                    for r in recs)
+        warm = [[t / r["step_s"] for t in r.get("warmup_times_s", [])] for r in recs]
+        out[key] = {"faulted_bytes_per_step": faulted,
+                    "warmup_over_step": [statistics.median(x) for x in zip(*warm)] if warm and warm[0] else []}
+    return out
+
+
 def _in_step(stage, profile: dict, ranks: int) -> dict:
     """Every FSDP measurement's logged collective calls against the profile's idle curves and
     against what the profile charges them in a step (simdl.calibrate.in_step)."""
@@ -543,6 +560,10 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff["collective_load_factor_all_reduce"] = _val(sf.load_factor_all_reduce_, src)
             eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
+
+    # -- page faults and warm-up of the measured steps: a record, nothing fitted yet -----------
+    if strat:
+        report["strategies"]["faults_warmup"] = _faults_warmup(stages["strategies"])
 
     # -- collectives inside the measured steps (simdl.calibrate.in_step): a check -------------
     if strat and nodes == 1 and eff.get("collective_regimes_intra"):

@@ -161,6 +161,13 @@ def format_report(report: dict, profile: dict) -> str:
         for m, h in o["held_out"].items():
             lines.append(f"  held out {m} (fit on {', '.join(h['fitted_on'])}): "
                          + ", ".join(f"{v} {_pct(e)}" for v, e in h["rel_errors"].items()))
+    if st.get("faults_warmup"):
+        lines.append("page faults and warm-up of the measured steps (faulted = memory touched for the first time since "
+                     "the allocator got it from the OS, per timed step; warm-up = the untimed first steps / the median "
+                     "step)")
+        for key, v in st["faults_warmup"].items():
+            lines.append(f"    {key:<34} faulted {v['faulted_bytes_per_step'] / 2**20:8.1f} MiB/step  warm-up "
+                         + " ".join(f"{x:.2f}x" for x in v["warmup_over_step"]))
     if st.get("blocking"):
         b = st["blocking"]
         lines.append("blocking collectives (FSDP calls, measured): "

@@ -51,6 +51,11 @@ def test_quick_calibration_end_to_end(tmp_path):
     for k in fsdp:
         t = st["in_step"][k]["total"]
         assert t["calls"] > 0 and t["in_call_s"] > 0 and t["idle_s"] > 0, (k, t)
+    # ... and every local/DDP/FSDP step its page faults and warm-up steps.
+    spmd = [k for k, m in st["measured"].items() if k.split("/")[0] in ("local", "ddp") or k in fsdp]
+    assert spmd and sorted(st["faults_warmup"]) == sorted(spmd)
+    assert all(v["faulted_bytes_per_step"] >= 0 and len(v["warmup_over_step"]) >= 1
+               for v in st["faults_warmup"].values())
     print(f"quick calibration took {elapsed:.0f} s")
 
 
