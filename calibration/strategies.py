@@ -38,6 +38,7 @@ Run: torchrun --nproc-per-node 2 calibration/strategies.py --out runs/x/strategi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import resource
 import sys
@@ -172,7 +173,7 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
     y = torch.randint(0, classes, (batch,), device=ctx.device)
     times, warm, faults = [], [], []
     timer = CallTimer()
-    with timer if variant.startswith("fsdp-") else _nothing():
+    with timer if variant.startswith("fsdp-") else contextlib.nullcontext():
         for i in range(warmup + iters):
             timer.step = i - warmup if i >= warmup else None
             ctx.sync()
@@ -199,14 +200,6 @@ def _minor_faults() -> int:
     since the allocator got it from the OS (benchmarks/fsdp2_allocator_cpu.py: glibc gives
     FSDP2's per-step buffers back and faults them in again)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-
-
-class _nothing:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def ps_variant(ctx, variant, model, shape, classes, batch, iters, warmup):

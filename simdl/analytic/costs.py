@@ -258,6 +258,12 @@ class CommCosts:
         self._cache: dict[tuple, float] = {}
         self._parts: dict[tuple, tuple] = {}
 
+    @classmethod
+    def for_plan(cls, cluster: Cluster, plan, algorithm: str = "auto") -> "CommCosts":
+        """The costs a plan's collectives run at: blocking where the plan says they hold the
+        training thread."""
+        return cls(cluster, algorithm, blocking=bool(plan.details.get("blocking_collectives")))
+
     def bandwidth(self, scope: str) -> float:
         return self.cluster.group_bus_bandwidth(scope)
 

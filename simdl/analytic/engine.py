@@ -71,7 +71,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
 
 
 def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorithm: str):
-    comm_costs = CommCosts(cluster, algorithm, blocking=bool(plan.details.get("blocking_collectives")))
+    comm_costs = CommCosts.for_plan(cluster, plan, algorithm)
     durations = task_durations(plan, rows, rates, comm_costs)
     sched = schedule(plan, durations)
     compute, comm, any_busy = stream_busy(plan, sched)

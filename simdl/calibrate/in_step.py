@@ -13,10 +13,10 @@ until the collective is done (benchmarks/fsdp2_blocking_cpu.py), so:
   collectives.py) is the in-step slowdown of the collective itself.
 
 :func:`in_step_collectives` pairs the ranks' calls (every rank makes the same calls in
-the same order), and :func:`summarise` sets them against the profile's idle curves and
-against what the profile predicts for the same calls. Nothing here is fitted: it checks
-the strategy fit's attribution of a step's time to its collectives, which the step times
-alone cannot separate from the work around the calls.
+the same order); :func:`summarise` sets them against the profile's idle curves and against
+what the profile predicts for the same calls (a check of how the profile splits a step's
+time between its collectives and the work around them, which step times alone cannot
+separate); :class:`BlockingFit` fits the blocking calls' in-step factors and wait from them.
 """
 
 from __future__ import annotations

@@ -218,11 +218,11 @@ def _idle_costs(profile: dict, ranks: int):
     return CommCosts(allocate(dataclasses.replace(spec, efficiency=idle_eff), ranks, 1))
 
 
-def _blocking_fit(stage, profile: dict, ranks: int):
+def _blocking_fit(stage, logged: dict, profile: dict, ranks: int):
     from ..collectives import collective_time
     from .in_step import BlockingFit
 
-    calls = {k: v for k, v in _logged_calls(stage).items() if v[1] is not None}
+    calls = {k: v for k, v in logged.items() if v[1] is not None}
     if not calls:
         return None
     idle = _idle_costs(profile, ranks)
@@ -249,15 +249,14 @@ def _faults_warmup(stage) -> dict:
         recs = [r for r in stage.records(key) if r.get("minor_faults_per_step") and r.get("step_s")]
         if not recs:
             continue
-        faulted = statistics.median(statistics.median(r["minor_faults_per_step"]) * r.get("page_bytes", 4096)
-                                    for r in recs)
+        faulted = statistics.median(statistics.median(r["minor_faults_per_step"]) * r["page_bytes"] for r in recs)
         warm = [[t / r["step_s"] for t in r.get("warmup_times_s", [])] for r in recs]
         out[key] = {"faulted_bytes_per_step": faulted,
                     "warmup_over_step": [statistics.median(x) for x in zip(*warm)] if warm and warm[0] else []}
     return out
 
 
-def _in_step(stage, profile: dict, ranks: int) -> dict:
+def _in_step(logged: dict, profile: dict, ranks: int) -> dict:
     """Every FSDP measurement's logged collective calls against the profile's idle curves and
     against what the profile charges them in a step (simdl.calibrate.in_step)."""
     from ..analytic.costs import CommCosts
@@ -269,7 +268,7 @@ def _in_step(stage, profile: dict, ranks: int) -> dict:
     charged = CommCosts(allocate(spec, ranks, 1), blocking=True)
     idle = _idle_costs(profile, ranks)
     out = {}
-    for key, (_, calls) in _logged_calls(stage).items():
+    for key, (_, calls) in logged.items():
         if calls is None:
             out[key] = {"error": "the ranks logged different collective calls"}
             continue
@@ -512,8 +511,9 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     # Blocking collectives (FSDP2 on CPU) priced as their logged calls ran (simdl.calibrate.in_step);
     # f, the load factor of all-gathers and reduce-scatters, then prices none of the steps.
     fixed = None
-    if strat and nodes == 1 and eff.get("collective_regimes_intra") and BLOCKING_FROM_CALLS:
-        bf = _blocking_fit(stages["strategies"], profile, per_node * nodes)
+    logged = _logged_calls(stages["strategies"]) if strat and nodes == 1 else {}
+    if logged and eff.get("collective_regimes_intra") and BLOCKING_FROM_CALLS:
+        bf = _blocking_fit(stages["strategies"], logged, profile, per_node * nodes)
         if bf is not None:
             worst = max((abs(v["rel_error"]) for h in bf.held_out_.values() for v in h.values()), default=None)
             report["strategies"]["blocking"] = {"factors": bf.factors_, "wait": bf.wait_, "calls": bf.n_calls_,
@@ -541,7 +541,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             ho = sf.held_out_
             worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
             report["strategies"]["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
-                                           "held_out_max_abs_rel_error": worst}
+                                           "held_out_max_abs_rel_error": worst,
+                                           "held": ["collective_load_factor"] if fixed else []}
             models = sorted({p["model"] for p in pts})
             src = (f"{tag}: least-squares fit of k (interference), "
                    + ("f_ar, h and a (all_reduce's load factor for small messages, the message size where the "
@@ -566,8 +567,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
         report["strategies"]["faults_warmup"] = _faults_warmup(stages["strategies"])
 
     # -- collectives inside the measured steps (simdl.calibrate.in_step): a check -------------
-    if strat and nodes == 1 and eff.get("collective_regimes_intra"):
-        report["strategies"]["in_step"] = _in_step(stages["strategies"], profile, per_node * nodes)
+    if logged and eff.get("collective_regimes_intra"):
+        report["strategies"]["in_step"] = _in_step(logged, profile, per_node * nodes)
 
     # -- step-to-step spread of compute (simdl.calibrate.jitter) ------------------------------
     if "strategies" in ran and stages["strategies"].measurements:

@@ -149,7 +149,7 @@ def format_report(report: dict, profile: dict) -> str:
     if st.get("fit"):
         o = st["fit"]
         p = o["params"]
-        held = " (held: the blocking calls are priced as logged)" if st.get("blocking") else ""
+        held = " (held: the blocking calls are priced as logged)" if "collective_load_factor" in o.get("held", ()) else ""
         lines.append(f"strategy fit: comm_compute_interference {p['comm_compute_interference']:.3f}, collective_load_factor "
                      f"{p['collective_load_factor']:.3f}{held}, collective_load_factor_all_reduce "
                      f"{p['collective_load_factor_all_reduce']:.3f}, collective_load_half_size "

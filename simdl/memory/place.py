@@ -91,8 +91,7 @@ def analytic_memory_curve(workload, cluster, plan: SpmdPlan | PSPlan, timeline: 
         end.append(clock + memory_bound_time(plan.push_bytes + plan.pull_bytes, 0, rates))
     else:
         tasks = plan.tasks
-        comm = CommCosts(cluster, blocking=bool(plan.details.get("blocking_collectives")))
-        sched = schedule(plan, task_durations(plan, rows, rates, comm))
+        sched = schedule(plan, task_durations(plan, rows, rates, CommCosts.for_plan(cluster, plan)))
         start, end = sched.start, sched.end
     times = event_times(tl, tasks, start, end, rows)
     # Events are in program order; keep time monotone where anchors tie or cross streams.

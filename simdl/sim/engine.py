@@ -111,7 +111,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
 
     rates = device_rates(cluster, workload.precision)
     rows = row_times(workload.table, workload.batch_size, rates)
-    comm = CommCosts(cluster, algorithm, blocking=bool(plan.details.get("blocking_collectives")))
+    comm = CommCosts.for_plan(cluster, plan, algorithm)
     graph = build_topology(cluster)
     router = Router(graph, cluster)
     env = simpy.Environment()

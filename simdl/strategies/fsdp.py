@@ -37,10 +37,13 @@ calling thread as long as an asynchronous one takes to complete). DDP is differe
 reducer issues asynchronous all-reduces and waits once, at the end of backward, so its
 communication overlaps backward on CPU as well.
 
-The blocking schedule is priced together with the in-step collective slowdown that
-simdl.calibrate.overlap fits (all_reduce's own factor, falling with message size). Chosen
-on the calibration's own leave-one-model-out errors; blocking with the earlier single
-factor fitted worse (2 ranks: max 20.5% against 15.4% overlapped).
+The blocking schedule is priced with the profile's blocking factors and wait where its
+calibration logged the calls (simdl.calibrate.in_step), else with the in-step collective
+slowdown simdl.calibrate.overlap fits to whole steps (all_reduce's own factor, falling with
+message size). The plan marks itself (``details["blocking_collectives"]``) and
+:meth:`simdl.analytic.costs.CommCosts.for_plan` prices it accordingly. Blocking was chosen
+on the calibration's own leave-one-model-out errors; with the earlier single load factor it
+fitted worse (2 ranks: max 20.5% against 15.4% overlapped).
 """
 
 from __future__ import annotations
