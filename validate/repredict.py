@@ -18,6 +18,9 @@ from .run import _sha256, append_result, predict_run, profile_for_ranks, read_re
 
 
 def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analytic", "sim")) -> list[dict]:
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import host_mismatch
+
     out = []
     for rec in records:
         run = RunSpec.from_dict(rec["spec"])
@@ -26,6 +29,13 @@ def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analyt
         new.update(predicted=predict_run(run, path, engines), cluster_profile=path,
                    cluster_profile_sha256=_sha256(path), cluster_profile_note=note,
                    repredicted_from=rec.get("cluster_profile"))
+        # The processor the run was measured on (recorded since 2026-11-25; older runs do not
+        # say, and are not labelled) against the one the profile was calibrated on.
+        cpu = (rec.get("host") or {}).get("cpu_model")
+        why = host_mismatch(load_cluster(path), f"cpu: {cpu}") if cpu else None
+        new.pop("host_mismatch", None)
+        if why:
+            new["host_mismatch"] = why
         out.append(new)
     return out
 

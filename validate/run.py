@@ -337,9 +337,26 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
 def host_info() -> dict:
     import torch
 
+    from simdl.cluster.host import cpu_fingerprint
+
+    fp = cpu_fingerprint()
     return {"hostname": platform.node(), "cpu_cores": CORES, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.machine(),
-            "cuda": torch.cuda.is_available()}
+            "cuda": torch.cuda.is_available(), "cpu_model": fp["cpu_model"], "cpu_caches": fp["caches"]}
+
+
+def profile_host_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:
+    """Why the sweep's profiles do not describe this host (one reason per profile), empty when
+    they all do: a CPU profile calibrated on another processor predicts that processor."""
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import host_mismatch
+
+    out = []
+    for path, _, _ in profiles.values():
+        why = host_mismatch(load_cluster(path))
+        if why and why not in out:
+            out.append(why)
+    return out
 
 
 def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, tuple[str, str, str]]:
@@ -354,7 +371,8 @@ def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, 
 
 
 def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
-            engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None) -> dict:
+            engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None,
+            host_mismatch: str = "") -> dict:
     workdir = root / run.run_id
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
@@ -375,6 +393,7 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
         "processes": run.processes, "cores": CORES,
         "cluster_profile": cluster_path, "cluster_profile_sha256": sha,
         "cluster_profile_note": profile_note,
+        **({"host_mismatch": host_mismatch} if host_mismatch else {}),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     rec["predicted"] = predict_run(run, cluster_path, engines)  # before the run: blind to it
@@ -407,6 +426,9 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
     p.add_argument("--data-dir", default=None, help="directory with CIFAR-10/MNIST (torchvision layout)")
     p.add_argument("--engines", default=",".join(ENGINES), help="prediction engines, comma-separated")
+    p.add_argument("--allow-other-host", action="store_true",
+                   help="predict with a CPU profile calibrated on another processor (the runs are "
+                        "labelled; default for --profile smoke, which checks the plumbing only)")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
     runs = experiments(a.profile)
@@ -437,9 +459,18 @@ def main(argv=None) -> int:
     except SimdlError as e:
         print(f"python -m validate.run: error: {e}", file=sys.stderr)
         return 2
+    other = "; ".join(profile_host_mismatches(profiles))
+    if other and not (a.allow_other_host or a.profile == "smoke"):
+        print(f"python -m validate.run: error: {other}: calibrate this host first (simdl calibrate "
+              "--nproc-per-node 2 -o my_host.yaml, then --cluster my_host.yaml), or pass --allow-other-host "
+              "to predict with it anyway (the runs are labelled)", file=sys.stderr)
+        return 2
+    if other:
+        print(f"warning: {other}; the runs are labelled host_mismatch", file=sys.stderr, flush=True)
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
-        rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles)
+        rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
+                      host_mismatch=other)
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":

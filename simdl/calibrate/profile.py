@@ -110,6 +110,8 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "threads_per_rank": h0.get("threads"),
         "threads_note": h0.get("threads_note") or "",
         "cpu_count": h0.get("cpu_count"),
+        # Cache sizes per core (sysfs): with the model name, what tells two hosts apart.
+        **({"cpu_caches": h0["cpu_caches"]} if h0.get("cpu_caches") else {}),
         # Readings at stage starts include this run's own ranks (up to one per core); the
         # reading taken before any rank started is the one that says whether others were busy.
         "loadavg_1min_at_stage_starts_incl_own_ranks": [round(x, 2) for x in loads],

@@ -232,8 +232,17 @@ def _setup_section(records: list[dict]) -> list[str]:
     hosts = {(r.get("host") or {}).get("hostname", "?"): r.get("host") or {} for r in records}
     lines = ["## Setup", ""]
     for name, h in hosts.items():
-        lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores, torch {h.get('torch', '?')}, "
-                     f"CUDA {'yes' if h.get('cuda') else 'no'}, Python {h.get('python', '?')}")
+        # The processor is recorded since 2026-11-25 (the VM keeps its hostname when it changes).
+        cpus = sorted({(r.get("host") or {}).get("cpu_model") or "not recorded" for r in records
+                       if (r.get("host") or {}).get("hostname", "?") == name})
+        lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores ({', '.join(cpus)}), "
+                     f"torch {h.get('torch', '?')}, CUDA {'yes' if h.get('cuda') else 'no'}, "
+                     f"Python {h.get('python', '?')}")
+    other = sorted({r["host_mismatch"] for r in records if r.get("host_mismatch")})
+    if other:
+        n = sum(1 for r in records if r.get("host_mismatch"))
+        lines += [f"- **Predicted with a profile of another processor** ({n} of {len(records)} runs): "
+                  + "; ".join(other) + ". Their errors measure the move between hosts as much as simdl."]
     over = [r for r in records if r.get("oversubscribed")]
     # validate/train.py records the RPC transport of each PS run (uv since 2026-11-23; the
     # default shm before, whose busy-polling reactor slowed oversubscribed runs).

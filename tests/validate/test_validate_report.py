@@ -170,3 +170,17 @@ def test_repeated_runs_pool_their_steps_and_other_transports_do_not(tmp_path):
     p.write_text(json.dumps(rec([1.0, 2.0, 3.0], 10.0)) + "\n")
     (r,) = read_results(p)
     assert "repeats" not in r["measured"] and r["measured"]["step_time_s"] == {"median": 2.0}
+
+
+def test_setup_names_each_runs_processor_and_flags_another_hosts_profile(results_file, tmp_path):
+    import json
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()][:2]
+    recs[0]["host"]["cpu_model"] = "AMD EPYC"
+    recs[1]["host_mismatch"] = "profile cpu-local was calibrated on 'cpu: Intel'; this host is 'cpu: AMD EPYC'"
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = build_report(path, tmp_path / "rep").read_text()
+    setup = text.split("## Setup", 1)[1].split("\n## ", 1)[0]
+    assert "AMD EPYC" in setup and "not recorded" in setup  # the second run did not record its processor
+    assert "another processor** (1 of 2 runs)" in setup and "cpu: Intel" in setup

@@ -30,7 +30,7 @@ def test_resume_skips_finished_runs(tmp_path, monkeypatch):
     interrupt = [True]
     ids = [r.run_id for r in experiments("smoke")]
 
-    def fake_run_one(run, profile, cluster, root, timeout, data_dir, engines=(), sweep="", profiles=None):
+    def fake_run_one(run, profile, cluster, root, timeout, data_dir, engines=(), sweep="", profiles=None, **kw):
         calls.append(run.run_id)
         if len(calls) == 3 and interrupt[0]:
             interrupt[0] = False

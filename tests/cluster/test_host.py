@@ -1,0 +1,45 @@
+"""Host fingerprint: a calibrated CPU profile is checked against the processor it predicts."""
+
+from __future__ import annotations
+
+import pytest
+
+from simdl.cluster import load_cluster
+from simdl.cluster.host import cache_sizes, cpu_model, host_mismatch, profile_devices
+
+
+def test_cpu_model_reads_cpuinfo(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n")
+    assert cpu_model(f) == "AMD EPYC 7B13"
+    assert cpu_model(tmp_path / "missing")  # falls back to platform's guess, never empty
+
+
+def test_cache_sizes_from_sysfs_layout(tmp_path):
+    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
+                                             (2, "Unified", "1024K"), (3, "Unified", "32768K")]):
+        d = tmp_path / f"index{i}"
+        d.mkdir()
+        (d / "level").write_text(f"{level}\n")
+        (d / "type").write_text(f"{kind}\n")
+        (d / "size").write_text(f"{size}\n")
+    assert cache_sizes(tmp_path) == {"L1d": "48K", "L1i": "32K", "L2": "1024K", "L3": "32768K"}
+    assert cache_sizes(tmp_path / "none") == {}
+
+
+def test_shipped_cpu_profile_names_its_processor():
+    assert all(d.startswith("cpu: ") for d in profile_devices(load_cluster("cpu-local")))
+
+
+@pytest.mark.parametrize("here, expect", [("cpu: Intel(R) Xeon(R) Processor", False), ("cpu: AMD EPYC", True)])
+def test_host_mismatch_compares_processor_names(here, expect):
+    spec = load_cluster("cpu-local")  # calibrated on an Intel Xeon (provenance.devices)
+    why = host_mismatch(spec, here)
+    assert (why is not None) == expect
+    if expect:
+        assert "cpu-local" in why and "AMD EPYC" in why and "Xeon" in why
+
+
+def test_presets_and_gpu_profiles_are_not_checked():
+    assert host_mismatch(load_cluster("a100-80gb-nvlink"), "cpu: anything") is None
+    assert host_mismatch(load_cluster("dgx-a100"), "cpu: anything") is None
