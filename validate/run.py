@@ -34,6 +34,7 @@ from typing import Any, Iterable
 from .experiments import CORES, PROFILES, RunSpec, experiments
 
 SCHEMA = "simdl-validation/1"
+# The shipped CPU profile calibrated on this host's processor (simdl.cluster.host), else this one.
 DEFAULT_CLUSTER = "cpu-local"
 ENGINES = ("analytic", "sim")
 
@@ -419,8 +420,9 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, help="results JSONL (runs/validate/<name>/results.jsonl)")
     p.add_argument("--resume", action="store_true", help="skip runs already in the output file")
     p.add_argument("--retry-failed", action="store_true", help="with --resume: redo runs recorded as failed")
-    p.add_argument("--cluster", default=DEFAULT_CLUSTER,
-                   help="cluster profile (preset name or YAML path) to predict with; default cpu-local")
+    p.add_argument("--cluster", default=None,
+                   help="cluster profile (preset name or YAML path) to predict with; default: the shipped "
+                        f"CPU profile calibrated on this host's processor, else {DEFAULT_CLUSTER}")
     p.add_argument("--only", default=None, help="run only runs whose id contains this text")
     p.add_argument("--limit", type=int, default=0, help="at most this many runs")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
@@ -431,6 +433,10 @@ def main(argv=None) -> int:
                         "labelled; default for --profile smoke, which checks the plumbing only)")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
+    if a.cluster is None:
+        from simdl.cluster.host import preset_for_this_host
+
+        a.cluster = preset_for_this_host() or DEFAULT_CLUSTER
     runs = experiments(a.profile)
     if a.only:
         runs = [r for r in runs if a.only in r.run_id]

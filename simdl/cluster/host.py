@@ -85,3 +85,20 @@ def host_mismatch(spec, device: str | None = None) -> str | None:
         return None
     return (f"profile {spec.name} was calibrated on {', '.join(repr(d) for d in devs)}; "
             f"this host is {here!r}")
+
+
+def preset_for_this_host(device: str | None = None) -> str | None:
+    """The shipped CPU preset calibrated on this host's processor with one rank per device
+    slot (``cpu-local``, not its ``-x4`` sibling, which validation picks by rank count), or
+    None when no shipped profile was measured on this processor."""
+    import re
+
+    from .spec import CLUSTER_DIR, load_cluster
+
+    here = device or cpu_device_name()
+    for path in sorted(CLUSTER_DIR.glob("cpu-*.yaml")):
+        if re.search(r"-x\d+$", path.stem):
+            continue
+        if here in profile_devices(load_cluster(str(path))):
+            return path.stem
+    return None

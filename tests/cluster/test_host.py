@@ -43,3 +43,11 @@ def test_host_mismatch_compares_processor_names(here, expect):
 def test_presets_and_gpu_profiles_are_not_checked():
     assert host_mismatch(load_cluster("a100-80gb-nvlink"), "cpu: anything") is None
     assert host_mismatch(load_cluster("dgx-a100"), "cpu: anything") is None
+
+
+def test_preset_for_this_host_picks_the_profile_of_this_processor():
+    from simdl.cluster.host import preset_for_this_host
+
+    intel = profile_devices(load_cluster("cpu-local"))[0]
+    assert preset_for_this_host(intel) == "cpu-local"  # not its 4-rank sibling cpu-local-x4
+    assert preset_for_this_host("cpu: A Processor Nobody Calibrated") is None
