@@ -207,7 +207,7 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
         # copies between buffers (FSDP copy-in/out, DDP bucket copies).
         d += memory_bound_time(task.bytes, task.kernels, rates, fresh_mapped_bytes(task.allocs, rates),
                                copy=task.phase != "opt")
-    return d
+    return d + task.host_s
 
 
 def fresh_mapped_bytes(sizes, rates: Rates) -> float:

@@ -37,23 +37,26 @@ import numpy as np
 from scipy.optimize import least_squares
 
 PARAMS = ("comm_compute_interference", "collective_load_factor", "collective_load_factor_all_reduce",
-          "collective_load_half_size_MiB", "collective_load_overhead_us")
+          "collective_load_half_size_MiB", "collective_load_overhead_us", "fsdp_unit_overhead_us")
 
 
 class StrategyStepFit:
     """Estimator: ``fit(points, predict)`` -> self with ``interference_``,
     ``load_factor_``, ``load_factor_all_reduce_``, ``load_half_size_bytes_``,
-    ``load_overhead_s_``, ``residuals_`` (relative), ``errors_before_`` (at the defaults
-    k = 0, f = f_ar = 1, a = 0) and ``held_out_`` (leave-one-model-out errors).
+    ``load_overhead_s_``, ``unit_overhead_s_``, ``residuals_`` (relative), ``errors_before_``
+    (at the defaults k = 0, f = f_ar = 1, a = u = 0) and ``held_out_`` (leave-one-model-out
+    errors).
 
     ``points``: rows with ``measured_s`` and ``model``; ``predict(theta, point)`` -> seconds,
-    ``theta = (k, f, f_ar, h_bytes, a_seconds)``. The half size is searched on a log scale,
-    1 MB to 3 GB.
+    ``theta = (k, f, f_ar, h_bytes, a_seconds, u_seconds)``, u being FSDP2's host time per unit
+    per step (``efficiency.fsdp_unit_overhead_us``). The half size is searched on a log scale,
+    1 MB to 3 GB. ``fixed={5: 0.0}`` gives the form without u.
     """
 
     # k up to 5 (the profile accepts 20): capped at 1 until 2026-11-24, both CPU fits stopped
-    # on the cap. f and f_ar up to 10, as the profile accepts; a up to 20 ms per call.
-    def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02)),
+    # on the cap. f and f_ar up to 10, as the profile accepts; a up to 20 ms per call, u up to
+    # 50 ms per unit.
+    def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02), (0.0, 0.05)),
                  held_out: bool = True, fixed: Mapping[int, float] | None = None):
         self.bounds = bounds
         self.held_out = held_out
@@ -67,26 +70,27 @@ class StrategyStepFit:
 
     @staticmethod
     def _theta(z) -> tuple:
-        """Search coordinates -> theta: the half size is searched as log10(bytes), a in ms."""
-        return (z[0], z[1], z[2], 10.0 ** z[3], z[4] * 1e-3)
+        """Search coordinates -> theta: the half size is searched as log10(bytes), a and u in ms."""
+        return (z[0], z[1], z[2], 10.0 ** z[3], z[4] * 1e-3, z[5] * 1e-3)
 
     def _solve(self, pts, predict) -> np.ndarray:
         lo = np.array([b[0] for b in self.bounds], dtype=float)
         hi = np.array([b[1] for b in self.bounds], dtype=float)
         lo[3], hi[3] = np.log10(lo[3]), np.log10(hi[3])
         lo[4], hi[4] = lo[4] * 1e3, hi[4] * 1e3
-        fixed = {i: (np.log10(v) if i == 3 else v * 1e3 if i == 4 else v) for i, v in self.fixed.items()}
-        free = [i for i in range(5) if i not in fixed]
+        lo[5], hi[5] = lo[5] * 1e3, hi[5] * 1e3
+        fixed = {i: (np.log10(v) if i == 3 else v * 1e3 if i in (4, 5) else v) for i, v in self.fixed.items()}
+        free = [i for i in range(6) if i not in fixed]
 
         def full(zf):
-            z = np.empty(5)
+            z = np.empty(6)
             z[free] = zf
             for i, v in fixed.items():
                 z[i] = v
             return z
 
         best = None
-        for x0 in ((1.0, 2.0, 2.0, 7.0, 1.0), (0.5, 3.0, 4.0, 6.0, 2.0), (1.0, 2.0, 4.0, 8.0, 0.0)):
+        for x0 in ((1.0, 2.0, 2.0, 7.0, 1.0, 1.0), (0.5, 3.0, 4.0, 6.0, 2.0, 0.0), (1.0, 2.0, 4.0, 8.0, 0.0, 3.0)):
             x0 = np.clip(np.array(x0), lo, hi)[free]
             sol = least_squares(lambda zf: self._resid(self._theta(full(zf)), pts, predict), x0,
                                 bounds=(lo[free], hi[free]), diff_step=1e-3)
@@ -100,9 +104,9 @@ class StrategyStepFit:
             raise ValueError("StrategyStepFit needs at least one measured step")
         theta = self._solve(pts, predict)
         (self.interference_, self.load_factor_, self.load_factor_all_reduce_, self.load_half_size_bytes_,
-         self.load_overhead_s_) = (float(v) for v in theta)
+         self.load_overhead_s_, self.unit_overhead_s_) = (float(v) for v in theta)
         self.residuals_ = self._resid(theta, pts, predict)
-        self.errors_before_ = self._resid((0.0, 1.0, 1.0, 1e9, 0.0), pts, predict)
+        self.errors_before_ = self._resid((0.0, 1.0, 1.0, 1e9, 0.0, 0.0), pts, predict)
         self.held_out_ = {}
         models = sorted({p["model"] for p in pts})
         if self.held_out and len(models) > 1:
@@ -121,4 +125,5 @@ class StrategyStepFit:
         return {"comm_compute_interference": self.interference_, "collective_load_factor": self.load_factor_,
                 "collective_load_factor_all_reduce": self.load_factor_all_reduce_,
                 "collective_load_half_size_MiB": self.load_half_size_bytes_ / 2**20,
-                "collective_load_overhead_us": self.load_overhead_s_ * 1e6}
+                "collective_load_overhead_us": self.load_overhead_s_ * 1e6,
+                "fsdp_unit_overhead_us": self.unit_overhead_s_ * 1e6}

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, load_cluster, load_gpu, raw_preset
+from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from ..errors import SimdlError
 from . import fit as F
 from .records import STAGES
@@ -34,9 +34,14 @@ GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU fil
 )
 
 
+# Host CPUs with a device file of their own (processor model name substring -> gpus/ file);
+# any other CPU gets ``cpu`` (the Intel Xeon guest cpu-local was calibrated on).
+CPU_NAME_MAP = (("AMD EPYC", "cpu-epyc"),)
+
+
 def gpu_file_for(device: str) -> str:
     if device.startswith("cpu"):
-        return "cpu"
+        return next((name for needle, name in CPU_NAME_MAP if needle.lower() in device.lower()), "cpu")
     for needle, name in GPU_NAME_MAP:
         if needle.lower() in device.lower():
             return name
@@ -46,7 +51,7 @@ def gpu_file_for(device: str) -> str:
 
 def base_preset_for(gpu: str) -> dict[str, Any]:
     """Raw YAML of a shipped preset on the same device (for the sections not calibrated)."""
-    if gpu == "cpu":
+    if is_cpu_device_name(gpu):
         return raw_preset(CLUSTER_DIR / "cpu-local.yaml")
     for name in cluster_names():
         raw = raw_preset(name)
@@ -165,15 +170,16 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
     cache: dict = {}
 
     def spec_for(theta):
-        k, f, far, h, a = (float(f"{float(x):.9g}") for x in theta)
-        if (k, f, far, h, a) not in cache:
+        key = k, f, far, h, a, u = tuple(float(f"{float(x):.9g}") for x in theta)
+        if key not in cache:
             def src(what):
                 return Sourced(what, "assumed", "candidate of the strategy fit")
             eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
                                       collective_load_factor=src(f), collective_load_factor_all_reduce=src(far),
-                                      collective_load_half_size=src(h), collective_load_overhead=src(a))
-            cache[(k, f, far, h, a)] = dataclasses.replace(spec, efficiency=eff)
-        return cache[(k, f, far, h, a)]
+                                      collective_load_half_size=src(h), collective_load_overhead=src(a),
+                                      fsdp_unit_overhead=src(u) if u else None)
+            cache[key] = dataclasses.replace(spec, efficiency=eff)
+        return cache[key]
 
     def pred(theta, p):
         return predict(cluster=spec_for(theta), **p["kwargs"]).iteration_time_s
@@ -191,6 +197,9 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
 # at 4, against 55.3 % and 50.3 % for the load factors alone on the same steps. False gives
 # that comparison's other side.
 BLOCKING_FROM_CALLS = True
+# Fit FSDP2's host time per unit (efficiency.fsdp_unit_overhead_us, u) with the other step
+# parameters; False holds u at 0 (the form before 2026-11-25).
+FIT_FSDP_UNIT_OVERHEAD = True
 
 
 def _logged_calls(stage) -> dict:
@@ -291,7 +300,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     base = base_preset_for(gpu)
     per_node = int(prov["ranks_per_node"] or 1)
     nodes = int(prov["nodes"] or 1)
-    shared = gpu == "cpu"
+    shared = gpu_spec.is_cpu
     share = 1.0 / per_node if shared else 1.0
     tag = f"simdl calibrate run {run_dir.name} ({_dates(prov)}, {', '.join(prov['host'])})"
     report: dict[str, Any] = {"provenance": prov}
@@ -512,7 +521,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     report["strategies"] = {"measured": strat}
     # Blocking collectives (FSDP2 on CPU) priced as their logged calls ran (simdl.calibrate.in_step);
     # f, the load factor of all-gathers and reduce-scatters, then prices none of the steps.
-    fixed = None
+    fixed = {} if FIT_FSDP_UNIT_OVERHEAD else {5: 0.0}
     logged = _logged_calls(stages["strategies"]) if strat and nodes == 1 else {}
     if logged and eff.get("collective_regimes_intra") and BLOCKING_FROM_CALLS:
         bf = _blocking_fit(stages["strategies"], logged, profile, per_node * nodes)
@@ -534,7 +543,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
                 "before the last rank's entry (waiting for a peer still computing), per second of the model's "
                 "local step, pooled"))
             if {"all_gather", "reduce_scatter"} <= set(bf.factors_):
-                fixed = {1: 1.0}
+                fixed[1] = 1.0
                 eff.pop("collective_load_factor", None)
     if strat and (est is not None or rows) and (joint or eff.get("collective_regimes_intra")):
         with tempfile.TemporaryDirectory() as td:
@@ -544,25 +553,29 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
             report["strategies"]["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
                                            "held_out_max_abs_rel_error": worst,
-                                           "held": ["collective_load_factor"] if fixed else []}
+                                           "held": [name for i, name in ((1, "collective_load_factor"),
+                                                                         (5, "fsdp_unit_overhead_us"))
+                                                    if i in fixed]}
             models = sorted({p["model"] for p in pts})
             src = (f"{tag}: least-squares fit of k (interference), "
                    + ("f_ar, h and a (all_reduce's load factor for small messages, the message size where the "
                       "slowdown halves, and delay per call; blocking all-gathers and reduce-scatters priced as "
-                      "logged) " if fixed else
+                      "logged) " if 1 in fixed else
                       "f, f_ar, h and a (collective load factor for small messages, all_reduce's own, the message "
                       "size where the slowdown halves, and delay per call) ")
-                   + 
-                   f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {per_node * nodes} ranks; "
+                   + ("" if 5 in fixed else "and u (FSDP2's host time per unit per step) ")
+                   + f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {per_node * nodes} ranks; "
                    f"step errors at k=0, f=f_ar=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
                    f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
                    + (f"; leave-one-model-out max |err| {worst:.1%}" if worst is not None else ""))
             eff["comm_compute_interference"] = _val(sf.interference_, src)
-            if not fixed:
+            if 1 not in fixed:
                 eff["collective_load_factor"] = _val(sf.load_factor_, src)
             eff["collective_load_factor_all_reduce"] = _val(sf.load_factor_all_reduce_, src)
             eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
+            if 5 not in fixed:
+                eff["fsdp_unit_overhead_us"] = _val(sf.unit_overhead_s_ * 1e6, src)
 
     # -- page faults and warm-up of the measured steps: a record, nothing fitted yet -----------
     if strat:

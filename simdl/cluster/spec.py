@@ -205,6 +205,11 @@ _GPU_KEYS = ("name", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
              *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors")
 
 
+def is_cpu_device_name(name: str) -> bool:
+    """GPU-file names of host CPUs: ``cpu`` and ``cpu-<host>`` (gpus/cpu-epyc.yaml)."""
+    return name == "cpu" or name.startswith("cpu-")
+
+
 @dataclass(frozen=True)
 class GPU:
     """One device type. Numbers are SI: bytes, bytes/s, FLOP/s."""
@@ -216,6 +221,12 @@ class GPU:
     priors: FrozenMap = field(default_factory=FrozenMap)  # PRIOR_KEYS -> Sourced fraction
     description: str = ""
     source_path: str = ""
+
+    @property
+    def is_cpu(self) -> bool:
+        """A host CPU as the device (``cpu``, or a named one such as ``cpu-epyc``): no side
+        streams, gloo, the ranks of a node share it."""
+        return is_cpu_device_name(self.name)
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``."""
@@ -395,7 +406,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
              "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
-             "collective_load_overhead_us", "compute_jitter",
+             "collective_load_overhead_us", "fsdp_unit_overhead_us", "compute_jitter",
              *(f"collective_blocking_factor_{c}" for c in BLOCKING_COLLECTIVES), "collective_blocking_wait",
              *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
 
@@ -477,6 +488,15 @@ class Efficiency:
     # on every model, and no steadier per call).
     collective_blocking_factors: FrozenMap = field(default_factory=FrozenMap)
     collective_blocking_wait: Sourced | None = None
+    # Optional host time (s; key ``fsdp_unit_overhead_us``) FSDP2 spends per unit per step
+    # outside its collectives and the copies the plan prices: its forward and backward hooks
+    # (pre-forward unshard, pre-backward, post-backward reduce) are Python on the training
+    # thread. The calls logged in the strategy steps (calibration, 2026-11-25, AMD EPYC, 2
+    # ranks) left 150-250 ms per convnext_tiny / efficientnet_v2_s step outside the calls and
+    # the local step, about as much with one collective per unit (NO_SHARD) as with three
+    # (FULL_SHARD): a cost per unit, not per call. Fitted by `simdl calibrate` with the other
+    # step parameters; absent = 0 (every GPU preset: there the hooks run ahead of the kernels).
+    fsdp_unit_overhead: Sourced | None = None
     # Optional spread of a rank's compute time from one step to the next: the robust standard
     # deviation (1.4826 x median absolute deviation) of log(step time) of ranks training on
     # their own, all at once, so the OS scheduling of the shared cores is in it
@@ -519,6 +539,7 @@ class Efficiency:
         _put(out, "collective_load_factor_all_reduce", self.collective_load_factor_all_reduce)
         _put(out, "collective_load_half_size_MiB", self.collective_load_half_size)
         _put(out, "collective_load_overhead_us", self.collective_load_overhead)
+        _put(out, "fsdp_unit_overhead_us", self.fsdp_unit_overhead)
         _put(out, "compute_jitter", self.compute_jitter)
         for c, v in self.collective_blocking_factors.items():
             _put(out, f"collective_blocking_factor_{c}", v)
@@ -851,6 +872,7 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         collective_load_factor_all_reduce=_load_factor(raw, where, "collective_load_factor_all_reduce"),
         collective_load_half_size=_positive(raw, "collective_load_half_size_MiB", where, required=False),
         collective_load_overhead=_nonneg(raw, "collective_load_overhead_us", where, required=False),
+        fsdp_unit_overhead=_nonneg(raw, "fsdp_unit_overhead_us", where, required=False),
         collective_blocking_factors=FrozenMap({
             c: _bounded(raw, f"collective_blocking_factor_{c}", where, 0.5, 10.0,
                         "how many times its idle time a blocking collective's transfer takes in a step")
@@ -913,7 +935,7 @@ def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:
 
     name = raw.get("collective_backend")
     if name is None:
-        return DEFAULT_FOR_DEVICE["cpu" if gpu.name == "cpu" else "cuda"]
+        return DEFAULT_FOR_DEVICE["cpu" if gpu.is_cpu else "cuda"]
     if name not in BACKENDS:
         raise SimdlError(f"{where}: collective_backend = {name!r}; accepted: {', '.join(sorted(BACKENDS))}")
     return name

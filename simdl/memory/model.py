@@ -69,7 +69,7 @@ def _peak(timeline: Timeline, shard: int) -> tuple[float, tuple[float, ...], int
 
 def block_bytes(cluster: Cluster) -> int:
     """Allocation granularity of the device: 512 B on CUDA, none for the CPU device."""
-    return 1 if cluster.spec.gpu.name == "cpu" else CUDA_BLOCK_BYTES
+    return 1 if cluster.spec.gpu.is_cpu else CUDA_BLOCK_BYTES
 
 
 def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster) -> MemoryOptions:
@@ -82,7 +82,7 @@ def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster
     backend = get_backend(cluster.spec.collective_backend)
     return MemoryOptions(activation_checkpointing=workload.activation_checkpointing,
                          cpu_offload=bool(d.get("cpu_offload", False)),
-                         foreach=cluster.spec.gpu.name != "cpu",
+                         foreach=not cluster.spec.gpu.is_cpu,
                          gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)),
                          all_gather_scratch=backend.scratch_factor("all_gather"),
                          reduce_scatter_scratch=backend.scratch_factor("reduce_scatter"),

@@ -44,6 +44,14 @@ message size). The plan marks itself (``details["blocking_collectives"]``) and
 :meth:`simdl.analytic.costs.CommCosts.for_plan` prices it accordingly. Blocking was chosen
 on the calibration's own leave-one-model-out errors; with the earlier single load factor it
 fitted worse (2 ranks: max 20.5% against 15.4% overlapped).
+
+A profile may also charge FSDP2's own host time per unit and step
+(``efficiency.fsdp_unit_overhead_us``): its forward/backward hooks are Python on the
+training thread. On CPU ranks the logged calls left about as much time outside the calls
+with one collective per unit (none) as with three (full), so it is a cost per unit, not per
+call; it is one ``fsdp_hooks`` task before each unit's first forward run. Chosen on the
+calibration's own leave-one-model-out errors (cpu-epyc, 2026-11-25: mean 9.9% -> 7.8%, max
+21.6% -> 22.3%, both maxima the same wide_resnet101_2 grad_op step).
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ def _runs(row_unit) -> list[tuple[int, int, int]]:
 
 def collectives_block(cluster: Cluster) -> bool:
     """FSDP2's collectives block the training thread: devices without streams (CPU, gloo)."""
-    return cluster.spec.gpu.name == "cpu"
+    return cluster.spec.gpu.is_cpu
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
@@ -106,6 +114,10 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
 
     limit = config.max_inflight_all_gathers
     blocking = collectives_block(cluster)
+    # FSDP2's hooks per unit per step (efficiency.fsdp_unit_overhead_us; calibrated CPU profiles).
+    hooks = cluster.spec.efficiency.fsdp_unit_overhead
+    unit_host_s = hooks.value if hooks is not None else 0.0
+    hooked: set[int] = set()
     tasks: list[Task] = []
     reduce_tasks: list[int] = []
     prev: int | None = None
@@ -190,6 +202,12 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         gathered: dict[int, int] = {}
         done: dict[int, int] = {}
         for u, start, stop in run_list:
+            if unit_host_s and direction == "fwd" and u not in hooked:
+                # Charged once per unit and step, before its first forward run (its hooks
+                # run on the training thread, between the unit's collectives and compute).
+                hooked.add(u)
+                prev = add(Task(f"fsdp_hooks:{units.units[u].name or 'root'}", COMPUTE, "fwd",
+                                deps=(prev,) if prev is not None else (), host_s=unit_host_s))
             if u in pos and u not in gathered:
                 for j in range(pos[u], min(pos[u] + ahead, len(order))):
                     v = order[j]
@@ -216,6 +234,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     # reduction on all but the last micro-step; parameters are still gathered each time.
     for micro in range(workload.grad_accumulation):
         sync = micro == workload.grad_accumulation - 1
+        hooked.clear()  # the hooks run again every micro-step
         runs_left = [0] * len(units.units)
         for u, _, _ in runs:
             runs_left[u] += 1

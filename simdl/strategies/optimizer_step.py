@@ -55,4 +55,4 @@ def optimizer_task(
 
 def uses_foreach(cluster) -> bool:
     """PyTorch picks foreach kernels for CUDA tensors only (see optimizer_task)."""
-    return cluster.spec.gpu.name != "cpu"
+    return not cluster.spec.gpu.is_cpu

@@ -102,10 +102,10 @@ def _slowdown(f, size, half):
 def _synthetic_step(theta, p):
     """Compute, then communication slowed by f (all_reduce by f_ar), both less for messages
     beyond the half size h, and delayed by a per call; free overlap (k = 0) hides ``overlap``
-    seconds of it, serialisation (k = 1) none."""
-    k, f, f_ar, h, a = theta
+    seconds of it, serialisation (k = 1) none; FSDP steps pay u per unit."""
+    k, f, f_ar, h, a, u = theta
     return (p["compute"] + _slowdown(f, p["size"], h) * p["comm"] + _slowdown(f_ar, p["size"], h) * p["comm_ar"]
-            + a * p["calls"] - (1.0 - k) * p["overlap"])
+            + a * p["calls"] + u * p["units"] - (1.0 - k) * p["overlap"])
 
 
 def _synthetic_points(truth, overlaps=(0.05, 0.1, 0.02)) -> list[dict]:
@@ -119,6 +119,7 @@ def _synthetic_points(truth, overlaps=(0.05, 0.1, 0.02)) -> list[dict]:
                                     ("fsdp-none", 1.0, True, 0.07)):
             p = {"model": model, "variant": v, "compute": comp + extra, "comm": 0.0 if ar else comm * scale,
                  "comm_ar": comm * scale if ar else 0.0, "calls": calls * scale, "size": size,
+                 "units": 0 if v == "ddp" else calls // 5,
                  "overlap": ov if v == "ddp" else 0.0}
             p["measured_s"] = _synthetic_step(truth, p)
             pts.append(p)
@@ -126,12 +127,14 @@ def _synthetic_points(truth, overlaps=(0.05, 0.1, 0.02)) -> list[dict]:
 
 
 def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
-    pts = _synthetic_points((1.0, 1.6, 2.2, 5e7, 3e-3))
+    pts = _synthetic_points((1.0, 1.6, 2.2, 5e7, 3e-3, 4e-3))
     est = StrategyStepFit().fit(pts, _synthetic_step)
     assert est.load_factor_ == pytest.approx(1.6, rel=1e-2)
     assert est.load_factor_all_reduce_ == pytest.approx(2.2, rel=1e-2)
     assert est.load_half_size_bytes_ == pytest.approx(5e7, rel=5e-2)
     assert est.load_overhead_s_ == pytest.approx(3e-3, rel=5e-2)
+    assert est.unit_overhead_s_ == pytest.approx(4e-3, rel=5e-2)  # per FSDP unit, told apart from per call
+    assert est.params()["fsdp_unit_overhead_us"] == pytest.approx(4e3, rel=5e-2)
     assert np.max(np.abs(est.residuals_)) < 1e-3
     assert np.min(np.abs(est.errors_before_)) > 0.05  # the defaults were wrong
     # Every model is predicted from a fit to the others.
@@ -147,11 +150,11 @@ def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
 def test_strategy_step_fit_holds_a_fixed_parameter_and_fits_the_rest():
     # Steps with no all-gather or reduce-scatter left to the factor f (the blocking calls are
     # priced as logged): f is held at 1, the others are still recovered.
-    pts = [dict(p, comm=0.0) for p in _synthetic_points((1.0, 1.0, 2.2, 5e7, 3e-3))]
+    pts = [dict(p, comm=0.0) for p in _synthetic_points((1.0, 1.0, 2.2, 5e7, 3e-3, 0.0))]
     for p in pts:
-        p["measured_s"] = _synthetic_step((1.0, 1.0, 2.2, 5e7, 3e-3), p)
-    est = StrategyStepFit(fixed={1: 1.0}).fit(pts, _synthetic_step)
-    assert est.load_factor_ == 1.0
+        p["measured_s"] = _synthetic_step((1.0, 1.0, 2.2, 5e7, 3e-3, 0.0), p)
+    est = StrategyStepFit(fixed={1: 1.0, 5: 0.0}).fit(pts, _synthetic_step)
+    assert est.load_factor_ == 1.0 and est.unit_overhead_s_ == 0.0
     assert est.load_factor_all_reduce_ == pytest.approx(2.2, rel=1e-2)
     assert est.load_overhead_s_ == pytest.approx(3e-3, rel=5e-2)
     assert all(h["params"][1] == 1.0 for h in est.held_out_.values())
@@ -159,7 +162,7 @@ def test_strategy_step_fit_holds_a_fixed_parameter_and_fits_the_rest():
 
 def test_strategy_step_fit_finds_interference_above_one_when_each_stream_slows_the_other():
     # Each concurrent second costs 1.5 s more: beyond serialising.
-    est = StrategyStepFit().fit(_synthetic_points((1.5, 1.2, 1.2, 1e8, 2e-3), overlaps=(0.05, 0.1, 0.08)),
+    est = StrategyStepFit().fit(_synthetic_points((1.5, 1.2, 1.2, 1e8, 2e-3, 1e-3), overlaps=(0.05, 0.1, 0.08)),
                                 _synthetic_step)
     assert est.interference_ == pytest.approx(1.5, rel=2e-2)
 

@@ -51,3 +51,13 @@ def test_preset_for_this_host_picks_the_profile_of_this_processor():
     intel = profile_devices(load_cluster("cpu-local"))[0]
     assert preset_for_this_host(intel) == "cpu-local"  # not its 4-rank sibling cpu-local-x4
     assert preset_for_this_host("cpu: A Processor Nobody Calibrated") is None
+
+
+def test_named_cpu_device_files_are_cpus_and_calibration_picks_them_by_model_name():
+    from simdl.calibrate.profile import gpu_file_for
+    from simdl.cluster import load_gpu
+
+    assert load_gpu("cpu").is_cpu and load_gpu("cpu-epyc").is_cpu and not load_gpu("A10G").is_cpu
+    assert gpu_file_for("cpu: AMD EPYC") == "cpu-epyc"
+    assert gpu_file_for("cpu: Intel(R) Xeon(R) Processor") == "cpu"
+    assert gpu_file_for("NVIDIA A10G") == "A10G"
