@@ -146,8 +146,8 @@ def test_null_drops_the_regimes_of_an_extended_preset(tmp_path):
     assert spec.efficiency.collective_regimes_intra is None
 
 
-# The calibrated CPU profiles (cpu-local, cpu-local-x4: `simdl calibrate`) carry size regimes.
-@pytest.mark.parametrize("name", [n for n in cluster_names() if not n.startswith("cpu-local")])
+# The calibrated CPU profiles (cpu-local, cpu-local-x4, cpu-epyc: `simdl calibrate`) carry size regimes.
+@pytest.mark.parametrize("name", [n for n in cluster_names() if not n.startswith("cpu-")])
 def test_presets_without_regimes_are_priced_exactly_as_before(name):
     """The formula of CommCosts before size regimes: overhead + collective_time(bus x factor,
     group alpha, algorithm), for every collective, scope and algorithm."""
