@@ -78,18 +78,10 @@ def _versions() -> dict[str, Any]:
     return v
 
 
-def _cpu_caches() -> dict[str, str]:
-    from simdl.cluster.host import cache_sizes
-
-    return cache_sizes()
-
-
 def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return torch.cuda.get_device_name(device)
     # One definition of a CPU's name: validate.run compares it with the profile's provenance.
-    from simdl.cluster.host import cpu_device_name
-
     return cpu_device_name()
 
 
@@ -121,7 +113,7 @@ def setup(args: argparse.Namespace, stage: str) -> Ctx:
         "type": "header", "stage": stage, "schema": SCHEMA, "rank": rank, "world": world,
         "local_rank": local_rank, "local_world": local_world, "node": ctx.node, "nodes": nodes,
         "host": socket.gethostname(), "device": device_name(device), "backend": backend,
-        "threads": ctx.threads, "cpu_count": os.cpu_count(), "cpu_caches": _cpu_caches(),
+        "threads": ctx.threads, "cpu_count": os.cpu_count(), "cpu_caches": cache_sizes(),
         "threads_note": ("torch.set_num_threads(1): ranks per node >= cores" if not use_cuda and
                          local_world >= (os.cpu_count() or 1) else ""),
         "versions": _versions(), "loadavg": list(os.getloadavg()),
@@ -157,6 +149,7 @@ class RankLog:
 
 
 from simdl.calibrate.records import read_jsonl  # noqa: E402  (a torn last line is skipped)
+from simdl.cluster.host import cache_sizes, cpu_device_name  # noqa: E402
 
 
 def agreed_done(ctx: Ctx) -> set[str]:

@@ -19,7 +19,7 @@ from .run import _sha256, append_result, predict_run, profile_for_ranks, read_re
 
 def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analytic", "sim")) -> list[dict]:
     from simdl.cluster import load_cluster
-    from simdl.cluster.host import host_mismatch
+    from simdl.cluster.host import cpu_label, host_mismatch
 
     out = []
     for rec in records:
@@ -32,7 +32,7 @@ def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analyt
         # The processor the run was measured on (recorded since 2026-11-25; older runs do not
         # say, and are not labelled) against the one the profile was calibrated on.
         cpu = (rec.get("host") or {}).get("cpu_model")
-        why = host_mismatch(load_cluster(path), f"cpu: {cpu}") if cpu else None
+        why = host_mismatch(load_cluster(path), cpu_label(cpu)) if cpu else None
         new.pop("host_mismatch", None)
         if why:
             new["host_mismatch"] = why

@@ -155,8 +155,8 @@ def format_report(report: dict, profile: dict) -> str:
                      f"{p['collective_load_factor_all_reduce']:.3f}, collective_load_half_size "
                      f"{p['collective_load_half_size_MiB']:.1f} MiB, collective_load_overhead "
                      f"{p['collective_load_overhead_us']:.0f} us, fsdp_unit_overhead "
-                     + (f"{p['fsdp_unit_overhead_us']:.0f} us" if "fsdp_unit_overhead_us" not in o.get("held", ())
-                        and p.get("fsdp_unit_overhead_us") is not None else "held at 0"))
+                     + ("held at 0" if "fsdp_unit_overhead_us" in o.get("held", ())
+                        else f"{p['fsdp_unit_overhead_us']:.0f} us"))
         ho = [abs(e) for h in o["held_out"].values() for e in h["rel_errors"].values()]
         if ho:
             lines.append(f"  leave-one-model-out step error: max {max(ho):.1%}, mean {sum(ho) / len(ho):.1%} "

@@ -34,9 +34,14 @@ def cpu_model(cpuinfo: Path = CPUINFO) -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
+def cpu_label(model: str) -> str:
+    """How a profile's provenance names a CPU device: ``cpu: <model name>``."""
+    return f"cpu: {model}"
+
+
 def cpu_device_name(cpuinfo: Path = CPUINFO) -> str:
-    """How calibration names a CPU device in a profile's provenance (``cpu: <model name>``)."""
-    return f"cpu: {cpu_model(cpuinfo)}"
+    """This host's CPU as calibration names it in a profile's provenance."""
+    return cpu_label(cpu_model(cpuinfo))
 
 
 def cache_sizes(cache_dir: Path = CACHE_DIR) -> dict[str, str]:
