@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -263,17 +264,33 @@ def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None) 
     return rc, " ".join(cmd), time.perf_counter() - t
 
 
-def _killed_rank(log: Path) -> str:
-    """Why torchrun lost a rank, when its log says a rank died of SIGKILL (exit -9): on Linux
-    that is nearly always the kernel's out-of-memory killer (more ranks x resident set
-    than RAM); torchrun only prints the exit code."""
+_ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\n", re.S)
+# a rank's exception line; torch >= 2.4 prefixes each line a rank prints with "[rank<R>]: "
+_EXCEPTION = re.compile(r"^(?:\[rank(\d+)\]:\s*)?([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)\b.*)$", re.M)
+
+
+def _rank_failure(log: Path) -> str:
+    """Why torchrun failed, from its log, for the run's record: the first rank that failed, its
+    exit code or signal, and the last exception that rank printed (else any rank's; torchrun's own
+    ChildFailedError left out); empty when the log says nothing. A rank killed by SIGKILL (exit -9) is, on Linux,
+    nearly always the kernel's out-of-memory killer (more ranks x resident set than RAM);
+    torchrun only prints the exit code."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         return ""
+    parts = []
+    m = _ROOT_CAUSE.search(text)
+    root = m.group(1) if m else None
+    if m:
+        parts.append(f"rank {root} exit {m.group(2)}" + (f" {m.group(3)}" if m.group(3) else ""))
+    errors = [(r, e.strip()) for r, e in _EXCEPTION.findall(text) if "ChildFailedError" not in e]
+    own = [e for r, e in errors if r == root]
+    if own or errors:
+        parts.append((own or [e for _, e in errors])[-1][:300])
     if "(exitcode: -9)" in text or "exitcode  : -9" in text:
-        return " (a rank was killed by SIGKILL, exit -9: usually the out-of-memory killer; see `dmesg`)"
-    return ""
+        parts.append("a rank was killed by SIGKILL, exit -9: usually the out-of-memory killer; see `dmesg`")
+    return f" ({'; '.join(parts)})" if parts else ""
 
 
 def merge_ranks(run: RunSpec, workdir: Path) -> dict:
@@ -402,12 +419,18 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
     rec.update(command=cmd, wall_s=wall, returncode=rc, workdir=str(workdir))
     try:
         rec["measured"] = merge_ranks(run, workdir)
-        rec["status"] = "ok" if rc == 0 else "failed"
+        rec["status"] = "ok"
         if rc != 0:
-            rec["error"] = f"torchrun exited with {rc}"
+            # Every rank wrote its complete record (after training and evaluation), so the
+            # measurement is whole: a rank failed or hung while tearing down (the barrier,
+            # gloo's destroy_process_group, interpreter exit). Kept, and labelled; the report
+            # counts them.
+            why = " (timeout)" if rc == -9 else ""
+            rec["teardown_error"] = f"torchrun exited with {rc}{why} after every rank wrote its results" \
+                                    f"{_rank_failure(workdir / 'log.txt')}; see {workdir / 'log.txt'}"
     except Exception as e:  # noqa: BLE001 -- a failed run is recorded, the sweep goes on
         rec["status"] = "failed"
-        rec["error"] = f"{e}" + (" (timeout)" if rc == -9 else "") + _killed_rank(workdir / "log.txt") \
+        rec["error"] = f"{e}" + (" (timeout)" if rc == -9 else "") + _rank_failure(workdir / "log.txt") \
             + f"; see {workdir / 'log.txt'}"
     rec["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     rec["host"] = host_info()
@@ -482,6 +505,8 @@ def main(argv=None) -> int:
         if rec["status"] == "ok":
             m, pr = rec["measured"], rec["predicted"].get("analytic", {})
             msg = f"step {m['step_time_s']['median']:.4g} s (predicted {pr.get('iteration_time_s', float('nan')):.4g})"
+            if rec.get("teardown_error"):
+                msg += f"; warning: {rec['teardown_error']}"
         print(f"[{i}/{len(todo)}] {run.run_id}: {rec['status']} in {time.perf_counter() - t:.0f} s  {msg}",
               flush=True)
     return 0

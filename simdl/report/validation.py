@@ -243,6 +243,12 @@ def _setup_section(records: list[dict]) -> list[str]:
         n = sum(1 for r in records if r.get("host_mismatch"))
         lines += [f"- **Predicted with a profile of another processor** ({n} of {len(records)} runs): "
                   + "; ".join(other) + ". Their errors measure the move between hosts as much as simdl."]
+    torn = [r for r in records if r.get("teardown_error")]
+    if torn:
+        # validate.run keeps a run whose ranks all wrote their records before one failed.
+        lines += [f"- **A rank failed while tearing down** ({len(torn)} of {len(records)} runs: "
+                  + ", ".join(f"`{r['run_id']}`" for r in torn) + "): every rank had written its complete "
+                  "record first, so the measurements are used; the runs' `teardown_error` says what failed."]
     over = [r for r in records if r.get("oversubscribed")]
     # validate/train.py records the RPC transport of each PS run (uv since 2026-11-23; the
     # default shm before, whose busy-polling reactor slowed oversubscribed runs).

@@ -184,3 +184,16 @@ def test_setup_names_each_runs_processor_and_flags_another_hosts_profile(results
     setup = text.split("## Setup", 1)[1].split("\n## ", 1)[0]
     assert "AMD EPYC" in setup and "not recorded" in setup  # the second run did not record its processor
     assert "another processor** (1 of 2 runs)" in setup and "cpu: Intel" in setup
+
+
+def test_setup_counts_runs_kept_after_a_teardown_failure(results_file, tmp_path):
+    import json
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()][:2]
+    recs[1]["teardown_error"] = "torchrun exited with 1 after every rank wrote its results (rank 1 exit -6 SIGABRT)"
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    setup = build_report(path, tmp_path / "rep").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
+    assert f"tearing down** (1 of 2 runs: `{recs[1]['run_id']}`)" in setup
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs[:1]))
+    assert "tearing down" not in build_report(path, tmp_path / "rep2").read_text()

@@ -110,14 +110,36 @@ def test_reduced_fsdp_prediction_uses_the_block_units(tmp_path):
     assert run.model_name not in DEFAULT_WRAP_TYPES
 
 
-def test_killed_rank_is_named(tmp_path):
-    """A rank the OOM killer ended shows in the failure record, not only in the log."""
+# The tail of a real torchrun 2.14 log: rank 1 raised, rank 0 then lost its peer.
+_FAILED_LOG = """\
+[rank1]:     raise RuntimeError("boom on rank one")
+[rank1]: RuntimeError: boom on rank one
+[rank0]: RuntimeError: [pair.cc:561] Connection closed by peer [127.0.0.1]:19341.
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+======================================================
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-25_16:55:09
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 1 (pid: 2759)
+  error_file: <N/A>
+"""
+
+
+def test_a_failed_rank_is_named(tmp_path):
+    """The failure record says which rank failed and why, not only the log."""
     log = tmp_path / "log.txt"
+    log.write_text(_FAILED_LOG)
+    assert vrun._rank_failure(log) == " (rank 1 exit 1; RuntimeError: boom on rank one)"
+    log.write_text(_FAILED_LOG.replace("exitcode  : 1 (pid: 2759)", "exitcode  : -6 (pid: 2759)  (SIGABRT)")
+                   .replace("[rank1]: RuntimeError: boom on rank one\n", ""))
+    assert vrun._rank_failure(log).startswith(" (rank 1 exit -6 SIGABRT; RuntimeError: [pair.cc:561]")
     log.write_text("E1123 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 24562) of binary: python\n")
-    assert "out-of-memory" in vrun._killed_rank(log)
+    assert "out-of-memory" in vrun._rank_failure(log)
     log.write_text("E1123 api.py:1002] failed (exitcode: 1) local_rank: 0\n")
-    assert vrun._killed_rank(log) == ""
-    assert vrun._killed_rank(tmp_path / "missing.txt") == ""
+    assert vrun._rank_failure(log) == ""
+    assert vrun._rank_failure(tmp_path / "missing.txt") == ""
 
 
 def test_a_profile_edited_during_a_sweep_fails_the_runs_after_it_not_the_sweep(tmp_path, monkeypatch):
@@ -151,3 +173,31 @@ def test_a_profile_edited_during_a_sweep_fails_the_runs_after_it_not_the_sweep(t
     out = tmp_path / "r.jsonl"
     assert vrun.main(["--profile", "smoke", "-o", str(out), "--cluster", str(prof)]) == 2
     assert not out.exists() or not vrun.read_results(out)
+
+
+def test_a_rank_that_fails_after_every_rank_wrote_its_results_keeps_the_run(tmp_path, monkeypatch):
+    """torchrun's exit code alone does not discard a whole measurement: a rank that fails while
+    tearing down (gloo's destroy_process_group, interpreter exit) leaves every rank's complete
+    record, and the run is kept with the failure named; a rank that failed before writing
+    fails the run, with its reason."""
+    run = next(r for r in experiments("smoke") if r.ranks == 2)
+
+    def fake_launch(run, workdir, timeout_s, data_dir):
+        workdir.mkdir(parents=True, exist_ok=True)
+        (workdir / "log.txt").write_text(_FAILED_LOG.replace("boom on rank one", "teardown"))
+        return 1, "cmd", 1.0
+
+    monkeypatch.setattr(vrun, "launch", fake_launch)
+    monkeypatch.setattr(vrun, "merge_ranks", lambda run, workdir: {"step_time_s": {"median": 1.0}})
+    rec = vrun.run_one(run, "smoke", "cpu-local", tmp_path, 10.0, None, ("analytic",), "sweep")
+    assert rec["status"] == "ok" and rec["returncode"] == 1
+    assert rec["teardown_error"].startswith("torchrun exited with 1 after every rank wrote its results "
+                                            "(rank 1 exit 1; RuntimeError: teardown)")
+
+    def no_results(run, workdir):
+        raise RuntimeError("1 of 2 ranks wrote results")
+
+    monkeypatch.setattr(vrun, "merge_ranks", no_results)
+    rec = vrun.run_one(run, "smoke", "cpu-local", tmp_path, 10.0, None, ("analytic",), "sweep")
+    assert rec["status"] == "failed" and "teardown_error" not in rec
+    assert rec["error"].startswith("1 of 2 ranks wrote results (rank 1 exit 1; RuntimeError: teardown)")
