@@ -54,7 +54,10 @@ def test_blocking_keys_round_trip_through_the_profile_format():
 def test_blocking_plans_wait_for_peers_in_proportion_to_their_compute():
     from simdl.predict import predict
 
-    spec = load_cluster("cpu-local")
+    shipped = load_cluster("cpu-local")
+    # the shipped profile may have its own calibrated wait: start from none
+    spec = dataclasses.replace(shipped, efficiency=dataclasses.replace(shipped.efficiency,
+                                                                      collective_blocking_wait=None))
     kw = dict(model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10", batch_size=16)
     base = predict(cluster=spec, **kw)
     e = dataclasses.replace(spec.efficiency, collective_blocking_wait=_src(0.1))
