@@ -331,6 +331,11 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         "peak_allocated_bytes_steps_per_rank": [r.get("peak_allocated_bytes_steps") for r in trainers],
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in trainers),
         "busy_fraction": sum(r["busy_fraction"] for r in trainers) / len(trainers),
+        # the profiled step's busy time by group (validate/measure.py busy_groups), mean of the
+        # ranks; absent from runs made before 2026-11-25
+        **({"busy_by_group_s": {k: sum(r["busy_by_group_s"][k] for r in trainers) / len(trainers)
+                                for k in trainers[0]["busy_by_group_s"]}}
+           if all(r.get("busy_by_group_s") for r in trainers) else {}),
         "comm_payload_bytes_per_step": first["comm_payload_bytes_per_step"],
         "comm_sent_bytes_per_step": sum(r["comm_sent_bytes_per_step"] for r in trainers) / len(trainers),
         "collectives_per_step": first["collectives_per_step"],

@@ -53,6 +53,28 @@ def test_analyse_profile():
     assert a["memory_timeline"][0] == [0.0, 1000]
 
 
+def test_busy_time_is_split_into_compute_copies_optimizer_and_collective_calls():
+    MS = 1_000_000  # ns
+    events = [
+        Ev(measure.MEASURED_STEP, 0 * MS, dur=1000 * MS),
+        Ev("aten::linear", 10 * MS, dur=100 * MS),
+        Ev("aten::mm", 20 * MS, dur=80 * MS),  # nested in linear: counted once, as compute
+        Ev("aten::_chunk_cat", 120 * MS, dur=50 * MS),  # FSDP2 packs the reduce-scatter input
+        Ev("c10d::_reduce_scatter_base_", 170 * MS, dur=200 * MS),  # a blocking collective call
+        Ev("aten::copy_", 400 * MS, dur=30 * MS),
+        Ev("Optimizer.step#SGD.step", 500 * MS, dur=100 * MS),
+        Ev("aten::add_", 510 * MS, dur=40 * MS),  # in the optimizer's range
+        Ev("aten::copy_", 560 * MS, dur=20 * MS),  # a copy inside the optimizer counts as the optimizer
+        Ev("aten::add_", 700 * MS, dur=10 * MS),  # outside: compute
+        Ev("aten::copy_", 800 * MS, dur=10 * MS, thread=2),  # another thread: not counted
+    ]
+    a = measure.analyse_profile(events, world=2, allocs=[])
+    g = a["busy_by_group_s"]
+    assert g == {"compute": 0.110, "copies": 0.080, "optimizer": 0.060, "collective_calls": 0.200}
+    # the busy fraction is unchanged: aten ops only, collective calls are not busy
+    assert math.isclose(a["busy_fraction"], (100 + 50 + 30 + 40 + 20 + 10) / 1000)
+
+
 def test_stats_and_staleness():
     s = measure.step_stats([1.0, 2.0, 3.0, 4.0])
     assert s["median"] == 2.5 and s["n"] == 4 and s["p10"] < s["p90"]

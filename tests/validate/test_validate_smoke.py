@@ -35,6 +35,11 @@ def test_smoke_profile_end_to_end(tmp_path):
         m = r["measured"]
         assert m["step_time_s"]["median"] > 0 and m["peak_allocated_bytes"] > 0
         assert 0 < m["busy_fraction"] <= 1.0
+        if r["spec"]["strategy"] in ("ddp", "fsdp"):
+            # where the profiled step's busy time went: seconds, not nanoseconds (the profiled
+            # step runs under the profiler, slower than a steady one, but not 3x)
+            g = m["busy_by_group_s"]
+            assert g["compute"] > 0 and 0 < sum(g.values()) <= m["steady_step_times_s"][0] * 3
         assert r["predicted"]["analytic"]["iteration_time_s"] > 0
         assert r["cluster_profile"] and m["data"]
     ps = [r for r in recs if r["spec"]["strategy"] == "ps-async"]
