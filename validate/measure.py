@@ -95,7 +95,7 @@ class StepTimer:
 # the reduce-scatter input, split_with_sizes_copy / _foreach_copy_ around the all-gather, copy_
 # of the reduced gradients) and DDP fills its buckets.
 COPY_OPS = frozenset({"aten::copy_", "aten::_chunk_cat", "aten::cat", "aten::split_with_sizes_copy",
-                      "aten::_foreach_copy_", "aten::clone", "aten::chunk_cat"})
+                      "aten::_foreach_copy_", "aten::clone"})
 # torch.optim wraps every step in record_function("Optimizer.step#<Class>.step").
 OPTIMIZER_RANGE = "Optimizer.step#"
 
@@ -105,7 +105,8 @@ def busy_groups(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, in
     (inside an optimizer step range), ``copies`` (:data:`COPY_OPS`), ``collective_calls``
     (``c10d::`` ops the training thread ran: a blocking call's whole time, an asynchronous
     call's issue only; not part of the busy fraction), ``compute`` (the rest). Time outside
-    every op (Python, hooks, waits) is in no group. ``spans``: (start ns, end ns, name) on the training thread."""
+    every op (Python, hooks, waits) is in no group. ``spans``: (start ns, end ns, name) on the
+    training thread."""
     out = {"compute": 0.0, "copies": 0.0, "optimizer": 0.0, "collective_calls": 0.0}
     end = None
     for s, e, name in sorted(spans, key=lambda x: (x[0], -x[1])):
@@ -166,8 +167,7 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
     curve.append(((t1 - t0) / 1e9, float(live[k1 - 1]) if k1 > 0 else at_start))
 
     # Busy: union of aten op intervals on the training thread inside the step.
-    spans = []
-    tops: list[tuple[int, int, str]] = []
+    tops: list[tuple[int, int, str]] = []  # aten ops and c10d calls on the training thread
     opt_ranges: list[tuple[int, int]] = []
     comm_payload, comm_sent, n_coll = 0.0, 0.0, 0
     for e in events:
@@ -196,9 +196,8 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
             continue
         if not name.startswith("aten::") or "wait" in name:
             continue
-        spans.append((s, min(s + e.duration_ns(), t1)))
         tops.append((s, min(s + e.duration_ns(), t1), name))
-    spans.sort()
+    spans = sorted((s, e_) for s, e_, name in tops if not name.startswith("c10d::"))
     busy, cur_s, cur_e = 0, None, None
     for s, e_ in spans:
         if cur_e is None or s > cur_e:
