@@ -39,6 +39,10 @@ class Result:
     exposed_comm_time_s: float  # communication not hidden behind compute
     comm_bytes_per_iteration: float  # bytes each GPU sends per iteration
     staleness: Staleness = field(default_factory=Staleness)
+    # Where the step's seconds go (simdl.analytic.engine.step_split): compute-stream time by
+    # kind (compute, copies, optimizer, host) and the rest (interference, blocking_wait,
+    # exposed_comm, input_stall); the values add up to iteration_time_s.
+    step_split_s: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
 
@@ -52,7 +56,10 @@ class Result:
 
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
-        d = {k: v for k, v in self.to_dict().items() if k not in ("memory_breakdown_bytes", "staleness", "config", "notes")}
+        d = {k: v for k, v in self.to_dict().items()
+             if k not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes")}
+        for k, v in self.step_split_s.items():
+            d[f"step_{k}_s"] = v
         for k, v in self.memory_breakdown_bytes.items():
             d[f"memory_{k}_bytes"] = v
         for k, v in asdict(self.staleness).items():

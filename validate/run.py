@@ -336,6 +336,9 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         **({"busy_by_group_s": {k: sum(r["busy_by_group_s"][k] for r in trainers) / len(trainers)
                                 for k in trainers[0]["busy_by_group_s"]}}
            if all(r.get("busy_by_group_s") for r in trainers) else {}),
+        # the profiled step's length (the groups' denominator; the profiler slows the step)
+        **({"profiled_step_s": sum(r["profiled_range_s"] for r in trainers) / len(trainers)}
+           if all(r.get("profiled_range_s") for r in trainers) else {}),
         "comm_payload_bytes_per_step": first["comm_payload_bytes_per_step"],
         "comm_sent_bytes_per_step": sum(r["comm_sent_bytes_per_step"] for r in trainers) / len(trainers),
         "collectives_per_step": first["collectives_per_step"],

@@ -210,6 +210,32 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
     return d + task.host_s
 
 
+# Kinds of compute-stream time a result splits itself into (Result.compute_split_s), named as
+# the groups validate/measure.py splits a profiled step into (busy_by_group_s), so that a
+# prediction's split can be checked and not only its sum: ``compute`` the workload's rows,
+# ``copies`` buffer copies (FSDP copy-in/out, DDP bucket copies; page faults of their fresh
+# buffers included), ``optimizer`` the optimizer step, ``host`` framework time outside any op
+# (FSDP2's per-unit hooks).
+SPLIT_KINDS = ("compute", "copies", "optimizer", "host")
+
+
+def compute_split(tasks, rows: "RowTimes", rates: Rates) -> dict[str, float]:
+    """Seconds of ``tasks``' compute-stream work by :data:`SPLIT_KINDS`; the values add up to
+    the sum of :func:`compute_task_time` over the compute tasks."""
+    out = dict.fromkeys(SPLIT_KINDS, 0.0)
+    for t in tasks:
+        if getattr(t, "collective", ""):
+            continue
+        if t.rows:
+            out["compute"] += rows.segment(t.rows[0], t.rows[1], t.direction)
+        if t.bytes or t.kernels or t.allocs:
+            kind = "optimizer" if t.phase == "opt" else "copies"
+            out[kind] += memory_bound_time(t.bytes, t.kernels, rates, fresh_mapped_bytes(t.allocs, rates),
+                                           copy=t.phase != "opt")
+        out["host"] += t.host_s
+    return out
+
+
 def fresh_mapped_bytes(sizes, rates: Rates) -> float:
     """Bytes of the buffers in ``sizes`` that the allocator maps fresh (above its threshold)."""
     if not rates.page_fault_per_byte:

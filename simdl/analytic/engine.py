@@ -15,8 +15,8 @@ from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-from .costs import (CommCosts, Rates, blocking_wait_time, compute_task_time, device_rates, host_rates, mapped_bytes,
-                    row_times)
+from .costs import (CommCosts, Rates, blocking_wait_time, compute_split, compute_task_time, device_rates, host_rates,
+                    mapped_bytes, row_times)
 from .schedule import schedule, stream_busy, task_durations
 
 
@@ -34,14 +34,18 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         timing = _ps_timing(workload, cluster, plan, rows, rates)
     else:
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
-    iteration, compute, comm, any_busy, comm_bytes, staleness = timing
+    iteration, compute, comm, any_busy, comm_bytes, staleness, added = timing
     # Communication the compute stream waited for (measured before any loader stall).
     exposed = max(iteration - compute, 0.0) if comm > 0 else 0.0
     # The loader prefetches in parallel with the GPU; it stalls the step only when slower.
     loader = data_time(workload, cluster, loader_workers) * workload.grad_accumulation
+    stall = 0.0
     if loader > iteration:
         notes = notes + (f"input pipeline bound: the loader needs {loader:.4g} s per step",)
+        stall = loader - iteration
         iteration = loader
+    tasks = plan.worker_tasks if isinstance(plan, PSPlan) else plan.tasks
+    split = step_split(compute_split(tasks, rows, rates), compute, iteration, input_stall=stall, **added)
     samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
     iterations = math.ceil(workload.train_samples / samples_per_iteration)
     epoch = iterations * iteration
@@ -65,6 +69,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         exposed_comm_time_s=exposed,
         comm_bytes_per_iteration=comm_bytes,
         staleness=staleness,
+        step_split_s=split,
         config=config or {},
         notes=notes + getattr(plan, "notes", ()) + mem.notes,
     )
@@ -77,14 +82,36 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
     compute, comm, any_busy = stream_busy(plan, sched)
     makespan = sched.makespan
     interference = cluster.spec.efficiency.comm_compute_interference
+    slowdown = 0.0
     if interference is not None and interference.value > 0.0:
         # Interference (issue 5): the time compute and communication run side by side is not
         # free; the profile's factor says how many seconds each such second adds (on CPU,
         # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
         concurrent = max(compute + comm - any_busy, 0.0)
-        makespan += interference.value * concurrent
-    makespan += blocking_wait_time(cluster, plan, compute)
-    return makespan, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness()
+        slowdown = interference.value * concurrent
+    wait = blocking_wait_time(cluster, plan, compute)
+    added = {"interference": slowdown, "blocking_wait": wait}
+    return makespan + slowdown + wait, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness(), added
+
+
+def step_split(kinds: dict[str, float], compute: float, iteration: float, *, interference: float = 0.0,
+               blocking_wait: float = 0.0, input_stall: float = 0.0) -> dict[str, float]:
+    """Where a step's seconds go (``Result.step_split_s``); the values add up to the step.
+
+    ``kinds``: the plan's compute-stream seconds by kind (:func:`simdl.analytic.costs.compute_split`),
+    scaled to the engine's compute-stream busy time ``compute`` (the simulator's includes
+    jitter and stragglers); ``interference`` and ``blocking_wait`` the SPMD step's added
+    seconds; ``input_stall`` the loader's; ``exposed_comm`` what is left: the compute stream
+    idle, waiting for communication (a PS worker's push, update and pull).
+    """
+    total = sum(kinds.values())
+    scale = compute / total if total > 0 else 0.0
+    out = {k: v * scale for k, v in kinds.items()}
+    out["interference"] = interference
+    out["blocking_wait"] = blocking_wait
+    out["exposed_comm"] = max(iteration - input_stall - compute - interference - blocking_wait, 0.0)
+    out["input_stall"] = input_stall
+    return out
 
 
 def bytes_sent(plan: SpmdPlan | PSPlan, cluster: Cluster) -> float:
@@ -262,4 +289,4 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         staleness = Staleness(mean=s, p50=s, p99=s, max=s)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
-    return iteration, compute, comm, any_busy, bytes_sent(plan, cluster), staleness
+    return iteration, compute, comm, any_busy, bytes_sent(plan, cluster), staleness, {}

@@ -21,6 +21,10 @@ def format_result(r: Result) -> str:
     row("iteration", format_seconds(r.iteration_time_s),
         f"compute {format_seconds(r.compute_time_s)}, communication {format_seconds(r.comm_time_s)}, "
         f"exposed {format_seconds(r.exposed_comm_time_s)}")
+    if r.step_split_s:
+        # where the step goes (simdl.analytic.engine.step_split), largest first; zeros left out
+        parts = sorted(((v, k) for k, v in r.step_split_s.items() if v > 0), reverse=True)
+        lines.append("    step: " + " | ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in parts))
     row("epoch", format_seconds(r.epoch_time_s), f"{r.iterations_per_epoch:,} iterations")
     row(f"total ({c.get('epochs')} ep)", format_seconds(r.total_time_s))
     row("throughput", f"{r.throughput_samples_per_s:,.0f}", "samples/s")

@@ -407,6 +407,43 @@ def repeats_table(records: list[dict]) -> list[str]:
     return lines
 
 
+def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
+    """Where the step goes, measured against predicted, for runs whose profiled step was split
+    into groups (``busy_by_group_s``, validate/measure.py; runs since 2026-11-25) and whose
+    prediction carries ``step_split_s``. Shares of the step, not seconds: the profiler slows
+    the profiled step, so its groups are divided by its own length."""
+    rows = []
+    for r in _ok(records):
+        m, p = r.get("measured") or {}, (r.get("predicted") or {}).get(engine) or {}
+        groups, split, length = m.get("busy_by_group_s"), p.get("step_split_s"), m.get("profiled_step_s")
+        if not (groups and split and length and p.get("iteration_time_s")):
+            continue
+        step = p["iteration_time_s"]
+        meas = {k: groups.get(k, 0.0) / length for k in ("compute", "copies", "optimizer")}
+        meas["rest"] = max(1.0 - sum(meas.values()), 0.0)
+        pred = {k: split.get(k, 0.0) / step for k in ("compute", "copies", "optimizer")}
+        pred["rest"] = max(1.0 - sum(pred.values()), 0.0)
+        rows.append((r, meas, pred))
+    if not rows:
+        return []
+    lines = ["## Where the step goes", "",
+             "Share of a step, measured / predicted. Measured: the profiled step's top-level ops on the training "
+             "thread (torch.profiler, validate/measure.py), `compute` every op that is not a copy or inside the "
+             "optimizer step, `copies` buffer copies (`copy_`, `_chunk_cat`, `cat`, ...: FSDP's and DDP's packing), "
+             "`optimizer` the optimizer step, `rest` time in collective calls, waits, hooks and Python. Predicted: "
+             f"the {engine} engine's `step_split_s` (compute = the workload's rows; rest = host time per unit, "
+             "interference, blocking waits and exposed communication). A sum can be right with its split wrong; "
+             "this table shows which.", "",
+             "| run | step (measured / predicted) | compute | copies | optimizer | rest |", "|---|---|---|---|---|---|"]
+    for r, meas, pred in rows:
+        st = r["measured"]["step_time_s"]["median"]
+        cells = " | ".join(f"{_pct(meas[k])} / {_pct(pred[k])}" for k in ("compute", "copies", "optimizer", "rest"))
+        lines.append(f"| {_model(r)} {r['label']} r{r['spec']['ranks']} b{r['spec']['batch_size']} | "
+                     f"{_num(st, 's')} / {_num(r['predicted'][engine]['iteration_time_s'], 's')} | {cells} |")
+    lines.append("")
+    return lines
+
+
 def runs_table(records: list[dict]) -> list[str]:
     lines = ["## Runs", "", "| run | status | processes | steps/rank | wall | data |", "|---|---|---|---|---|---|"]
     for r in records:
@@ -457,7 +494,8 @@ def build_report(results: str | Path, out_dir: str | Path, paper: bool = False, 
               "| goal | target | achieved (analytic) | verdict |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals(records)] + [""]
     lines += exp1_table(records, "analytic") + exp2_table(records, "analytic") + vit_table(records, "analytic")
-    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + repeats_table(records)
+    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + split_table(records)
+    lines += repeats_table(records)
     names = figures.write_all(records, out, engines)
     if names:
         lines += ["## Figures", ""] + [f"![{n}]({n})" for n in names] + [""]

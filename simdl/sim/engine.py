@@ -85,7 +85,8 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if unknown_options:
         raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
                          "iterations, warmup, straggler, jitter, seed, free_comm, contention")
-    from ..analytic.costs import CommCosts, blocking_wait_time, device_rates, row_times
+    from ..analytic.costs import CommCosts, blocking_wait_time, compute_split, device_rates, row_times
+    from ..analytic.engine import step_split
     from ..cluster.topology import build_topology
     from .collectives import Collectives, Router
     from .network import Network
@@ -179,14 +180,16 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     iteration = mean(periods) if is_ps else (t_end - t_start) / measured
     compute, comm_busy, any_busy = mean(comp), mean(commb), mean(anyb)
     interference = cluster.spec.efficiency.comm_compute_interference
+    added = {}
     if not is_ps and interference is not None and interference.value > 0.0:
         # The profile's fitted compute/communication interference (issue 5; on CPU gloo's
         # threads take the cores the compute needs): the links model no core contention, so
         # the same correction as the analytic engine's is applied to the simulated overlap.
-        iteration += interference.value * max(compute + comm_busy - any_busy, 0.0)
+        added["interference"] = interference.value * max(compute + comm_busy - any_busy, 0.0)
     if not is_ps:
         # Blocking collectives wait for peers still computing (the analytic engine's term).
-        iteration += blocking_wait_time(cluster, plan, compute)
+        added["blocking_wait"] = blocking_wait_time(cluster, plan, compute)
+    iteration += sum(added.values())
 
     # Links over the steady-state window.
     s0, s1 = snapshots[warmup - 1] if warmup > 0 else None, snapshots[-1]
@@ -283,6 +286,8 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         exposed_comm_time_s=max(iteration - compute, 0.0) if is_ps else max(any_busy - compute, 0.0),
         comm_bytes_per_iteration=sent_per_gpu,
         staleness=staleness,
+        step_split_s=step_split(compute_split(plan.worker_tasks if is_ps else plan.tasks, rows, rates), compute,
+                                iteration, **added),
         config=cfg,
         notes=notes + tuple(getattr(plan, "notes", ())),
     )

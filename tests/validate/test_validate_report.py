@@ -197,3 +197,20 @@ def test_setup_counts_runs_kept_after_a_teardown_failure(results_file, tmp_path)
     assert f"tearing down** (1 of 2 runs: `{recs[1]['run_id']}`)" in setup
     path.write_text("".join(json.dumps(r) + "\n" for r in recs[:1]))
     assert "tearing down" not in build_report(path, tmp_path / "rep2").read_text()
+
+
+def test_split_table_compares_shares_of_the_step_and_skips_runs_without_groups(results_file):
+    from simdl.report.validation import split_table
+
+    rec = next(r for r in read_results(results_file) if r["status"] == "ok" and "ps" not in r["label"])
+    rec["predicted"]["analytic"]["iteration_time_s"] = 2.0
+    assert split_table([rec]) == []  # a run made before the groups were measured
+    # profiled step 1.25 s (the profiler's slowdown): shares 40 / 20 / 8 / 32 %
+    rec["measured"].update(busy_by_group_s={"compute": 0.5, "copies": 0.25, "optimizer": 0.1, "collective_calls": 0.2},
+                           profiled_step_s=1.25)
+    rec["predicted"]["analytic"]["step_split_s"] = {"compute": 1.0, "copies": 0.1, "optimizer": 0.1, "host": 0.2,
+                                                    "interference": 0.2, "blocking_wait": 0.0, "exposed_comm": 0.4,
+                                                    "input_stall": 0.0}
+    lines = split_table([rec])
+    row = lines[-2]
+    assert "40.0% / 50.0%" in row and "20.0% / 5.0%" in row and "8.0% / 5.0%" in row and "32.0% / 40.0%" in row

@@ -1,0 +1,52 @@
+"""Result.step_split_s: where a predicted step's seconds go, by kind, adding up to the step."""
+
+import dataclasses
+
+import pytest
+
+from simdl.analytic.costs import SPLIT_KINDS
+from simdl.cluster import load_cluster
+from simdl.predict import predict
+from simdl.provenance import Sourced
+from simdl.strategies.fsdp_units import fsdp_units
+from simdl.workload.library import load_workload
+
+KW = dict(model="resnet18", gpus=2, dataset="cifar10", batch_size=8)
+CASES = [("ddp", None), ("fsdp", "full"), ("fsdp", "grad_op"), ("fsdp", "none")]
+
+
+@pytest.mark.parametrize("engine", ["analytic", "sim"])
+@pytest.mark.parametrize("strategy,sharding", CASES)
+def test_split_adds_up_to_the_step(engine, strategy, sharding):
+    extra = {"sharding": sharding} if sharding else {}
+    r = predict(cluster="cpu-local", strategy=strategy, engine=engine, **KW, **extra)
+    s = r.step_split_s
+    assert set(SPLIT_KINDS) <= set(s) and all(v >= 0 for v in s.values())
+    assert sum(s.values()) == pytest.approx(r.iteration_time_s, rel=1e-9)
+    # the compute-stream kinds are the compute time the result reports
+    assert sum(s[k] for k in SPLIT_KINDS) == pytest.approx(r.compute_time_s, rel=1e-9)
+    assert s["compute"] > 0 and s["optimizer"] > 0
+    if strategy == "fsdp":  # FSDP2 packs its collective buffers: copies on the compute stream
+        assert s["copies"] > 0
+
+
+def test_ps_worker_split_and_the_rest_is_communication():
+    r = predict(cluster="cpu-local-x4", strategy="ps-sync", model="resnet18", gpus=4, dataset="mnist", batch_size=8)
+    s = r.step_split_s
+    assert s["compute"] > 0 and s["interference"] == 0 and s["blocking_wait"] == 0
+    assert s["exposed_comm"] == pytest.approx(r.iteration_time_s - r.compute_time_s, rel=1e-9)
+
+
+def test_host_kind_is_fsdp2s_time_per_unit():
+    spec = load_cluster("cpu-local")
+    spec = dataclasses.replace(spec, efficiency=dataclasses.replace(
+        spec.efficiency, fsdp_unit_overhead=Sourced(2e-3, "assumed", "test")))
+    units = len(fsdp_units(load_workload("resnet18", "cifar10"), "block").units)
+    s = predict(cluster=spec, strategy="fsdp", sharding="full", **KW).step_split_s
+    assert s["host"] == pytest.approx(units * 2e-3)
+    assert predict(cluster=spec, strategy="ddp", **KW).step_split_s["host"] == 0.0
+
+
+def test_row_flattens_the_split():
+    row = predict(cluster="cpu-local", strategy="ddp", **KW).row()
+    assert "step_split_s" not in row and row["step_copies_s"] >= 0 and "step_exposed_comm_s" in row
