@@ -172,6 +172,7 @@ def summarise_result(r) -> dict:
         "peak_memory_bytes": r.peak_memory_bytes, "memory_breakdown_bytes": r.memory_breakdown_bytes,
         "gpu_utilization": r.gpu_utilization, "compute_time_s": r.compute_time_s, "comm_time_s": r.comm_time_s,
         "exposed_comm_time_s": r.exposed_comm_time_s, "comm_bytes_per_iteration": r.comm_bytes_per_iteration,
+        "step_split_s": r.step_split_s,
         "staleness": {"mean": r.staleness.mean, "p50": r.staleness.p50, "p99": r.staleness.p99,
                       "max": r.staleness.max},
         "notes": list(r.notes),
