@@ -29,7 +29,10 @@ the transfer itself (simdl.calibrate.in_step). On CUDA the call only enqueues th
 times are kept but not read as communication. Local, DDP and FSDP variants also log the
 untimed warm-up steps' times and the process's minor page faults per timed step
 (``ru_minflt``): memory the step touched for the first time since the allocator got it
-from the OS. `simdl calibrate` fits from the
+from the OS. After its timed steps, each of these variants runs one more step under
+torch.profiler and logs the training thread's time by group of ops (compute, copies,
+optimizer, collective calls: simdl.calibrate.step_groups) as ``profiled_step``: how long
+the strategies' buffer copies take inside a step. `simdl calibrate` fits from the
 DDP/FSDP steps how much slower collectives run inside training than on the idle machine
 (simdl.calibrate.overlap).
 
@@ -138,8 +141,9 @@ class CallTimer:
         return timed
 
 
-def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, model_name=""):
-    """Step times of local / DDP / FSDP training (every rank is a trainer)."""
+def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, model_name="", profile_step=True):
+    """Step times of local / DDP / FSDP training (every rank is a trainer), and one profiled
+    step's split by group of ops (``profile_step``)."""
     note = ""
     if variant == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -173,15 +177,19 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
     y = torch.randint(0, classes, (batch,), device=ctx.device)
     times, warm, faults = [], [], []
     timer = CallTimer()
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+
     with timer if variant.startswith("fsdp-") else contextlib.nullcontext():
         for i in range(warmup + iters):
             timer.step = i - warmup if i >= warmup else None
             ctx.sync()
             f0 = _minor_faults()
             t0 = time.perf_counter()
-            opt.zero_grad(set_to_none=True)
-            F.cross_entropy(model(x), y).backward()
-            opt.step()
+            step()
             ctx.sync()
             dt = time.perf_counter() - t0
             if i >= warmup:
@@ -189,10 +197,35 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
                 faults.append(_minor_faults() - f0)
             else:
                 warm.append(dt)
+        timer.step = None
+        groups = profiled_step(ctx, step) if profile_step else None
     if variant == "ddp":
         note = "bucket_cap_mb=default (25)"
     return times, note, timer.calls, {"warmup_times_s": warm, "minor_faults_per_step": faults,
-                                      "page_bytes": resource.getpagesize()}
+                                      "page_bytes": resource.getpagesize(),
+                                      **({"profiled_step": groups} if groups else {})}
+
+
+PROFILED_STEP = "calibration::profiled_step"
+
+
+def profiled_step(ctx, step) -> dict:
+    """One more step, after the timed ones, under torch.profiler (CPU ops; not timed with
+    the others, the profiler slows a step down): the training thread's time by group of ops
+    (simdl.calibrate.step_groups: compute, copies, optimizer, collective calls) and the
+    step's length. `simdl calibrate` fits from it how fast the strategies' buffer copies run
+    inside a step (FSDP2 packing its collective buffers ran about 10x slower in a step than
+    alone on the Xeon, 2026-11-25)."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    from simdl.calibrate.step_groups import marked_step_groups
+
+    ctx.sync()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        with record_function(PROFILED_STEP):
+            step()
+            ctx.sync()
+    return marked_step_groups(prof.profiler.kineto_results.events(), PROFILED_STEP)
 
 
 def _minor_faults() -> int:
@@ -262,6 +295,8 @@ def main() -> None:
     p.add_argument("--ps-model", default="mnist_cnn:mnist:32")
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--no-profiled-step", action="store_true",
+                   help="skip the profiled step after each variant's timed steps")
     p.add_argument("--variants", default=",".join(SPMD_VARIANTS + ("fsdp1",) + PS_VARIANTS))
     args = p.parse_args()
     ctx = setup(args, STAGE)
@@ -297,7 +332,7 @@ def main() -> None:
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
                 times, note, calls, extra = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup,
-                                                         name)
+                                                         name, profile_step=not args.no_profiled_step)
         except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
             ok, err, times, note, calls, extra = False, f"{type(e).__name__}: {e}"[:300], [], "", [], {}
         if not all_ok(ctx, ok):

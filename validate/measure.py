@@ -35,6 +35,9 @@ from typing import Any
 
 import numpy as np
 
+# Where the profiled step's busy time went, by group: the groups calibration's strategy stage
+# measures too.
+from simdl.calibrate.step_groups import busy_groups, thread_spans
 # One set of summary rules for each run and for the report's pooled repeats.
 from simdl.report.metrics import percentile, staleness_summary, step_stats  # noqa: F401
 
@@ -89,42 +92,6 @@ class StepTimer:
         return dt
 
 
-# Where the profiled step's busy time went, for diagnosing a prediction's split of a step
-# (validate/README.md). Ops that only move bytes, as FSDP2 packs and unpacks its flat
-# collective buffers (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py: _chunk_cat for
-# the reduce-scatter input, split_with_sizes_copy / _foreach_copy_ around the all-gather, copy_
-# of the reduced gradients) and DDP fills its buckets.
-COPY_OPS = frozenset({"aten::copy_", "aten::_chunk_cat", "aten::cat", "aten::split_with_sizes_copy",
-                      "aten::_foreach_copy_", "aten::clone"})
-# torch.optim wraps every step in record_function("Optimizer.step#<Class>.step").
-OPTIMIZER_RANGE = "Optimizer.step#"
-
-
-def busy_groups(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, int]]) -> dict[str, float]:
-    """Seconds of top-level ops (not nested in another op of the list) by group: ``optimizer``
-    (inside an optimizer step range), ``copies`` (:data:`COPY_OPS`), ``collective_calls``
-    (``c10d::`` ops the training thread ran: a blocking call's whole time, an asynchronous
-    call's issue only; not part of the busy fraction), ``compute`` (the rest). Time outside
-    every op (Python, hooks, waits) is in no group. ``spans``: (start ns, end ns, name) on the
-    training thread."""
-    out = {"compute": 0.0, "copies": 0.0, "optimizer": 0.0, "collective_calls": 0.0}
-    end = None
-    for s, e, name in sorted(spans, key=lambda x: (x[0], -x[1])):
-        if end is not None and s < end:
-            continue  # nested in the previous top-level op
-        end = e
-        if any(a <= s < b for a, b in optimizer):
-            group = "optimizer"
-        elif name.startswith("c10d::"):
-            group = "collective_calls"
-        elif name in COPY_OPS:
-            group = "copies"
-        else:
-            group = "compute"
-        out[group] += (e - s) / 1e9
-    return out
-
-
 def _tensor_bytes(shape: Any, dtype: str) -> float:
     if not isinstance(shape, (list, tuple)) or not shape:
         return 0.0
@@ -167,15 +134,13 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
     curve.append(((t1 - t0) / 1e9, float(live[k1 - 1]) if k1 > 0 else at_start))
 
     # Busy: union of aten op intervals on the training thread inside the step.
-    tops: list[tuple[int, int, str]] = []  # aten ops and c10d calls on the training thread
-    opt_ranges: list[tuple[int, int]] = []
+    tops, opt_ranges = thread_spans(events, t0, t1, main_thread)  # aten ops and c10d calls
     comm_payload, comm_sent, n_coll = 0.0, 0.0, 0
     for e in events:
-        name = e.name()
         s = e.start_ns()
         if s < t0 or s > t1:
             continue
-        coll = _backend_collective(name)
+        coll = _backend_collective(e.name())
         if coll is not None:
             kind, times = coll
             shapes, dtypes = e.shapes(), e.dtypes()
@@ -185,18 +150,6 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
                 comm_payload += nbytes
                 comm_sent += bus_bytes_factor(kind, world) * nbytes
                 n_coll += 1
-            continue
-        if e.start_thread_id() != main_thread:
-            continue
-        if name.startswith(OPTIMIZER_RANGE):
-            opt_ranges.append((s, s + e.duration_ns()))
-            continue
-        if name.startswith("c10d::"):
-            tops.append((s, min(s + e.duration_ns(), t1), name))
-            continue
-        if not name.startswith("aten::") or "wait" in name:
-            continue
-        tops.append((s, min(s + e.duration_ns(), t1), name))
     spans = sorted((s, e_) for s, e_, name in tops if not name.startswith("c10d::"))
     busy, cur_s, cur_e = 0, None, None
     for s, e_ in spans:

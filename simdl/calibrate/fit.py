@@ -282,6 +282,12 @@ def strategy_points(st: StageRecords) -> dict[str, dict]:
                     "memory_kind": recs[0].get("memory_kind"),
                     "model": recs[0]["model"], "dataset": recs[0]["dataset"], "batch": recs[0]["batch"],
                     "iters": recs[0]["iters"]}
+        # The profiled step's copy ops (calibration/strategies.py profiled_step; runs since
+        # 2026-11-25), mean of the ranks: what simdl.calibrate.in_step.CopyFit fits.
+        prof = [r["profiled_step"] for r in workers if r.get("profiled_step")]
+        if prof and len(prof) == len(workers):
+            out[key]["copies_s"] = statistics.fmean(p["busy_by_group_s"]["copies"] for p in prof)
+            out[key]["profiled_step_s"] = statistics.fmean(p["length_s"] for p in prof)
     return out
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from simdl.memory.measured import Allocation
 from validate import measure
 
@@ -73,6 +75,13 @@ def test_busy_time_is_split_into_compute_copies_optimizer_and_collective_calls()
     assert g == {"compute": 0.110, "copies": 0.080, "optimizer": 0.060, "collective_calls": 0.200}
     # the busy fraction is unchanged: aten ops only, collective calls are not busy
     assert math.isclose(a["busy_fraction"], (100 + 50 + 30 + 40 + 20 + 10) / 1000)
+    # calibration's strategy stage splits its profiled step the same way
+    from simdl.calibrate.step_groups import marked_step_groups
+
+    c = marked_step_groups(events, measure.MEASURED_STEP)
+    assert c == {"length_s": 1.0, "busy_by_group_s": g}
+    with pytest.raises(RuntimeError, match="no calib"):
+        marked_step_groups(events, "calib::step")
 
 
 def test_stats_and_staleness():

@@ -40,7 +40,12 @@ def test_smoke_profile_end_to_end(tmp_path):
             # step runs under the profiler, slower than a steady one, but not 3x)
             g = m["busy_by_group_s"]
             assert g["compute"] > 0 and 0 < sum(g.values()) <= m["steady_step_times_s"][0] * 3
-        assert r["predicted"]["analytic"]["iteration_time_s"] > 0
+        a = r["predicted"]["analytic"]
+        assert a["iteration_time_s"] > 0
+        # the prediction's split of its step is recorded and adds up to the step
+        assert math.isclose(sum(a["step_split_s"].values()), a["iteration_time_s"], rel_tol=1e-9)
+        if r["spec"]["strategy"] in ("ddp", "fsdp"):
+            assert 0 < m["profiled_step_s"] <= m["steady_step_times_s"][0] * 3
         assert r["cluster_profile"] and m["data"]
     ps = [r for r in recs if r["spec"]["strategy"] == "ps-async"]
     assert ps and ps[0]["measured"]["staleness"]["n"] > 0
@@ -52,3 +57,4 @@ def test_smoke_profile_end_to_end(tmp_path):
     subprocess.run([sys.executable, "-m", "simdl", "report", str(out), "-o", str(report)], cwd=ROOT, env=env,
                    check=True, timeout=120)
     assert (report / "README.md").exists() and (report / "parity_analytic.png").exists()
+    assert "## Where the step goes" in (report / "README.md").read_text()
