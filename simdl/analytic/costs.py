@@ -14,6 +14,7 @@ bottleneck bandwidth of the group's ring, scaled by the profile's collective eff
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -22,6 +23,7 @@ import numpy as np
 
 from ..cluster import Cluster
 from ..collectives import collective_time
+from ..strategies.plan import PSPlan
 from ..workload.table import WorkloadTable
 
 # Which peak a precision uses for matmul/convolution rows.
@@ -61,6 +63,8 @@ class Rates:
     stream_bandwidth: float = 0.0
     stream_call_overhead: float | None = None
     copy_bandwidth: float = 0.0
+    # How many times its idle time a buffer copy takes inside a step (Efficiency.copy_in_step_factor).
+    copy_factor: float = 1.0
     # Host devices: s per byte of page faults on a buffer above the C allocator's mmap
     # threshold (mapped fresh at each allocation), and that threshold (bytes).
     page_fault_per_byte: float = 0.0
@@ -99,6 +103,7 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
                           if eff.stream_bandwidth else 0.0),
         stream_call_overhead=eff.stream_call_overhead.value if eff.stream_call_overhead else None,
         copy_bandwidth=(cluster.per_rank_memory_bandwidth * eff.copy_bandwidth.value if eff.copy_bandwidth else 0.0),
+        copy_factor=eff.copy_in_step_factor.value if eff.copy_in_step_factor else 1.0,
         **host_rates(cluster),
         **_measured(cluster, precision),
     )
@@ -195,7 +200,8 @@ def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: fl
     if copy and rates.copy_bandwidth:
         bw = rates.copy_bandwidth
     call = rates.kernel_overhead if rates.stream_call_overhead is None else rates.stream_call_overhead
-    return nbytes / bw + kernels * call + fresh_bytes * rates.page_fault_per_byte
+    t = nbytes / bw + kernels * call + fresh_bytes * rates.page_fault_per_byte
+    return t * rates.copy_factor if copy else t
 
 
 def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
@@ -234,6 +240,16 @@ def compute_split(tasks, rows: "RowTimes", rates: Rates) -> dict[str, float]:
                                            copy=t.phase != "opt")
         out["host"] += t.host_s
     return out
+
+
+def spmd_or_ps_rates(rates: Rates, plan) -> Rates:
+    """The rates a plan's tasks run at. copy_in_step_factor was fitted on DDP/FSDP steps,
+    whose copies run beside the backend's threads and FSDP2's fresh buffers; a parameter-server
+    worker copies the pulled parameters with no collective running, and its copies keep their
+    idle-machine cost (its calibration has no profiled step)."""
+    if isinstance(plan, PSPlan) and rates.copy_factor != 1.0:
+        return dataclasses.replace(rates, copy_factor=1.0)
+    return rates
 
 
 def fresh_mapped_bytes(sizes, rates: Rates) -> float:

@@ -16,7 +16,7 @@ from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
 from .costs import (CommCosts, Rates, blocking_wait_time, compute_split, compute_task_time, device_rates, host_rates,
-                    mapped_bytes, row_times)
+                    mapped_bytes, row_times, spmd_or_ps_rates)
 from .schedule import schedule, stream_busy, task_durations
 
 
@@ -28,7 +28,7 @@ def data_time(workload: Workload, cluster: Cluster, loader_workers: int) -> floa
 
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
-    rates = device_rates(cluster, workload.precision)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan)
     rows = row_times(workload.table, workload.batch_size, rates)
     if isinstance(plan, PSPlan):
         timing = _ps_timing(workload, cluster, plan, rows, rates)

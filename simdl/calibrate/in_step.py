@@ -17,6 +17,10 @@ the same order); :func:`summarise` sets them against the profile's idle curves a
 what the profile predicts for the same calls (a check of how the profile splits a step's
 time between its collectives and the work around them, which step times alone cannot
 separate); :class:`BlockingFit` fits the blocking calls' in-step factors and wait from them.
+
+The same steps are profiled once each (``profiled_step``: their time by group of ops,
+simdl.calibrate.step_groups); :class:`CopyFit` fits from them how much slower the
+strategies' buffer copies run inside a step than on the idle machine.
 """
 
 from __future__ import annotations
@@ -132,3 +136,43 @@ class BlockingFit:
             fixed, w = self._idle(coll, nbytes)
             pred += (fixed + factors.get(coll, 1.0) * w) / steps
         return {"measured_s": measured, "predicted_s": pred, "rel_error": pred / measured - 1.0}
+
+
+class CopyFit:
+    """Estimator: ``fit(points)`` -> self with ``factor_`` (how many times its idle-machine
+    time a strategy's buffer copy takes inside a step: ``efficiency.copy_in_step_factor``),
+    ``residuals_`` (relative, per point) and ``held_out_`` (per model: its points' copy time
+    predicted with the factor fitted on the *other* models).
+
+    ``points``: ``{"model", "key", "measured_s", "predicted_s"}`` rows, one per profiled
+    DDP/FSDP step of calibration's strategy stage: ``measured_s`` the step's copy ops on the
+    training thread (simdl.calibrate.step_groups) less those of the same model's ``local``
+    step (the model's own copies, which its compute rows already price), ``predicted_s`` the
+    plan's copy tasks at the idle-machine rates (``Result.step_split_s["copies"]`` at factor
+    1). The factor minimises the squared *relative* errors, as the other step fits do:
+    ``c = sum(p/m) / sum((p/m)^2)``. Points whose measured or predicted copies are below
+    ``min_s`` (a few ms: profiler noise) are left out.
+    """
+
+    def __init__(self, *, min_s: float = 5e-3):
+        self.min_s = min_s
+
+    def _solve(self, pts) -> float:
+        r = [p["predicted_s"] / p["measured_s"] for p in pts]
+        return sum(r) / sum(x * x for x in r)
+
+    def fit(self, points: list[dict]) -> "CopyFit":
+        pts = [p for p in points if p["measured_s"] >= self.min_s and p["predicted_s"] >= self.min_s]
+        if not pts:
+            raise ValueError(f"CopyFit needs a step whose measured and predicted copies are at least {self.min_s} s")
+        self.points_ = pts
+        self.factor_ = self._solve(pts)
+        self.residuals_ = [self.factor_ * p["predicted_s"] / p["measured_s"] - 1.0 for p in pts]
+        self.held_out_ = {}
+        models = sorted({p["model"] for p in pts})
+        if len(models) > 1:
+            for model in models:
+                c = self._solve([p for p in pts if p["model"] != model])
+                self.held_out_[model] = {"factor": c, "rel_errors": {
+                    p["key"]: c * p["predicted_s"] / p["measured_s"] - 1.0 for p in pts if p["model"] == model}}
+        return self

@@ -143,6 +143,39 @@ def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
     return bool(loads and max(loads) > 0.5 + (h0.get("local_world") or 1))
 
 
+def _step_kwargs(m: dict, ranks: int) -> dict:
+    """predict() arguments of one measured strategy step (calibration/strategies.py)."""
+    v = m["variant"]
+    kw = dict(model=m["model"], strategy="ddp" if v == "ddp" else "fsdp", gpus=ranks, dataset=m["dataset"],
+              batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0)
+    if v != "ddp":
+        # calibration/strategies.py gives the root reshard_after_forward explicitly too.
+        kw.update(sharding=v.split("-", 1)[1], wrap="block", reshard_root=v == "fsdp-full")
+    return kw
+
+
+def _copy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
+    """Fit efficiency.copy_in_step_factor to the profiled strategy steps' copies
+    (simdl.calibrate.in_step.CopyFit); None without profiled steps."""
+    from ..predict import predict
+    from .in_step import CopyFit
+
+    spec = load_cluster(str(write_profile(profile, tmp / "provisional-copies.yaml")))
+    pts = []
+    for key, m in sorted(strat.items()):
+        v = m.get("variant", "")
+        local = strat.get(f"local/{m.get('model')}/{m.get('batch')}", {}).get("copies_s")
+        if m.get("skipped") or m.get("copies_s") is None or local is None or not (v == "ddp" or v.startswith("fsdp-")):
+            continue
+        predicted = predict(cluster=spec, **_step_kwargs(m, ranks)).step_split_s["copies"]
+        pts.append({"key": key, "model": m["model"], "measured_s": max(m["copies_s"] - local, 0.0),
+                    "predicted_s": predicted})
+    try:
+        return CopyFit().fit(pts) if pts else None
+    except ValueError:
+        return None
+
+
 def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, fixed=None):
     """Fit comm_compute_interference and the collective load factor/overhead to the measured
     DDP/FSDP steps, predicting each with the provisional profile (simdl.calibrate.overlap)."""
@@ -157,14 +190,9 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
         v = m.get("variant", "")
         if m.get("skipped") or not (v == "ddp" or v.startswith("fsdp-")):
             continue
-        kw = dict(model=m["model"], strategy="ddp" if v == "ddp" else "fsdp", gpus=ranks, dataset=m["dataset"],
-                  batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0)
-        if v != "ddp":
-            # calibration/strategies.py gives the root reshard_after_forward explicitly too.
-            kw.update(sharding=v.split("-", 1)[1], wrap="block", reshard_root=v == "fsdp-full")
         local = strat.get(f"local/{m['model']}/{m['batch']}", {}).get("step_s")
         pts.append({"key": key, "variant": v, "model": m["model"], "batch": m["batch"], "measured_s": m["step_s"],
-                    "measured_local_s": local, "kwargs": kw})
+                    "measured_local_s": local, "kwargs": _step_kwargs(m, ranks)})
     if not pts:
         return None, []
     cache: dict = {}
@@ -200,6 +228,10 @@ BLOCKING_FROM_CALLS = True
 # Fit FSDP2's host time per unit (efficiency.fsdp_unit_overhead_us, u) with the other step
 # parameters; False holds u at 0 (the form before 2026-11-25).
 FIT_FSDP_UNIT_OVERHEAD = True
+# Fit how much slower the strategies' buffer copies run inside a step
+# (efficiency.copy_in_step_factor) from the profiled strategy steps, before the step fit;
+# False leaves copies at their idle-machine cost (the form before 2026-11-25 evening).
+COPY_FACTOR_FROM_PROFILED_STEPS = True
 
 
 def _logged_calls(stage) -> dict:
@@ -545,6 +577,26 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             if {"all_gather", "reduce_scatter"} <= set(bf.factors_):
                 fixed[1] = 1.0
                 eff.pop("collective_load_factor", None)
+    # Strategies' buffer copies inside a step, from the profiled steps: before the step fit,
+    # whose parameters would otherwise absorb them (u, per unit, took most of it).
+    # Host devices only: on a GPU the profiler's host-side copy ops are launches, not copies.
+    if strat:
+        eff.pop("copy_in_step_factor", None)
+    if strat and shared and COPY_FACTOR_FROM_PROFILED_STEPS:
+        with tempfile.TemporaryDirectory() as td:
+            cf = _copy_fit(profile, strat, per_node * nodes, Path(td))
+        if cf is not None:
+            worst = max((abs(e) for h in cf.held_out_.values() for e in h["rel_errors"].values()), default=None)
+            report["strategies"]["copies"] = {
+                "factor": cf.factor_, "points": [dict(p, rel_error=round(r, 4)) for p, r in zip(cf.points_, cf.residuals_)],
+                "held_out": cf.held_out_, "held_out_max_abs_rel_error": worst}
+            eff["copy_in_step_factor"] = _val(cf.factor_, (
+                f"{tag}: copy ops (copy_, _chunk_cat, cat, ...) on the training thread of one profiled step of each "
+                f"DDP/FSDP variant ({len(cf.points_)} steps of {', '.join(sorted({p['model'] for p in cf.points_}))} "
+                f"at {per_node * nodes} ranks), less the same model's local step's, over the plan's copies at the "
+                f"idle copy bandwidth and page-fault cost; least squares on relative errors"
+                + (f"; a model's copies predicted from the other models' factor within {worst:.1%}"
+                   if worst is not None else "")))
     if strat and (est is not None or rows) and (joint or eff.get("collective_regimes_intra")):
         with tempfile.TemporaryDirectory() as td:
             sf, pts = _strategy_fit(profile, strat, per_node * nodes, Path(td), fixed)
@@ -705,6 +757,8 @@ def _summary(report: dict) -> dict:
         o = report["strategies"]["fit"]
         out["strategy_fit"] = {"params": o["params"], "points": o["points"], "held_out": o["held_out"],
                                "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"]}
+    if report.get("strategies", {}).get("copies"):
+        out["copy_fit"] = report["strategies"]["copies"]
     out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
     return _plain(out)
 

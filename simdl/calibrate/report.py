@@ -146,6 +146,16 @@ def format_report(report: dict, profile: dict) -> str:
         def step(m):
             return "skipped" if m.get("skipped") else f"{m['step_s'] * 1e3:.2f}"
         lines.append("strategy steps (median, ms): " + ", ".join(f"{k}: {step(m)}" for k, m in st["measured"].items()))
+    if st.get("copies"):
+        c = st["copies"]
+        ho = [abs(e) for h in c["held_out"].values() for e in h["rel_errors"].values()]
+        lines.append(f"buffer copies inside the steps (profiled step, less the local step's): {c['factor']:.2f}x their "
+                     f"idle-machine time (copy_in_step_factor)"
+                     + (f"; leave-one-model-out max {max(ho):.1%}, mean {sum(ho) / len(ho):.1%} ({len(ho)} steps)"
+                        if ho else ""))
+        for pt in c["points"]:
+            lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  idle-machine "
+                         f"{pt['predicted_s'] * 1e3:8.1f} ms  fitted {_pct(pt['rel_error'])}")
     if st.get("fit"):
         o = st["fit"]
         p = o["params"]

@@ -404,7 +404,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              "collective_overhead_us", "comm_compute_interference",
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
-             "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth",
+             "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth", "copy_in_step_factor",
              "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
              "collective_load_overhead_us", "fsdp_unit_overhead_us", "compute_jitter",
              *(f"collective_blocking_factor_{c}" for c in BLOCKING_COLLECTIVES), "collective_blocking_wait",
@@ -453,6 +453,14 @@ class Efficiency:
     # destination's lines are read before they are written (write-allocate), so copies
     # reach less than in-place updates. Default: ``stream_bandwidth``.
     copy_bandwidth: Sourced | None = None
+    # Optional, for ranks whose copies share the cores and memory with the rest of the step
+    # (CPU): how many times its time on the idle machine (copy_bandwidth, page faults of
+    # fresh buffers) a strategy's buffer copy (FSDP2 packing and unpacking its collective
+    # buffers, DDP filling its buckets) takes inside a training step. A profiled ViT-B/32
+    # FSDP step on the Xeon (2026-11-25) ran the 28 MB chunk_cat of each unit's gradients at
+    # 0.67 GB/s, against 4-7.5 ms alone. Fitted by `simdl calibrate` from the profiled
+    # strategy steps (simdl.calibrate.in_step.CopyFit); absent = 1.
+    copy_in_step_factor: Sourced | None = None
     # Optional, for ranks that compute and communicate on the same host cores (CPU, gloo): a
     # collective inside a training step is slower than the same call on the idle machine the
     # collective costs were measured on (its threads share the cores with the compute and
@@ -535,6 +543,7 @@ class Efficiency:
         _put(out, "stream_bandwidth", self.stream_bandwidth)
         _put(out, "stream_call_overhead_us", self.stream_call_overhead)
         _put(out, "copy_bandwidth", self.copy_bandwidth)
+        _put(out, "copy_in_step_factor", self.copy_in_step_factor)
         _put(out, "collective_load_factor", self.collective_load_factor)
         _put(out, "collective_load_factor_all_reduce", self.collective_load_factor_all_reduce)
         _put(out, "collective_load_half_size_MiB", self.collective_load_half_size)
@@ -868,6 +877,8 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         stream_bandwidth=_positive(raw, "stream_bandwidth", where, required=False),
         stream_call_overhead=_nonneg(raw, "stream_call_overhead_us", where, required=False),
         copy_bandwidth=_positive(raw, "copy_bandwidth", where, required=False),
+        copy_in_step_factor=_bounded(raw, "copy_in_step_factor", where, 0.5, 50.0,
+                                     "how many times its idle time a buffer copy takes inside a training step"),
         collective_load_factor=_load_factor(raw, where),
         collective_load_factor_all_reduce=_load_factor(raw, where, "collective_load_factor_all_reduce"),
         collective_load_half_size=_positive(raw, "collective_load_half_size_MiB", where, required=False),

@@ -70,12 +70,13 @@ def analytic_memory_curve(workload, cluster, plan: SpmdPlan | PSPlan, timeline: 
 
     ``levels`` is (events + 1, categories) as :meth:`Timeline.levels`; ``times[0] = 0``.
     """
-    from ..analytic.costs import CommCosts, compute_task_time, device_rates, memory_bound_time, row_times
+    from ..analytic.costs import (CommCosts, compute_task_time, device_rates, memory_bound_time, row_times,
+                                  spmd_or_ps_rates)
     from ..analytic.schedule import schedule, task_durations
     from .model import timeline_for
 
     tl = timeline or timeline_for(workload, plan, cluster)
-    rates = device_rates(cluster, workload.precision)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan)
     rows = row_times(workload.table, workload.batch_size, rates)
     if isinstance(plan, PSPlan):
         tasks = plan.worker_tasks

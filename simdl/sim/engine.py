@@ -85,7 +85,8 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if unknown_options:
         raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
                          "iterations, warmup, straggler, jitter, seed, free_comm, contention")
-    from ..analytic.costs import CommCosts, blocking_wait_time, compute_split, device_rates, row_times
+    from ..analytic.costs import (CommCosts, blocking_wait_time, compute_split, device_rates, row_times,
+                                  spmd_or_ps_rates)
     from ..analytic.engine import step_split
     from ..cluster.topology import build_topology
     from .collectives import Collectives, Router
@@ -110,7 +111,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     hetero = build_hetero(straggler, jitter, seed, default=default)
     hetero.check_ranks(plan.world_size)
 
-    rates = device_rates(cluster, workload.precision)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan)
     rows = row_times(workload.table, workload.batch_size, rates)
     comm = CommCosts.for_plan(cluster, plan, algorithm)
     graph = build_topology(cluster)

@@ -56,6 +56,12 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert spmd and sorted(st["faults_warmup"]) == sorted(spmd)
     assert all(v["faulted_bytes_per_step"] >= 0 and len(v["warmup_over_step"]) >= 1
                for v in st["faults_warmup"].values())
+    # ... and one profiled step each, split by group of ops: the copies' in-step factor is
+    # fitted from them (simdl.calibrate.in_step.CopyFit) and lands in the profile.
+    assert all(st["measured"][k].get("copies_s", -1) >= 0 for k in spmd)
+    assert (spec.efficiency.copy_in_step_factor is not None) == bool(st.get("copies"))
+    if st.get("copies"):
+        assert spec.efficiency.copy_in_step_factor.value == pytest.approx(st["copies"]["factor"], rel=1e-3)
     print(f"quick calibration took {elapsed:.0f} s")
 
 

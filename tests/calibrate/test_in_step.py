@@ -114,3 +114,24 @@ def test_blocking_fit_recovers_factors_and_wait_and_predicts_a_held_out_model():
     rows[0]["calls"] = _calls({"all_gather": 2.6, "reduce_scatter": 3.2})
     bf = BlockingFit().fit(rows, idle)
     assert bf.held_out_["a"]["fsdp-full/a/8"]["rel_error"] < -0.3
+
+
+def test_copy_fit_recovers_the_factor_and_predicts_a_held_out_model():
+    from simdl.calibrate.in_step import CopyFit
+
+    pts = [{"model": m, "key": f"{v}/{m}/16", "measured_s": 4.0 * p, "predicted_s": p}
+           for m, base in (("a", 0.02), ("b", 0.05), ("c", 0.1)) for v, p in (("fsdp-full", base), ("ddp", base / 2))]
+    pts.append({"model": "c", "key": "tiny", "measured_s": 0.001, "predicted_s": 0.0001})  # below min_s: left out
+    f = CopyFit().fit(pts)
+    assert f.factor_ == pytest.approx(4.0) and len(f.points_) == 6
+    assert max(abs(r) for r in f.residuals_) < 1e-9
+    assert set(f.held_out_) == {"a", "b", "c"}
+    assert all(abs(e) < 1e-9 for h in f.held_out_.values() for e in h["rel_errors"].values())
+    # a model whose copies are slower than the others': its held-out error shows it
+    pts[0]["measured_s"] *= 2
+    pts[1]["measured_s"] *= 2
+    f = CopyFit().fit(pts)
+    assert f.held_out_["a"]["factor"] == pytest.approx(4.0)
+    assert f.held_out_["a"]["rel_errors"]["fsdp-full/a/16"] == pytest.approx(-0.5)
+    with pytest.raises(ValueError, match="at least"):
+        CopyFit().fit([{"model": "a", "key": "k", "measured_s": 1e-4, "predicted_s": 1e-4}])
