@@ -228,10 +228,18 @@ BLOCKING_FROM_CALLS = True
 # Fit FSDP2's host time per unit (efficiency.fsdp_unit_overhead_us, u) with the other step
 # parameters; False holds u at 0 (the form before 2026-11-25).
 FIT_FSDP_UNIT_OVERHEAD = True
-# Fit how much slower the strategies' buffer copies run inside a step
-# (efficiency.copy_in_step_factor) from the profiled strategy steps, before the step fit;
-# False leaves copies at their idle-machine cost (the form before 2026-11-25 evening).
-COPY_FACTOR_FROM_PROFILED_STEPS = True
+# Write how much slower the strategies' buffer copies run inside a step
+# (efficiency.copy_in_step_factor, fitted from the profiled strategy steps before the step
+# fit) into the profile. The fit and its leave-one-model-out check are always made and
+# printed; the factor is not used, because one factor does not carry over between models:
+# on the EPYC (2026-11-25, calibrate-epyc-copyfit: the strategies stage of
+# calibrate-20261125T200248Z measured again with profiled steps) it came out at 1.10 with a
+# leave-one-model-out error of the models' copy time of max 67.7 %, mean 38.9 %. In-step copy
+# time per byte copied ran from 0.025 ms/MB (DDP's reused buckets) through 0.07-0.12 (FSDP on
+# resnet18, convnext_tiny, efficientnet_v2_s) to 0.24-0.34 (wide_mlp; wide_resnet101_2
+# FSDP none), and neither a bytes + allocated-bytes form (max 76.6 %, mean 30.7 %) nor the
+# page faults logged per step explain it. True writes it (what-if: copies slowed as fitted).
+COPY_FACTOR_FROM_PROFILED_STEPS = False
 
 
 def _logged_calls(stage) -> dict:
@@ -582,14 +590,16 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     # Host devices only: on a GPU the profiler's host-side copy ops are launches, not copies.
     if strat:
         eff.pop("copy_in_step_factor", None)
-    if strat and shared and COPY_FACTOR_FROM_PROFILED_STEPS:
+    if strat and shared:
         with tempfile.TemporaryDirectory() as td:
             cf = _copy_fit(profile, strat, per_node * nodes, Path(td))
         if cf is not None:
             worst = max((abs(e) for h in cf.held_out_.values() for e in h["rel_errors"].values()), default=None)
             report["strategies"]["copies"] = {
                 "factor": cf.factor_, "points": [dict(p, rel_error=round(r, 4)) for p, r in zip(cf.points_, cf.residuals_)],
-                "held_out": cf.held_out_, "held_out_max_abs_rel_error": worst}
+                "held_out": cf.held_out_, "held_out_max_abs_rel_error": worst,
+                "written": COPY_FACTOR_FROM_PROFILED_STEPS}
+        if cf is not None and COPY_FACTOR_FROM_PROFILED_STEPS:
             eff["copy_in_step_factor"] = _val(cf.factor_, (
                 f"{tag}: copy ops (copy_, _chunk_cat, cat, ...) on the training thread of one profiled step of each "
                 f"DDP/FSDP variant ({len(cf.points_)} steps of {', '.join(sorted({p['model'] for p in cf.points_}))} "

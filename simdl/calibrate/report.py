@@ -150,9 +150,11 @@ def format_report(report: dict, profile: dict) -> str:
         c = st["copies"]
         ho = [abs(e) for h in c["held_out"].values() for e in h["rel_errors"].values()]
         lines.append(f"buffer copies inside the steps (profiled step, less the local step's): {c['factor']:.2f}x their "
-                     f"idle-machine time (copy_in_step_factor)"
+                     f"idle-machine time"
                      + (f"; leave-one-model-out max {max(ho):.1%}, mean {sum(ho) / len(ho):.1%} ({len(ho)} steps)"
-                        if ho else ""))
+                        if ho else "")
+                     + ("; written as copy_in_step_factor" if c.get("written") else
+                        "; a check, not written to the profile (simdl.calibrate.profile.COPY_FACTOR_FROM_PROFILED_STEPS)"))
         for pt in c["points"]:
             lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  idle-machine "
                          f"{pt['predicted_s'] * 1e3:8.1f} ms  fitted {_pct(pt['rel_error'])}")

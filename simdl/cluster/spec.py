@@ -459,7 +459,9 @@ class Efficiency:
     # buffers, DDP filling its buckets) takes inside a training step. A profiled ViT-B/32
     # FSDP step on the Xeon (2026-11-25) ran the 28 MB chunk_cat of each unit's gradients at
     # 0.67 GB/s, against 4-7.5 ms alone. Fitted by `simdl calibrate` from the profiled
-    # strategy steps (simdl.calibrate.in_step.CopyFit); absent = 1.
+    # strategy steps (simdl.calibrate.in_step.CopyFit) and printed; written into a profile only
+    # where simdl.calibrate.profile.COPY_FACTOR_FROM_PROFILED_STEPS says (one factor did not
+    # carry over between models on the EPYC); a profile may set it by hand. Absent = 1.
     copy_in_step_factor: Sourced | None = None
     # Optional, for ranks that compute and communicate on the same host cores (CPU, gloo): a
     # collective inside a training step is slower than the same call on the idle machine the
