@@ -433,7 +433,9 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
              "`optimizer` the optimizer step, `rest` time in collective calls, waits, hooks and Python. Predicted: "
              f"the {engine} engine's `step_split_s` (compute = the workload's rows; rest = host time per unit, "
              "interference, blocking waits and exposed communication). A sum can be right with its split wrong; "
-             "this table shows which.", "",
+             "this table shows which. Caveats: the profiler slows a step unevenly (many small ops more than few "
+             "large ones), and measured `copies` include the model's own copy ops (`.contiguous()`, `cat`), "
+             "which a prediction counts in `compute`.", "",
              "| run | step (measured / predicted) | compute | copies | optimizer | rest |", "|---|---|---|---|---|---|"]
     for r, meas, pred in rows:
         st = r["measured"]["step_time_s"]["median"]
