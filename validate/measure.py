@@ -37,7 +37,7 @@ import numpy as np
 
 # Where the profiled step's busy time went, by group: the groups calibration's strategy stage
 # measures too.
-from simdl.calibrate.step_groups import busy_groups, thread_spans
+from simdl.calibrate.step_groups import busy_groups, last_range, thread_spans
 # One set of summary rules for each run and for the report's pooled repeats.
 from simdl.report.metrics import percentile, staleness_summary, step_stats  # noqa: F401
 
@@ -116,12 +116,7 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
     from simdl.memory.measured import live_curve, peak_between
 
     events = list(kineto_events)
-    marks = [e for e in events if e.name() == MEASURED_STEP]
-    if not marks:
-        raise RuntimeError(f"no {MEASURED_STEP} range in the profile")
-    mark = marks[-1]
-    t0, t1 = mark.start_ns(), mark.start_ns() + mark.duration_ns()
-    main_thread = mark.start_thread_id()
+    t0, t1, main_thread = last_range(events, MEASURED_STEP)
 
     # Live bytes: allocations paired with their frees, since the profiler started (before
     # the model was built).

@@ -72,15 +72,21 @@ def thread_spans(events: Iterable[Any], t0: int, t1: int, thread: int
     return spans, optimizer
 
 
-def marked_step_groups(events: Iterable[Any], mark: str) -> dict[str, Any]:
-    """The groups of the last range named ``mark`` (a ``record_function`` around one step):
-    ``{"length_s": ..., "busy_by_group_s": {...}}``, on the thread that opened the range."""
-    events = list(events)
+def last_range(events: list[Any], mark: str) -> tuple[int, int, int]:
+    """(start ns, end ns, thread) of the last range named ``mark`` (a ``record_function``
+    around one step); RuntimeError when the profile has none."""
     marks = [e for e in events if e.name() == mark]
     if not marks:
         raise RuntimeError(f"no {mark} range in the profile")
     m = marks[-1]
-    t0, t1 = m.start_ns(), m.start_ns() + m.duration_ns()
-    spans, optimizer = thread_spans(events, t0, t1, m.start_thread_id())
+    return m.start_ns(), m.start_ns() + m.duration_ns(), m.start_thread_id()
+
+
+def marked_step_groups(events: Iterable[Any], mark: str) -> dict[str, Any]:
+    """The groups of the last range named ``mark``: ``{"length_s": ..., "busy_by_group_s":
+    {...}}``, on the thread that opened the range."""
+    events = list(events)
+    t0, t1, thread = last_range(events, mark)
+    spans, optimizer = thread_spans(events, t0, t1, thread)
     return {"length_s": (t1 - t0) / 1e9,
             "busy_by_group_s": {k: round(v, 6) for k, v in busy_groups(spans, optimizer).items()}}

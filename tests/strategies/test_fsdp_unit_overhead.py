@@ -54,22 +54,3 @@ def test_the_step_grows_by_the_hooks_and_ddp_and_profiles_without_the_key_do_not
     assert (predict(cluster=base, strategy="ddp", **kw).iteration_time_s
             == predict(cluster=with_u, strategy="ddp", **kw).iteration_time_s)
 
-
-def test_profile_key_round_trips_and_rejects_negative(tmp_path):
-    import yaml
-
-    from simdl.cluster.spec import CLUSTER_DIR
-    from simdl.errors import SimdlError
-
-    d = yaml.safe_load((CLUSTER_DIR / "cpu-local.yaml").read_text())
-    d["compute_profile"]["file"] = str(CLUSTER_DIR / d["compute_profile"]["file"])
-    d["efficiency"]["fsdp_unit_overhead_us"] = {"value": 2500.0, "kind": "calibrated", "source": "test"}
-    p = tmp_path / "p.yaml"
-    p.write_text(yaml.safe_dump(d))
-    spec = load_cluster(str(p))
-    assert spec.efficiency.fsdp_unit_overhead.value == pytest.approx(2.5e-3)
-    assert spec.efficiency.to_dict()["fsdp_unit_overhead_us"]["value"] == pytest.approx(2500.0)
-    d["efficiency"]["fsdp_unit_overhead_us"]["value"] = -1.0
-    p.write_text(yaml.safe_dump(d))
-    with pytest.raises(SimdlError, match="fsdp_unit_overhead_us"):
-        load_cluster(str(p))
