@@ -225,20 +225,28 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
 SPLIT_KINDS = ("compute", "copies", "optimizer", "host")
 
 
-def compute_split(tasks, rows: "RowTimes", rates: Rates) -> dict[str, float]:
+def compute_split(tasks, rows: "RowTimes", rates: Rates, durations=None) -> dict[str, float]:
     """Seconds of ``tasks``' compute-stream work by :data:`SPLIT_KINDS`; the values add up to
-    the sum of :func:`compute_task_time` over the compute tasks."""
+    the sum of :func:`compute_task_time` over the compute tasks. ``durations``: the tasks'
+    times when the caller has them (:func:`simdl.analytic.schedule.task_durations`), so that
+    the memory-bound parts are not priced twice (sweeps call this per prediction)."""
     out = dict.fromkeys(SPLIT_KINDS, 0.0)
-    for t in tasks:
-        if getattr(t, "collective", ""):
+    for i, t in enumerate(tasks):
+        if t.collective:
             continue
-        if t.rows:
-            out["compute"] += rows.segment(t.rows[0], t.rows[1], t.direction)
+        if durations is not None and not (t.bytes or t.kernels or t.allocs):
+            # rows and host time only (most tasks): the duration is their sum
+            out["compute"] += durations[i] - t.host_s
+            out["host"] += t.host_s
+            continue
+        r = rows.segment(t.rows[0], t.rows[1], t.direction) if t.rows else 0.0
+        out["compute"] += r
+        out["host"] += t.host_s
         if t.bytes or t.kernels or t.allocs:
             kind = "optimizer" if t.phase == "opt" else "copies"
-            out[kind] += memory_bound_time(t.bytes, t.kernels, rates, fresh_mapped_bytes(t.allocs, rates),
-                                           copy=t.phase != "opt")
-        out["host"] += t.host_s
+            out[kind] += (durations[i] - r - t.host_s if durations is not None else
+                          memory_bound_time(t.bytes, t.kernels, rates, fresh_mapped_bytes(t.allocs, rates),
+                                            copy=t.phase != "opt"))
     return out
 
 

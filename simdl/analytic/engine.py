@@ -34,7 +34,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         timing = _ps_timing(workload, cluster, plan, rows, rates)
     else:
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
-    iteration, compute, comm, any_busy, comm_bytes, staleness, added = timing
+    iteration, compute, comm, any_busy, comm_bytes, staleness, kinds, added = timing
     # Communication the compute stream waited for (measured before any loader stall).
     exposed = max(iteration - compute, 0.0) if comm > 0 else 0.0
     # The loader prefetches in parallel with the GPU; it stalls the step only when slower.
@@ -44,8 +44,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         notes = notes + (f"input pipeline bound: the loader needs {loader:.4g} s per step",)
         stall = loader - iteration
         iteration = loader
-    tasks = plan.worker_tasks if isinstance(plan, PSPlan) else plan.tasks
-    split = step_split(compute_split(tasks, rows, rates), compute, iteration, input_stall=stall, **added)
+    split = step_split(kinds, compute, iteration, input_stall=stall, **added)
     samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
     iterations = math.ceil(workload.train_samples / samples_per_iteration)
     epoch = iterations * iteration
@@ -91,7 +90,8 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
         slowdown = interference.value * concurrent
     wait = blocking_wait_time(cluster, plan, compute)
     added = {"interference": slowdown, "blocking_wait": wait}
-    return makespan + slowdown + wait, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness(), added
+    kinds = compute_split(plan.tasks, rows, rates, durations)
+    return makespan + slowdown + wait, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness(), kinds, added
 
 
 def step_split(kinds: dict[str, float], compute: float, iteration: float, *, interference: float = 0.0,
@@ -258,7 +258,8 @@ def async_staleness(workers: int, think: float, apply: float, snapshot: float) -
 def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
     # Forward, backward, activation checkpointing's recomputed forward, and loading the
     # pulled parameters into the model (the worker plan's tasks).
-    compute = sum(compute_task_time(t, rows, rates) for t in plan.worker_tasks)
+    durations = [compute_task_time(t, rows, rates) for t in plan.worker_tasks]
+    compute = sum(durations)
     N = plan.workers
     if plan.strategy == "ps-sync":
         push, pull = ps_transfer_times(cluster, plan, N)
@@ -289,4 +290,5 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         staleness = Staleness(mean=s, p50=s, p99=s, max=s)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
-    return iteration, compute, comm, any_busy, bytes_sent(plan, cluster), staleness, {}
+    kinds = compute_split(plan.worker_tasks, rows, rates, durations)
+    return iteration, compute, comm, any_busy, bytes_sent(plan, cluster), staleness, kinds, {}
