@@ -141,9 +141,9 @@ class CallTimer:
         return timed
 
 
-def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, model_name="", profile_step=True):
+def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, model_name=""):
     """Step times of local / DDP / FSDP training (every rank is a trainer), and one profiled
-    step's split by group of ops (``profile_step``)."""
+    step's split by group of ops."""
     note = ""
     if variant == "ddp":
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -198,12 +198,12 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
             else:
                 warm.append(dt)
         timer.step = None
-        groups = profiled_step(ctx, step) if profile_step else None
+        groups = profiled_step(ctx, step)
     if variant == "ddp":
         note = "bucket_cap_mb=default (25)"
     return times, note, timer.calls, {"warmup_times_s": warm, "minor_faults_per_step": faults,
                                       "page_bytes": resource.getpagesize(),
-                                      **({"profiled_step": groups} if groups else {})}
+                                      "profiled_step": groups}
 
 
 PROFILED_STEP = "calibration::profiled_step"
@@ -213,9 +213,9 @@ def profiled_step(ctx, step) -> dict:
     """One more step, after the timed ones, under torch.profiler (CPU ops; not timed with
     the others, the profiler slows a step down): the training thread's time by group of ops
     (simdl.calibrate.step_groups: compute, copies, optimizer, collective calls) and the
-    step's length. `simdl calibrate` fits from it how fast the strategies' buffer copies run
-    inside a step (FSDP2 packing its collective buffers ran about 10x slower in a step than
-    alone on the Xeon, 2026-11-25)."""
+    step's length. `simdl calibrate` sets the strategies' copies in it against their
+    idle-machine cost (simdl.calibrate.in_step.CopyFit: FSDP2 packing its collective buffers
+    ran about 10x slower in a step than alone on the Xeon, 2026-11-25)."""
     from torch.profiler import ProfilerActivity, profile, record_function
 
     from simdl.calibrate.step_groups import marked_step_groups
@@ -295,8 +295,6 @@ def main() -> None:
     p.add_argument("--ps-model", default="mnist_cnn:mnist:32")
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--no-profiled-step", action="store_true",
-                   help="skip the profiled step after each variant's timed steps")
     p.add_argument("--variants", default=",".join(SPMD_VARIANTS + ("fsdp1",) + PS_VARIANTS))
     args = p.parse_args()
     ctx = setup(args, STAGE)
@@ -332,7 +330,7 @@ def main() -> None:
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
                 times, note, calls, extra = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup,
-                                                         name, profile_step=not args.no_profiled_step)
+                                                         name)
         except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
             ok, err, times, note, calls, extra = False, f"{type(e).__name__}: {e}"[:300], [], "", [], {}
         if not all_ok(ctx, ok):

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 
+# The union of intervals, as the engines measure a stream's busy time.
+from simdl.analytic.schedule import busy_time
 # Where the profiled step's busy time went, by group: the groups calibration's strategy stage
 # measures too.
 from simdl.calibrate.step_groups import busy_groups, last_range, thread_spans
@@ -145,17 +147,7 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
                 comm_payload += nbytes
                 comm_sent += bus_bytes_factor(kind, world) * nbytes
                 n_coll += 1
-    spans = sorted((s, e_) for s, e_, name in tops if not name.startswith("c10d::"))
-    busy, cur_s, cur_e = 0, None, None
-    for s, e_ in spans:
-        if cur_e is None or s > cur_e:
-            if cur_e is not None:
-                busy += cur_e - cur_s
-            cur_s, cur_e = s, e_
-        else:
-            cur_e = max(cur_e, e_)
-    if cur_e is not None:
-        busy += cur_e - cur_s
+    busy = busy_time([(s, e_) for s, e_, name in tops if not name.startswith("c10d::")])
     step_ns = max(t1 - t0, 1)
     return {
         "peak_allocated_bytes": max(steps),

@@ -216,7 +216,7 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
     return d + task.host_s
 
 
-# Kinds of compute-stream time a result splits itself into (Result.compute_split_s), named as
+# Kinds of compute-stream time a result splits itself into (Result.step_split_s), named as
 # the groups validate/measure.py splits a profiled step into (busy_by_group_s), so that a
 # prediction's split can be checked and not only its sum: ``compute`` the workload's rows,
 # ``copies`` buffer copies (FSDP copy-in/out, DDP bucket copies; page faults of their fresh
@@ -225,28 +225,23 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
 SPLIT_KINDS = ("compute", "copies", "optimizer", "host")
 
 
-def compute_split(tasks, rows: "RowTimes", rates: Rates, durations=None) -> dict[str, float]:
-    """Seconds of ``tasks``' compute-stream work by :data:`SPLIT_KINDS`; the values add up to
-    the sum of :func:`compute_task_time` over the compute tasks. ``durations``: the tasks'
-    times when the caller has them (:func:`simdl.analytic.schedule.task_durations`), so that
-    the memory-bound parts are not priced twice (sweeps call this per prediction)."""
+def compute_split(tasks, rows: "RowTimes", durations) -> dict[str, float]:
+    """Seconds of ``tasks``' compute-stream work by :data:`SPLIT_KINDS`, from the durations
+    the engine priced them at (:func:`compute_task_time`, one per task; collectives skipped):
+    a task's rows are ``compute``, its host time ``host``, the rest of its duration (bytes,
+    calls, page faults) ``optimizer`` or ``copies`` by its phase. The values add up to the
+    compute tasks' durations."""
     out = dict.fromkeys(SPLIT_KINDS, 0.0)
-    for i, t in enumerate(tasks):
+    for t, d in zip(tasks, durations):
         if t.collective:
             continue
-        if durations is not None and not (t.bytes or t.kernels or t.allocs):
-            # rows and host time only (most tasks): the duration is their sum
-            out["compute"] += durations[i] - t.host_s
-            out["host"] += t.host_s
+        out["host"] += t.host_s
+        if not (t.bytes or t.kernels or t.allocs):
+            out["compute"] += d - t.host_s  # rows only (most tasks)
             continue
         r = rows.segment(t.rows[0], t.rows[1], t.direction) if t.rows else 0.0
         out["compute"] += r
-        out["host"] += t.host_s
-        if t.bytes or t.kernels or t.allocs:
-            kind = "optimizer" if t.phase == "opt" else "copies"
-            out[kind] += (durations[i] - r - t.host_s if durations is not None else
-                          memory_bound_time(t.bytes, t.kernels, rates, fresh_mapped_bytes(t.allocs, rates),
-                                            copy=t.phase != "opt"))
+        out["optimizer" if t.phase == "opt" else "copies"] += d - r - t.host_s
     return out
 
 

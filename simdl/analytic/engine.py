@@ -90,7 +90,7 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
         slowdown = interference.value * concurrent
     wait = blocking_wait_time(cluster, plan, compute)
     added = {"interference": slowdown, "blocking_wait": wait}
-    kinds = compute_split(plan.tasks, rows, rates, durations)
+    kinds = compute_split(plan.tasks, rows, durations)
     return makespan + slowdown + wait, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness(), kinds, added
 
 
@@ -290,5 +290,5 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         staleness = Staleness(mean=s, p50=s, p99=s, max=s)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
-    kinds = compute_split(plan.worker_tasks, rows, rates, durations)
+    kinds = compute_split(plan.worker_tasks, rows, durations)
     return iteration, compute, comm, any_busy, bytes_sent(plan, cluster), staleness, kinds, {}

@@ -287,7 +287,6 @@ def strategy_points(st: StageRecords) -> dict[str, dict]:
         prof = [r["profiled_step"] for r in workers if r.get("profiled_step")]
         if prof and len(prof) == len(workers):
             out[key]["copies_s"] = statistics.fmean(p["busy_by_group_s"]["copies"] for p in prof)
-            out[key]["profiled_step_s"] = statistics.fmean(p["length_s"] for p in prof)
     return out
 
 

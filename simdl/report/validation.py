@@ -423,7 +423,7 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
         meas["rest"] = max(1.0 - sum(meas.values()), 0.0)
         pred = {k: split.get(k, 0.0) / step for k in ("compute", "copies", "optimizer")}
         pred["rest"] = max(1.0 - sum(pred.values()), 0.0)
-        rows.append((r, meas, pred))
+        rows.append((r, step, meas, pred))
     if not rows:
         return []
     lines = ["## Where the step goes", "",
@@ -437,11 +437,10 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
              "large ones), and measured `copies` include the model's own copy ops (`.contiguous()`, `cat`), "
              "which a prediction counts in `compute`.", "",
              "| run | step (measured / predicted) | compute | copies | optimizer | rest |", "|---|---|---|---|---|---|"]
-    for r, meas, pred in rows:
-        st = r["measured"]["step_time_s"]["median"]
+    for r, step, meas, pred in rows:
         cells = " | ".join(f"{_pct(meas[k])} / {_pct(pred[k])}" for k in ("compute", "copies", "optimizer", "rest"))
         lines.append(f"| {_model(r)} {r['label']} r{r['spec']['ranks']} b{r['spec']['batch_size']} | "
-                     f"{_num(st, 's')} / {_num(r['predicted'][engine]['iteration_time_s'], 's')} | {cells} |")
+                     f"{_num(r['measured']['step_time_s']['median'], 's')} / {_num(step, 's')} | {cells} |")
     lines.append("")
     return lines
 

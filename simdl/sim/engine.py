@@ -287,7 +287,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         exposed_comm_time_s=max(iteration - compute, 0.0) if is_ps else max(any_busy - compute, 0.0),
         comm_bytes_per_iteration=sent_per_gpu,
         staleness=staleness,
-        step_split_s=step_split(compute_split(plan.worker_tasks if is_ps else plan.tasks, rows, rates), compute,
+        step_split_s=step_split(compute_split(plan.worker_tasks if is_ps else plan.tasks, rows, durations), compute,
                                 iteration, **added),
         config=cfg,
         notes=notes + tuple(getattr(plan, "notes", ())),

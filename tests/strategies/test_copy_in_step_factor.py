@@ -22,8 +22,7 @@ def test_copies_scale_and_nothing_else_does(strategy, sharding):
     extra = {"sharding": sharding} if sharding else {}
     a = predict(cluster=_with_factor(None), strategy=strategy, **KW, **extra).step_split_s
     b = predict(cluster=_with_factor(3.0), strategy=strategy, **KW, **extra).step_split_s
-    if a["copies"] > 0:
-        assert b["copies"] == pytest.approx(3.0 * a["copies"])
+    assert a["copies"] > 0 and b["copies"] == pytest.approx(3.0 * a["copies"])
     for k in ("compute", "optimizer", "host"):
         assert b[k] == pytest.approx(a[k])
 
