@@ -233,18 +233,20 @@ def _add_calibrate_parser(sub) -> None:
 def _cmd_report(a: argparse.Namespace) -> int:
     from pathlib import Path
 
-    if a.results is None and not a.paper:
+    if not a.results and not a.paper:
         raise SimdlError("simdl report: give a results JSONL (from python -m validate.run) or --paper")
-    if a.results is None:  # --paper alone: the predictions at the studies' scale, printed
+    if not a.results:  # --paper alone: the predictions at the studies' scale, printed
         from .report.paper import paper_tables
 
         print(paper_tables())
         return 0
-    if not Path(a.results).exists():
-        raise SimdlError(f"simdl report: no results file {a.results!r}")
+    for f in a.results:
+        if not Path(f).exists():
+            raise SimdlError(f"simdl report: no results file {f!r}")
     from .report.validation import build_report
 
-    md = build_report(a.results, a.output, paper=a.paper, command=f"simdl report {a.results} -o {a.output}" + (" --paper" if a.paper else ""))
+    md = build_report(a.results, a.output, paper=a.paper,
+                      command=f"simdl report {' '.join(a.results)} -o {a.output}" + (" --paper" if a.paper else ""))
     print(md)
     return 0
 
@@ -400,7 +402,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("name", nargs="?", default=None)
     c.set_defaults(func=_cmd_clusters)
     r = sub.add_parser("report", help="validation report from a results JSONL; --paper: the studies at full scale")
-    r.add_argument("results", nargs="?", default=None, help="results JSONL written by python -m validate.run")
+    r.add_argument("results", nargs="*", default=None,
+                   help="results JSONL written by python -m validate.run; several are reported as one sweep "
+                        "(a run in a later file replaces its record from an earlier one)")
     r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
     r.add_argument("--paper", action="store_true", help="add simdl's predictions of the studies at their own scale")
     r.set_defaults(func=_cmd_report)

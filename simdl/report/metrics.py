@@ -107,6 +107,29 @@ def read_results(path: str | Path) -> list[dict]:
     return [pool_repeats(r, finished.get(r.get("run_id"), [])) if r.get("status") == "ok" else r for r in out]
 
 
+def read_result_files(paths) -> tuple[list[dict], dict[str, str]]:
+    """The records of several results files as one sweep, for a report over sweeps made on
+    different days (the 2-rank runs of one, the 4-rank runs of another): each file is read
+    as :func:`read_results` reads it, then a run in a later file replaces that run's record
+    from an earlier file (its own prediction and profile go with it; measurements are not
+    pooled across files). Returns the records in first-seen order and ``{run_id: the file
+    whose record was replaced}``."""
+    out: list[dict] = []
+    where: dict[str, int] = {}
+    replaced: dict[str, str] = {}
+    for path in paths:
+        for rec in read_results(path):
+            rid = rec.get("run_id")
+            if rid is not None and rid in where:
+                replaced[rid] = str(out[where[rid]].get("_source_file", ""))
+                out[where[rid]] = {**rec, "_source_file": str(path)}
+                continue
+            if rid is not None:
+                where[rid] = len(out)
+            out.append({**rec, "_source_file": str(path)})
+    return out, replaced
+
+
 def _same_harness(a: dict, b: dict) -> bool:
     """Two finished attempts of a run measured the same thing: same host and core count,
     same PS transport (the first exp2 attempts ran TensorPipe with its default transports,

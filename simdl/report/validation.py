@@ -14,7 +14,7 @@ import datetime as _dt
 import math
 from pathlib import Path
 
-from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_results, rel_error, summary
+from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, summary
 
 # Goals of issue 6 on the local profile (fractions).
 GOALS = {"step_mape": 0.05, "step_mape_stretch": 0.03, "step_max": 0.15, "memory_mean": 0.03, "staleness": 0.10}
@@ -446,29 +446,40 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
 
 
 def runs_table(records: list[dict]) -> list[str]:
-    lines = ["## Runs", "", "| run | status | processes | steps/rank | wall | data |", "|---|---|---|---|---|---|"]
+    # Several results files: each run says which one it came from, and when it started.
+    files = len({r.get("_source_file") for r in records}) > 1
+    extra = (" file | started |", "---|---|") if files else ("", "")
+    lines = ["## Runs", "", "| run | status | processes | steps/rank | wall | data |" + extra[0],
+             "|---|---|---|---|---|---|" + extra[1]]
     for r in records:
         m = r.get("measured") or {}
         status = r.get("status", "?") if r.get("status") == "ok" else f"failed: {str(r.get('error', '')).rsplit('; see ', 1)[0][:160]}"
+        cells = f" `{_rel(r.get('_source_file', ''))}` | {str(r.get('started', '-'))[:16]} |" if files else ""
         lines.append(f"| `{r['run_id']}` | {status} | {r.get('processes', '?')}{_flag(r)} | {m.get('steps_per_rank', '-')} | "
-                     f"{r.get('wall_s', 0):.0f} s | {m.get('data', '-')} |")
+                     f"{r.get('wall_s', 0):.0f} s | {m.get('data', '-')} |" + cells)
     lines.append("")
     return lines
 
 
-def build_report(results: str | Path, out_dir: str | Path, paper: bool = False, command: str | None = None) -> Path:
-    """Write ``out_dir/README.md`` and its PNG figures; return the Markdown path."""
+def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = False,
+                 command: str | None = None) -> Path:
+    """Write ``out_dir/README.md`` and its PNG figures; return the Markdown path. ``results``:
+    one results file, or several read as one sweep (:func:`read_result_files`)."""
     from . import figures
 
-    records = read_results(results)
+    paths = [results] if isinstance(results, (str, Path)) else list(results)
+    records, replaced = read_result_files(paths)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     engines = engines_present(records) or ["analytic"]
     ok = _ok(records)
     profiles = sorted({r.get("profile", "?") for r in records})
     lines = [f"# simdl validation report ({', '.join(profiles)} profile)", "",
-             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from `{results}` "
-             f"({len(ok)} runs finished, {len(records) - len(ok)} failed)."]
+             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from "
+             f"{', '.join(f'`{p}`' for p in paths)} ({len(ok)} runs finished, {len(records) - len(ok)} failed)."]
+    if replaced:
+        lines += ["", f"Runs in more than one file, each counted once with its record from the later file "
+                  f"(its own measurement, prediction and profile): {', '.join(f'`{r}`' for r in sorted(replaced))}."]
     sweeps = sorted({r.get("sweep_command") for r in records if r.get("sweep_command")})
     if sweeps:
         lines += ["", "Runs made with: " + "; ".join(f"`{c}`" for c in sweeps)]

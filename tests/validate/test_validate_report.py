@@ -214,3 +214,27 @@ def test_split_table_compares_shares_of_the_step_and_skips_runs_without_groups(r
     lines = split_table([rec])
     row = lines[-2]
     assert "40.0% / 50.0%" in row and "20.0% / 5.0%" in row and "8.0% / 5.0%" in row and "32.0% / 40.0%" in row
+
+
+def test_several_results_files_read_as_one_sweep(results_file, tmp_path):
+    """Two sweeps (one file per day): a run in both is counted once, from the later file, not
+    pooled with the earlier attempt; the report names both files and the replaced run."""
+    import json
+
+    from simdl.report.metrics import read_result_files
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()]
+    first, second = tmp_path / "day1.jsonl", tmp_path / "day2.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in recs[:3]))
+    again = dict(recs[2], measured=dict(recs[2]["measured"], step_time_s={"median": 9.0, "n": 5}))
+    second.write_text("".join(json.dumps(r) + "\n" for r in [again] + recs[3:]))
+    merged, replaced = read_result_files([first, second])
+    assert [r["run_id"] for r in merged] == [r["run_id"] for r in recs]
+    assert merged[2]["measured"]["step_time_s"]["median"] == 9.0 and "attempts" not in merged[2]
+    assert replaced == {recs[2]["run_id"]: str(first)}
+    out = tmp_path / "rep"
+    assert main(["report", str(first), str(second), "-o", str(out)]) == 0
+    text = (out / "README.md").read_text()
+    assert f"`{first}`, `{second}`" in text and f"later file (its own measurement, prediction and profile): `{recs[2]['run_id']}`" in text
+    assert "| file | started |" in text
+    assert main(["report", str(first), str(tmp_path / "missing.jsonl")]) == 2
