@@ -196,6 +196,27 @@ def finish(ctx: Ctx, stopped_by_budget: bool = False, note: str = "") -> None:
     dist.destroy_process_group()
 
 
+def release_host_memory(ctx: Ctx) -> None:
+    """Between measurements on CPU: collect the model just measured and give the C heap's
+    free memory back to the OS (glibc malloc_trim(3)). One process measures model after
+    model, and glibc keeps freed heap blocks, so a rank's memory grew with every model: on
+    2026-11-26 (4 ranks on the 24 GiB VM, calibrate-20261126T013801Z) a rank holding 6 GB was
+    OOM-killed when wide_mlp followed wide_resnet101_2. No timed step runs here."""
+    import ctypes
+    import ctypes.util
+    import gc
+
+    gc.collect()
+    if ctx.is_cuda:
+        torch.cuda.empty_cache()
+        return
+    name = ctypes.util.find_library("c")
+    try:
+        ctypes.CDLL(name).malloc_trim(0)
+    except (OSError, AttributeError, TypeError):  # not glibc (musl, macOS): nothing to trim
+        pass
+
+
 def timed(ctx: Ctx, fn: Callable[[], Any], repeats: int) -> list[float]:
     """Seconds of each of ``repeats`` calls of ``fn`` (device-synchronised)."""
     out = []

@@ -56,7 +56,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
-from _common import agreed_done, base_parser, finish, plan, setup, within_budget  # noqa: E402
+from _common import agreed_done, base_parser, finish, plan, release_host_memory, setup, within_budget  # noqa: E402
 
 STAGE = "strategies"
 SPMD_VARIANTS = ("local", "ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none")
@@ -344,6 +344,7 @@ def main() -> None:
                             note=note, **peak_memory(ctx), **extra,
                             **({"collective_calls": calls, "calls_block": not ctx.is_cuda} if calls else {}))
         del model
+        release_host_memory(ctx)
     finish(ctx, stopped_by_budget=stopped)
 
 

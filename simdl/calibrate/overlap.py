@@ -106,6 +106,7 @@ class StrategyStepFit:
         (self.interference_, self.load_factor_, self.load_factor_all_reduce_, self.load_half_size_bytes_,
          self.load_overhead_s_, self.unit_overhead_s_) = (float(v) for v in theta)
         self.residuals_ = self._resid(theta, pts, predict)
+        self.at_bounds_ = self._at_bounds(theta)
         self.errors_before_ = self._resid((0.0, 1.0, 1.0, 1e9, 0.0, 0.0), pts, predict)
         self.held_out_ = {}
         models = sorted({p["model"] for p in pts})
@@ -120,6 +121,31 @@ class StrategyStepFit:
                     "rel_errors": {p["variant"]: float(e) for p, e in zip(test, self._resid(th, test, predict))},
                 }
         return self
+
+    def _at_bounds(self, theta) -> dict[str, str]:
+        """Free parameters the fit left on a bound ({params() name: "lower" | "upper"}): the
+        steps do not pin them, and the value is the bound's, not a measurement's (on the Intel
+        Xeon at 4 ranks, 2026-11-26, h stayed at its 3e9-byte upper bound: all_reduce's load
+        factor applied at every size measured)."""
+        names = list(self.params_from(theta))
+        out = {}
+        for i, (v, (lo, hi)) in enumerate(zip(theta, self.bounds)):
+            if i in self.fixed:
+                continue
+            span = (np.log10(hi) - np.log10(lo)) if i == 3 else (hi - lo)
+            x = np.log10(v) if i == 3 else v
+            if abs(x - (np.log10(lo) if i == 3 else lo)) <= 1e-3 * span:
+                out[names[i]] = "lower"
+            elif abs(x - (np.log10(hi) if i == 3 else hi)) <= 1e-3 * span:
+                out[names[i]] = "upper"
+        return out
+
+    @staticmethod
+    def params_from(theta) -> dict:
+        k, f, far, h, a, u = (float(v) for v in theta)
+        return {"comm_compute_interference": k, "collective_load_factor": f, "collective_load_factor_all_reduce": far,
+                "collective_load_half_size_MiB": h / 2**20, "collective_load_overhead_us": a * 1e6,
+                "fsdp_unit_overhead_us": u * 1e6}
 
     def params(self) -> dict:
         return {"comm_compute_interference": self.interference_, "collective_load_factor": self.load_factor_,

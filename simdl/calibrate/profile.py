@@ -615,6 +615,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
             report["strategies"]["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
                                            "held_out_max_abs_rel_error": worst,
+                                           "at_bounds": sf.at_bounds_,
                                            "held": [name for i, name in ((1, "collective_load_factor"),
                                                                          (5, "fsdp_unit_overhead_us"))
                                                     if i in fixed]}

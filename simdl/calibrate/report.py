@@ -169,6 +169,9 @@ def format_report(report: dict, profile: dict) -> str:
                      f"{p['collective_load_overhead_us']:.0f} us, fsdp_unit_overhead "
                      + ("held at 0" if "fsdp_unit_overhead_us" in o.get("held", ())
                         else f"{p['fsdp_unit_overhead_us']:.0f} us"))
+        if o.get("at_bounds"):
+            lines.append("  at a bound of the search (not pinned by the steps): "
+                         + ", ".join(f"{k} ({v})" for k, v in o["at_bounds"].items()))
         ho = [abs(e) for h in o["held_out"].values() for e in h["rel_errors"].values()]
         if ho:
             lines.append(f"  leave-one-model-out step error: max {max(ho):.1%}, mean {sum(ho) / len(ho):.1%} "

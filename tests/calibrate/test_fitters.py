@@ -145,6 +145,11 @@ def test_strategy_step_fit_recovers_known_values_and_checks_held_out_models():
     assert 0.0 <= lo.interference_ <= 5.0 and lo.load_factor_ >= 1.0 and lo.load_overhead_s_ >= 0.0
     assert lo.load_factor_all_reduce_ >= 1.0 and 1e6 <= lo.load_half_size_bytes_ <= 3e9
     assert lo.interference_ == pytest.approx(0.0, abs=1e-6)  # steps faster than compute: k at its floor
+    assert lo.at_bounds_.get("comm_compute_interference") == "lower"  # and the fit says so
+    assert est.at_bounds_ == {}  # the known values are inside the bounds
+    # A half size beyond every message measured leaves h unpinned: the fit flags it at its bound.
+    far = StrategyStepFit().fit(_synthetic_points((1.0, 1.6, 2.2, 3e9, 3e-3, 4e-3)), _synthetic_step)
+    assert far.at_bounds_.get("collective_load_half_size_MiB") == "upper"
 
 
 def test_strategy_step_fit_holds_a_fixed_parameter_and_fits_the_rest():
