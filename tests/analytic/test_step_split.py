@@ -50,3 +50,22 @@ def test_host_kind_is_fsdp2s_time_per_unit():
 def test_row_flattens_the_split():
     row = predict(cluster="cpu-local", strategy="ddp", **KW).row()
     assert "step_split_s" not in row and row["step_copies_s"] >= 0 and "step_exposed_comm_s" in row
+
+
+def test_split_index_is_kept_per_task_list_not_per_id():
+    """compute_split keeps each plan's task classification; a different task list (even one
+    given the id of a freed one) is classified afresh, and its split matches a direct sum."""
+    from simdl.analytic.costs import RowTimes, compute_split
+    from simdl.strategies.plan import Task
+
+    import numpy as np
+
+    rows = RowTimes(np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([0.0, 1.0, 3.0]), np.array([0.0, 3.0, 7.0]))
+    a = [Task("f", "compute", "fwd", rows=(0, 2), direction="fwd"),
+         Task("c", "compute", "bwd", bytes=8.0, kernels=1, host_s=0.5),
+         Task("ar", "comm", "comm", collective="all_reduce", comm_bytes=8.0)]
+    first = compute_split(a, rows, [3.0, 2.0, 9.0])
+    assert first == compute_split(a, rows, [3.0, 2.0, 9.0])  # the kept index gives the same split
+    assert first["compute"] == 3.0 and first["host"] == 0.5 and first["copies"] == 1.5
+    b = [Task("o", "compute", "opt", bytes=8.0, kernels=1)]
+    assert compute_split(b, rows, [0.25]) == dict(dict.fromkeys(SPLIT_KINDS, 0.0), optimizer=0.25)
