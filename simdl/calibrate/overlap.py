@@ -126,30 +126,27 @@ class StrategyStepFit:
         """Free parameters the fit left on a bound ({params() name: "lower" | "upper"}): the
         steps do not pin them, and the value is the bound's, not a measurement's (on the Intel
         Xeon at 4 ranks, 2026-11-26, h stayed at its 3e9-byte upper bound: all_reduce's load
-        factor applied at every size measured)."""
-        names = list(self.params_from(theta))
+        factor applied at every size measured). Within 0.1 % of the search range, in the
+        coordinates searched (h on a log scale)."""
         out = {}
-        for i, (v, (lo, hi)) in enumerate(zip(theta, self.bounds)):
+        for i, name in enumerate(self._params_of(theta)):
             if i in self.fixed:
                 continue
-            span = (np.log10(hi) - np.log10(lo)) if i == 3 else (hi - lo)
-            x = np.log10(v) if i == 3 else v
-            if abs(x - (np.log10(lo) if i == 3 else lo)) <= 1e-3 * span:
-                out[names[i]] = "lower"
-            elif abs(x - (np.log10(hi) if i == 3 else hi)) <= 1e-3 * span:
-                out[names[i]] = "upper"
+            x, lo, hi = (np.log10(v) if i == 3 else v for v in (theta[i], *self.bounds[i]))
+            if x - lo <= 1e-3 * (hi - lo):
+                out[name] = "lower"
+            elif hi - x <= 1e-3 * (hi - lo):
+                out[name] = "upper"
         return out
 
     @staticmethod
-    def params_from(theta) -> dict:
+    def _params_of(theta) -> dict:
+        """theta (k, f, f_ar, h bytes, a s, u s) as the profile's keys and units."""
         k, f, far, h, a, u = (float(v) for v in theta)
         return {"comm_compute_interference": k, "collective_load_factor": f, "collective_load_factor_all_reduce": far,
                 "collective_load_half_size_MiB": h / 2**20, "collective_load_overhead_us": a * 1e6,
                 "fsdp_unit_overhead_us": u * 1e6}
 
     def params(self) -> dict:
-        return {"comm_compute_interference": self.interference_, "collective_load_factor": self.load_factor_,
-                "collective_load_factor_all_reduce": self.load_factor_all_reduce_,
-                "collective_load_half_size_MiB": self.load_half_size_bytes_ / 2**20,
-                "collective_load_overhead_us": self.load_overhead_s_ * 1e6,
-                "fsdp_unit_overhead_us": self.unit_overhead_s_ * 1e6}
+        return self._params_of((self.interference_, self.load_factor_, self.load_factor_all_reduce_,
+                                self.load_half_size_bytes_, self.load_overhead_s_, self.unit_overhead_s_))

@@ -53,8 +53,9 @@ def test_row_flattens_the_split():
 
 
 def test_split_index_is_kept_per_task_list_not_per_id():
-    """compute_split keeps each plan's task classification; a different task list (even one
-    given the id of a freed one) is classified afresh, and its split matches a direct sum."""
+    """compute_split keeps each plan's task classification: the same list splits the same
+    way again, and a different list is classified afresh (the kept entry holds its list, so
+    its id is not reused while kept); each split matches the sums worked by hand."""
     from simdl.analytic.costs import RowTimes, compute_split
     from simdl.strategies.plan import Task
 
