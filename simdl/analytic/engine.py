@@ -150,16 +150,20 @@ def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[
     Each server shard receives 1/S of every push through its NIC (an incast of
     ``concurrent`` flows shares it); the workers of one node share their node's NICs.
     Whichever side is slower sets the time. Pulls are the same in the other direction
-    (NICs are full duplex).
+    (NICs are full duplex). A profile calibrated over the PS's own transport
+    (``ps_servers.worker_link_Gb_per_s``, simdl calibrate's RPC measurements) gives the
+    worker side as what one worker's transfer reaches alone: on one host, the sending and
+    receiving processes, not a shared NIC, set it.
     """
     server_bw = _server_bandwidth(cluster, plan)
     node_bw = _worker_node_bandwidth(cluster)
     workers_per_node = min(concurrent, cluster.gpus_per_node)
     latency = cluster.ps_latency()
+    link = cluster.spec.ps_servers.worker_link
 
     def one_way(nbytes: float) -> float:
         server_side = concurrent * nbytes / plan.servers / server_bw
-        worker_side = workers_per_node * nbytes / node_bw
+        worker_side = nbytes / link.value if link is not None else workers_per_node * nbytes / node_bw
         return max(server_side, worker_side) + latency
 
     return one_way(plan.push_bytes), one_way(plan.pull_bytes)
@@ -172,14 +176,16 @@ def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> flo
     The update streams the optimizer's passes over the shard through host memory
     (see simdl.strategies.optimizer_step); aggregation reads each received gradient once.
     On a host whose allocator maps large buffers fresh (``host.page_fault_ns_per_byte``),
-    every received gradient tensor above the mmap threshold faults its pages in, as does
-    ps-sync's running sum. Shards update in parallel on their own servers.
+    every received gradient tensor above the mmap threshold faults its pages in (unless the
+    profile's link times already include it, ``ps_servers.link_includes_receive_allocation``),
+    as does ps-sync's running sum. Shards update in parallel on their own servers.
     """
     nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
     t = nbytes / cluster.ps_update_bandwidth()
     host = host_rates(cluster)
     if host:
-        buffers = grads_aggregated + (1 if grads_aggregated > 1 else 0)  # receive buffers, the sum
+        received = 0 if cluster.spec.ps_servers.link_includes_receive_allocation else grads_aggregated
+        buffers = received + (1 if grads_aggregated > 1 else 0)  # receive buffers, the sum
         t += buffers * _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
     return t + grads_aggregated * ps_snapshot_time(cluster, plan)
 

@@ -243,24 +243,47 @@ def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
 
 
 def fit_ps(st: StageRecords) -> dict[str, Any] | None:
-    rts, ups = [], []
+    rts, ups, alone, together = [], [], [], []
     for key in sorted(st.keys_all_ranks()):
         recs = st.records(key)
+        w = [r for r in recs if r.get("role") == "worker"]
         if key.startswith("roundtrip/"):
-            w = [r for r in recs if r.get("role") == "worker" and r.get("time_s")]
+            w = [r for r in w if r.get("time_s")]
             if w:
                 rts.append({"bytes": w[0]["bytes"], "time_s": statistics.median(r["time_s"] for r in w)})
+        elif key.startswith("rpc_alone/"):
+            push = [t for r in w for t in r.get("push_s", [])]
+            pull = [t for r in w for t in r.get("pull_s", [])]
+            if push and pull:
+                alone.append({"bytes": w[0]["bytes"], "push_time_s": statistics.median(push),
+                              "pull_time_s": statistics.median(pull)})
+        elif key.startswith("rpc_together/"):
+            # Per repeat, the incast ends with the slowest worker's transfer.
+            n = min((len(r.get("push_s", [])) for r in w), default=0)
+            if n:
+                together.append({"bytes": w[0]["bytes"], "workers": len(w),
+                                 "push_time_s": statistics.median(max(r["push_s"][i] for r in w) for i in range(n)),
+                                 "pull_time_s": statistics.median(max(r["pull_s"][i] for r in w) for i in range(n))})
         elif key.startswith("update/"):
             s = [r for r in recs if r.get("role") == "server" and r.get("time_s")]
             if s:
                 ups.append(s[0])
     if len(rts) < 2:
         return None
-    est = PSFit().fit(rts, ups)
-    return {"latency_us": est.latency_s_ * 1e6, "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9,
-            "update_bandwidth_GB_per_s": None if est.update_bandwidth_B_per_s_ is None
-            else est.update_bandwidth_B_per_s_ / 1e9,
-            "quality": est.quality_, "bytes_range": list(est.bytes_range_)}
+    est = PSFit().fit(rts, ups, alone, together)
+    ping = est.pingpong_
+    out = {"latency_us": est.latency_s_ * 1e6, "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9,
+           "worker_bandwidth_GB_per_s": None if est.worker_bandwidth_B_per_s_ is None
+           else est.worker_bandwidth_B_per_s_ / 1e9, "transport": est.transport_,
+           "pingpong": {"latency_us": ping["latency_s"] * 1e6, "bandwidth_GB_per_s": ping["bandwidth_B_per_s"] / 1e9,
+                        "quality": ping["quality"], "bytes_range": list(ping["bytes_range"])},
+           "update_bandwidth_GB_per_s": None if est.update_bandwidth_B_per_s_ is None
+           else est.update_bandwidth_B_per_s_ / 1e9,
+           "quality": est.quality_, "bytes_range": list(est.bytes_range_)}
+    if est.transport_ == "rpc":
+        out["rpc_workers"] = est.workers_
+        out["rpc_samples"] = {"alone": alone, "together": together}
+    return out
 
 
 def strategy_points(st: StageRecords) -> dict[str, dict]:

@@ -27,6 +27,9 @@ from .records import STAGES
 from .jitter import StepJitterFit, local_step_series
 from .overlap import StrategyStepFit
 
+# calibration/ps.py's RPC_TRANSPORTS (the stage's scripts are not a package to import from).
+_RPC_TRANSPORTS = ("uv",)
+
 GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
     ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("A100-SXM4-40GB", "A100-SXM4-40GB"),
     ("A100 80GB PCIe", "A100-PCIe-80GB"), ("A100-PCIE-80GB", "A100-PCIe-80GB"),
@@ -417,9 +420,10 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     if shared and ps:
         # One-way latency between two processes of this host: half the push/pull ping-pong
         # (the send/recv ring above sends and receives at once, which costs more than one hop).
-        intra["latency_us"] = _val(ps["latency_us"], f"{tag}: half the round trip of a {prov['backend']} "
-                                   f"send then recv between two ranks (ping-pong, {ps['bytes_range'][0]}-"
-                                   f"{ps['bytes_range'][1]} B), alpha-beta fit R2 {ps['quality']['roundtrip']['r2']}")
+        pp = ps["pingpong"]
+        intra["latency_us"] = _val(pp["latency_us"], f"{tag}: half the round trip of a {prov['backend']} "
+                                   f"send then recv between two ranks (ping-pong, {pp['bytes_range'][0]}-"
+                                   f"{pp['bytes_range'][1]} B), alpha-beta fit R2 {pp['quality']['r2']}")
 
     # -- compute ---------------------------------------------------------------------------
     held_out = list(settings.get("compute_held_out", []))
@@ -502,11 +506,28 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     ps_section = copy.deepcopy(base.get("ps_servers")) if base.get("ps_servers") else None
     if ps:
         lo, hi = ps["bytes_range"]
-        q = ps["quality"]["roundtrip"]
-        src = f"{tag}: push+pull round trip {lo}-{hi} B between a worker and a server rank, alpha-beta fit R2 {q['r2']}"
         ps_section = ps_section or {"count": 1}
-        ps_section["nic_Gb_per_s"] = _val(ps["bandwidth_GB_per_s"] * 8, src)
-        ps_section["latency_us"] = _val(ps["latency_us"], src)
+        for k in ("worker_link_Gb_per_s", "link_includes_receive_allocation"):
+            ps_section.pop(k, None)
+        if ps["transport"] == "rpc":
+            qa, qt = ps["quality"]["rpc_alone"], ps["quality"]["rpc_together"]
+            how = (f"torch.distributed.rpc (TensorPipe {'/'.join(_RPC_TRANSPORTS)}) as validate/train.py runs its "
+                   f"server, fp32 tensors of {lo}-{hi} B received into fresh buffers")
+            ps_section["nic_Gb_per_s"] = _val(
+                ps["bandwidth_GB_per_s"] * 8, f"{tag}: server side of the PS link: {ps['rpc_workers'][0]} workers "
+                f"push at once, then pull at once (per repeat the slowest one's time = latency + workers x bytes "
+                f"/ B), {how}; alpha-beta fit R2 {qt['r2']}, max |rel err| {qt['max_abs_rel_error']}")
+            ps_section["worker_link_Gb_per_s"] = _val(
+                ps["worker_bandwidth_GB_per_s"] * 8, f"{tag}: one worker's push and pull, the others idle, {how}; "
+                f"alpha-beta fit R2 {qa['r2']}, max |rel err| {qa['max_abs_rel_error']}")
+            ps_section["latency_us"] = _val(ps["latency_us"], f"{tag}: the same fit's latency (one RPC, one way)")
+            ps_section["link_includes_receive_allocation"] = True
+        else:
+            q = ps["quality"]["roundtrip"]
+            src = (f"{tag}: push+pull round trip {lo}-{hi} B between a worker and a server rank "
+                   f"({prov['backend']} send/recv), alpha-beta fit R2 {q['r2']}")
+            ps_section["nic_Gb_per_s"] = _val(ps["bandwidth_GB_per_s"] * 8, src)
+            ps_section["latency_us"] = _val(ps["latency_us"], src)
         ps_section["cpu_cores"] = _val(prov["cpu_count"] or 1, f"{tag}: os.cpu_count() on the server host", "measured")
         if ps["update_bandwidth_GB_per_s"]:
             uq = ps["quality"].get("update", {})
@@ -763,7 +784,8 @@ def _summary(report: dict) -> dict:
         out["compute_profiles"] = [{"model": r["model"], "dataset": r["dataset"], "batches": r["batches"],
                                     "measured_step_s": r["step_s"]} for r in comp["measured_rows"]]
     if report.get("ps"):
-        out["ps"] = {k: report["ps"][k] for k in ("latency_us", "bandwidth_GB_per_s", "update_bandwidth_GB_per_s", "quality")}
+        out["ps"] = {k: report["ps"].get(k) for k in ("latency_us", "bandwidth_GB_per_s", "worker_bandwidth_GB_per_s",
+                                                      "transport", "update_bandwidth_GB_per_s", "quality")}
     if report.get("strategies", {}).get("fit"):
         o = report["strategies"]["fit"]
         out["strategy_fit"] = {"params": o["params"], "points": o["points"], "held_out": o["held_out"],

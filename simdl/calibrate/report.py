@@ -124,9 +124,20 @@ def format_report(report: dict, profile: dict) -> str:
             lines.append(f"  micro {cls:<12} {rate}  overhead {m['overhead_us']} us  max|res| {_apct(m['max_abs_rel_residual'])}")
     ps = report.get("ps")
     if ps:
-        q = ps["quality"]["roundtrip"]
-        lines.append(f"parameter server: latency {ps['latency_us']:.1f} us  bandwidth {ps['bandwidth_GB_per_s']:.3f} GB/s  "
-                     f"R2 {q['r2']}  update {ps['update_bandwidth_GB_per_s'] or float('nan'):.3f} GB/s")
+        upd = f"update {ps['update_bandwidth_GB_per_s'] or float('nan'):.3f} GB/s"
+        if ps.get("transport") == "rpc":
+            qa, qt = ps["quality"]["rpc_alone"], ps["quality"]["rpc_together"]
+            lines.append(f"parameter server (rpc): latency {ps['latency_us']:.1f} us  one worker "
+                         f"{ps['worker_bandwidth_GB_per_s']:.3f} GB/s (R2 {qa['r2']}, max|err| {_apct(qa['max_abs_rel_error'])})  "
+                         f"server side, {ps['rpc_workers'][0]} at once {ps['bandwidth_GB_per_s']:.3f} GB/s "
+                         f"(R2 {qt['r2']}, max|err| {_apct(qt['max_abs_rel_error'])})  {upd}")
+            pp = ps["pingpong"]
+            lines.append(f"  ping-pong ({pp['bytes_range'][0]}-{pp['bytes_range'][1]} B, process group): latency "
+                         f"{pp['latency_us']:.1f} us  bandwidth {pp['bandwidth_GB_per_s']:.3f} GB/s  R2 {pp['quality']['r2']}")
+        else:
+            q = ps["quality"]["roundtrip"]
+            lines.append(f"parameter server: latency {ps['latency_us']:.1f} us  bandwidth {ps['bandwidth_GB_per_s']:.3f} GB/s  "
+                         f"R2 {q['r2']}  {upd}")
     for key, what in (("stream", "optimizer step (in place)"), ("copy", "buffer copies")):
         sf = comp.get(key)
         if sf:

@@ -375,7 +375,8 @@ class Network:
         return out
 
 
-_PS_KEYS = ("count", "nic_Gb_per_s", "latency_us", "cpu_cores", "update_bandwidth_GB_per_s")
+_PS_KEYS = ("count", "nic_Gb_per_s", "latency_us", "cpu_cores", "update_bandwidth_GB_per_s",
+            "worker_link_Gb_per_s", "link_includes_receive_allocation")
 
 
 @dataclass(frozen=True)
@@ -387,6 +388,13 @@ class PSServers:
     latency: Sourced  # s, one-way worker-to-server latency
     cpu_cores: Sourced
     update_bandwidth: Sourced  # bytes/s of host memory traffic the optimizer update streams through
+    # Optional, from simdl calibrate's RPC measurements (calibration/ps.py): bytes/s one
+    # worker's push or pull reaches alone (on one host the transport's processes, not a NIC,
+    # set it); None: the worker side is its node's link (simdl.analytic.engine.ps_transfer_times).
+    worker_link: Sourced | None = None
+    # True when the link was measured as the PS runs it, each message received into a fresh
+    # buffer: the receive buffers' page faults are in the transfer times, not added again.
+    link_includes_receive_allocation: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"count": self.count}
@@ -394,6 +402,10 @@ class PSServers:
         _put(out, "latency_us", self.latency)
         _put(out, "cpu_cores", self.cpu_cores)
         _put(out, "update_bandwidth_GB_per_s", self.update_bandwidth)
+        if self.worker_link is not None:
+            _put(out, "worker_link_Gb_per_s", self.worker_link)
+        if self.link_includes_receive_allocation:
+            out["link_includes_receive_allocation"] = True
         return out
 
 
@@ -853,7 +865,17 @@ def _parse_ps(raw: Mapping[str, Any], where: str) -> PSServers:
         latency=read(raw, "latency_us", where=where, minimum=0.0),
         cpu_cores=_sourced_count(raw, "cpu_cores", where),
         update_bandwidth=read(raw, "update_bandwidth_GB_per_s", where=where, strictly_positive=True),
+        worker_link=(read(raw, "worker_link_Gb_per_s", where=where, strictly_positive=True)
+                     if "worker_link_Gb_per_s" in raw else None),
+        link_includes_receive_allocation=_flag(raw, "link_includes_receive_allocation", where),
     )
+
+
+def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
+    v = raw.get(key, False)
+    if not isinstance(v, bool):
+        raise SimdlError(f"{where}: {key} = {v!r}; accepted: true or false")
+    return v
 
 
 def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> Efficiency:

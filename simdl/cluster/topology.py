@@ -131,6 +131,12 @@ def build_topology(cluster: Cluster) -> nx.DiGraph:
             graph.add_node(nic, kind="nic", index=s, ps=True)
             duplex(server, nic, ps.nic_bandwidth.value, 0.0, "host")
             duplex(nic, where, ps.nic_bandwidth.value, rest, "network" if net else "host")
+            if ps.worker_link is not None and net is None:
+                # Calibrated per-worker PS link (simdl.analytic.engine.ps_transfer_times): each
+                # worker reaches the server's side on a link of its own; same latency as the
+                # shared route, one hop fewer, so routing takes it.
+                for gpu in [n for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"]:
+                    duplex(gpu, nic, ps.worker_link.value, ps.latency.value, "host")
     return graph
 
 

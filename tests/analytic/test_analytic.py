@@ -169,3 +169,30 @@ def test_gloo_reduce_scatter_sends_an_all_reduce():
     assert simdl.predict(cluster="cpu-local", **ddp).comm_bytes_per_iteration == pytest.approx(
         simdl.predict(cluster="a100-80gb-nvlink", **ddp).comm_bytes_per_iteration)
 
+
+
+def test_a_calibrated_ps_link_prices_one_worker_alone_and_keeps_receive_faults_out():
+    # simdl calibrate's RPC measurements give the worker side of a PS transfer its own
+    # bandwidth, and say that the receive buffers' page faults are in the measured times.
+    import dataclasses
+
+    from simdl.analytic.engine import ps_transfer_times, ps_update_time
+    from simdl.provenance import Sourced
+
+    base = load_cluster("cpu-local-x4")
+    link = Sourced(1.0e9, "calibrated", "test")
+    spec = dataclasses.replace(base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link))
+    cluster = allocate(spec, 4)
+    wl = Workload(table=load_workload("vgg16", dataset="mnist"), batch_size=32)
+    plan = build_plan(wl, cluster, StrategyConfig(name="ps-sync"))
+    lat, server = spec.ps_servers.latency.value, spec.ps_servers.nic_bandwidth.value
+    push1, _ = ps_transfer_times(cluster, plan, 1)
+    assert push1 == pytest.approx(lat + plan.push_bytes / min(link.value, server))
+    push4, _ = ps_transfer_times(cluster, plan, 4)
+    assert push4 == pytest.approx(lat + max(4 * plan.push_bytes / server, plan.push_bytes / link.value))
+    included = dataclasses.replace(spec, ps_servers=dataclasses.replace(spec.ps_servers,
+                                                                        link_includes_receive_allocation=True))
+    c2 = allocate(included, 4)
+    # Four received gradients' faults fewer (VGG16's are above the mmap threshold).
+    assert ps_update_time(c2, plan, 4) < ps_update_time(cluster, plan, 4)
+    assert ps_update_time(c2, plan, 1) < ps_update_time(cluster, plan, 1)

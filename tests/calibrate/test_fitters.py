@@ -181,6 +181,27 @@ def test_ps_fit():
     assert est.update_bandwidth_B_per_s_ == pytest.approx(10e9, rel=0.02)
 
 
+def test_ps_fit_over_rpc_separates_the_worker_link_from_the_server_side():
+    # One worker alone reaches 1.5 GB/s; three at once share a 2.5 GB/s server side.
+    lat, bw1, bws, c = 300e-6, 1.5e9, 2.5e9, 3
+    rts = [{"bytes": m, "time_s": 2 * (50e-6 + m / 4e9)} for m in SIZES]
+    rpc = [2**20 * k for k in (1, 4, 16, 64, 256)]
+    alone = [{"bytes": m, "push_time_s": lat + m / bw1, "pull_time_s": lat + m / bw1} for m in rpc]
+    together = [{"bytes": m, "workers": c, "push_time_s": lat + c * m / bws, "pull_time_s": lat + c * m / bws}
+                for m in rpc]
+    est = PSFit().fit(rts, (), alone, together)
+    assert est.transport_ == "rpc" and est.workers_ == [c]
+    assert est.latency_s_ == pytest.approx(lat, rel=0.02)
+    assert est.worker_bandwidth_B_per_s_ == pytest.approx(bw1, rel=0.02)
+    assert est.bandwidth_B_per_s_ == pytest.approx(bws, rel=0.02)
+    # The process group's ping-pong stays what it was: the one-way latency between processes.
+    assert est.pingpong_["latency_s"] == pytest.approx(50e-6, rel=0.02)
+    # Without RPC records, the ping-pong is the PS link (profiles calibrated before them).
+    old = PSFit().fit(rts)
+    assert old.transport_ == "process group" and old.worker_bandwidth_B_per_s_ is None
+    assert old.bandwidth_B_per_s_ == pytest.approx(4e9, rel=0.02)
+
+
 def test_jsonl_reader_skips_a_torn_last_line(tmp_path):
     p = tmp_path / "rank1.jsonl"
     p.write_text('{"type": "header"}\n{"type": "measurement", "key": "a"}\n{"type": "measurem')
