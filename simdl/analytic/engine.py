@@ -15,8 +15,8 @@ from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-from .costs import (CommCosts, Rates, blocking_wait_time, compute_split, compute_task_time, device_rates, host_rates,
-                    mapped_bytes, row_times, spmd_or_ps_rates)
+from .costs import (GLIBC_MMAP_THRESHOLD_MAX, CommCosts, Rates, blocking_wait_time, compute_split, compute_task_time,
+                    device_rates, host_rates, mapped_bytes, row_times, spmd_or_ps_rates)
 from .schedule import schedule, stream_busy, task_durations
 
 
@@ -150,23 +150,57 @@ def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[
     Each server shard receives 1/S of every push through its NIC (an incast of
     ``concurrent`` flows shares it); the workers of one node share their node's NICs.
     Whichever side is slower sets the time. Pulls are the same in the other direction
-    (NICs are full duplex). A profile calibrated over the PS's own transport
-    (``ps_servers.worker_link_Gb_per_s``, simdl calibrate's RPC measurements) gives the
-    worker side as what one worker's transfer reaches alone: on one host, the sending and
-    receiving processes, not a shared NIC, set it.
+    (NICs are full duplex).
+
+    A profile calibrated over the PS's own transport (simdl calibrate's RPC measurements,
+    simdl.calibrate.ps) adds what that transport costs besides the link: the worker side is
+    what one worker's transfer reaches alone (``ps_servers.worker_link_Gb_per_s``: on one
+    host the processes, not a shared NIC, set it); a message lands in a freshly allocated
+    buffer whose pages above the mmap threshold fault in (``receive_fault_ns_per_byte``,
+    the message's tensors above the threshold); and the server copies a pull's answer
+    before sending it (``response_copy_ns_per_byte``, the copy's fresh pages fault too).
+    Each process faults and copies its own buffers, in parallel with the others.
     """
     server_bw = _server_bandwidth(cluster, plan)
     node_bw = _worker_node_bandwidth(cluster)
     workers_per_node = min(concurrent, cluster.gpus_per_node)
     latency = cluster.ps_latency()
-    link = cluster.spec.ps_servers.worker_link
+    ps = cluster.spec.ps_servers
 
     def one_way(nbytes: float) -> float:
         server_side = concurrent * nbytes / plan.servers / server_bw
-        worker_side = nbytes / link.value if link is not None else workers_per_node * nbytes / node_bw
+        if ps.worker_link is not None:
+            worker_side = nbytes / ps.worker_link.value
+        else:
+            worker_side = workers_per_node * nbytes / node_bw
         return max(server_side, worker_side) + latency
 
-    return one_way(plan.push_bytes), one_way(plan.pull_bytes)
+    push_extra, pull_extra = ps_transfer_extras(cluster, plan)
+    return one_way(plan.push_bytes) + push_extra, one_way(plan.pull_bytes) + pull_extra
+
+
+def ps_transfer_extras(cluster: Cluster, plan: PSPlan) -> tuple[float, float]:
+    """(push, pull) seconds a calibrated PS transport adds to the link's time (see
+    ps_transfer_times); (0, 0) for a profile without them."""
+    ps = cluster.spec.ps_servers
+    push = pull = 0.0
+    if ps.receive_fault is not None:
+        fresh = _fresh_message_bytes(cluster, plan)  # all shards' messages
+        # A shard receives its part of a push; for a pull it copies its part of the answer
+        # into a fresh buffer, and the worker receives every shard's part.
+        push += fresh / plan.servers * ps.receive_fault.value
+        pull += (fresh / plan.servers + fresh) * ps.receive_fault.value
+    if ps.response_copy is not None:
+        pull += plan.pull_bytes / plan.servers * ps.response_copy.value
+    return push, pull
+
+
+def _fresh_message_bytes(cluster: Cluster, plan: PSPlan) -> float:
+    """Bytes of the model's tensors above the mmap threshold: the pages a freshly allocated
+    buffer for them faults in (simdl.analytic.costs.mapped_bytes)."""
+    host = cluster.spec.host
+    threshold = host.mmap_threshold_bytes.value if host.mmap_threshold_bytes else GLIBC_MMAP_THRESHOLD_MAX
+    return mapped_bytes(plan.details.get("param_tensor_bytes", ()), threshold)
 
 
 def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> float:
@@ -177,14 +211,14 @@ def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> flo
     (see simdl.strategies.optimizer_step); aggregation reads each received gradient once.
     On a host whose allocator maps large buffers fresh (``host.page_fault_ns_per_byte``),
     every received gradient tensor above the mmap threshold faults its pages in (unless the
-    profile's link times already include it, ``ps_servers.link_includes_receive_allocation``),
-    as does ps-sync's running sum. Shards update in parallel on their own servers.
+    transfer prices it, ``ps_servers.receive_fault_ns_per_byte``: ps_transfer_times), as
+    does ps-sync's running sum. Shards update in parallel on their own servers.
     """
     nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
     t = nbytes / cluster.ps_update_bandwidth()
     host = host_rates(cluster)
     if host:
-        received = 0 if cluster.spec.ps_servers.link_includes_receive_allocation else grads_aggregated
+        received = 0 if cluster.spec.ps_servers.receive_fault is not None else grads_aggregated
         buffers = received + (1 if grads_aggregated > 1 else 0)  # receive buffers, the sum
         t += buffers * _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
     return t + grads_aggregated * ps_snapshot_time(cluster, plan)

@@ -275,6 +275,10 @@ def fit_ps(st: StageRecords) -> dict[str, Any] | None:
     out = {"latency_us": est.latency_s_ * 1e6, "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9,
            "worker_bandwidth_GB_per_s": None if est.worker_bandwidth_B_per_s_ is None
            else est.worker_bandwidth_B_per_s_ / 1e9, "transport": est.transport_,
+           "receive_fault_ns_per_byte": None if est.receive_fault_s_per_byte_ is None
+           else est.receive_fault_s_per_byte_ * 1e9,
+           "response_copy_ns_per_byte": None if est.response_copy_s_per_byte_ is None
+           else est.response_copy_s_per_byte_ * 1e9,
            "pingpong": {"latency_us": ping["latency_s"] * 1e6, "bandwidth_GB_per_s": ping["bandwidth_B_per_s"] / 1e9,
                         "quality": ping["quality"], "bytes_range": list(ping["bytes_range"])},
            "update_bandwidth_GB_per_s": None if est.update_bandwidth_B_per_s_ is None

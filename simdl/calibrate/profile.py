@@ -507,21 +507,24 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     if ps:
         lo, hi = ps["bytes_range"]
         ps_section = ps_section or {"count": 1}
-        for k in ("worker_link_Gb_per_s", "link_includes_receive_allocation"):
+        for k in ("worker_link_Gb_per_s", "receive_fault_ns_per_byte", "response_copy_ns_per_byte"):
             ps_section.pop(k, None)
         if ps["transport"] == "rpc":
             qa, qt = ps["quality"]["rpc_alone"], ps["quality"]["rpc_together"]
             how = (f"torch.distributed.rpc (TensorPipe {'/'.join(_RPC_TRANSPORTS)}) as validate/train.py runs its "
                    f"server, fp32 tensors of {lo}-{hi} B received into fresh buffers")
+            alone = (f"{tag}: one worker's pushes and pulls, the others idle, {how}: t = latency + bytes / B_worker "
+                     f"+ fresh x receive_fault (x2 for a pull) + pull bytes x response_copy, fresh = bytes above the "
+                     f"mmap threshold (32 MiB), simdl.calibrate.ps; R2 {qa['r2']}, max |rel err| {qa['max_abs_rel_error']}")
             ps_section["nic_Gb_per_s"] = _val(
                 ps["bandwidth_GB_per_s"] * 8, f"{tag}: server side of the PS link: {ps['rpc_workers'][0]} workers "
                 f"push at once, then pull at once (per repeat the slowest one's time = latency + workers x bytes "
-                f"/ B), {how}; alpha-beta fit R2 {qt['r2']}, max |rel err| {qt['max_abs_rel_error']}")
-            ps_section["worker_link_Gb_per_s"] = _val(
-                ps["worker_bandwidth_GB_per_s"] * 8, f"{tag}: one worker's push and pull, the others idle, {how}; "
-                f"alpha-beta fit R2 {qa['r2']}, max |rel err| {qa['max_abs_rel_error']}")
-            ps_section["latency_us"] = _val(ps["latency_us"], f"{tag}: the same fit's latency (one RPC, one way)")
-            ps_section["link_includes_receive_allocation"] = True
+                f"/ B + the one-worker fit's fault and copy terms; no slower than one worker's link), {how}; "
+                f"R2 {qt['r2']}, max |rel err| {qt['max_abs_rel_error']}")
+            ps_section["worker_link_Gb_per_s"] = _val(ps["worker_bandwidth_GB_per_s"] * 8, alone)
+            ps_section["latency_us"] = _val(ps["latency_us"], alone)
+            ps_section["receive_fault_ns_per_byte"] = _val(ps["receive_fault_ns_per_byte"], alone)
+            ps_section["response_copy_ns_per_byte"] = _val(ps["response_copy_ns_per_byte"], alone)
         else:
             q = ps["quality"]["roundtrip"]
             src = (f"{tag}: push+pull round trip {lo}-{hi} B between a worker and a server rank "

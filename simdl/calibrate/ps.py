@@ -6,16 +6,29 @@ a single worker. Fitted as a send/recv alpha-beta model on ``t / 2``
 (:class:`~simdl.calibrate.collectives.CollectiveFit` with no per-call overhead).
 
 Over the parameter server's own transport (``torch.distributed.rpc``, the stage's
-``rpc_alone`` and ``rpc_together`` records), the engine's one-way transfer of ``m`` bytes
-with ``c`` workers transferring at once is ``latency + max(c m / B_server, m / B_worker)``
-(:func:`simdl.analytic.engine.ps_transfer_times`), so:
+``rpc_alone`` and ``rpc_together`` records) a message of ``m`` bytes lands in a freshly
+allocated buffer, and above the allocator's mmap threshold (glibc: 32 MiB, the largest
+its dynamic threshold reaches) that buffer's pages fault in as the message fills them:
+``fresh = m`` above the threshold, 0 below. A pull's answer is, besides, copied by the
+server before it is sent (into a fresh buffer too). The engine's one-way transfer with
+``c`` workers at once (:func:`simdl.analytic.engine.ps_transfer_times`) is
+
+    push = latency + max(c m / B_server, m / B_worker) + fresh phi
+    pull = push + m kappa + fresh phi
+
+(each process faults and copies its own buffers, in parallel with the others), so:
 
 * ``rpc_alone`` (one worker at a time): every push and every pull, the median over repeats
-  and workers, is one sample of ``latency + m / B_worker`` -> ``latency_s_``,
-  ``worker_bandwidth_B_per_s_``;
+  and workers, is a sample with ``c = 1`` -> ``latency_s_``, ``worker_bandwidth_B_per_s_``,
+  ``receive_fault_s_per_byte_`` (phi), ``response_copy_s_per_byte_`` (kappa), least
+  squares on relative residuals, all four >= 0;
 * ``rpc_together`` (all ``c`` workers at once): per repeat, the slowest worker's push (and
-  pull) is when the incast ends: ``c m / B_server`` plus a latency -> ``bandwidth_B_per_s_``
-  (the server side's, which the profile stores as the server NIC's).
+  pull) is when the incast ends: with phi and kappa from the alone fit, ``c m / B_server``
+  plus a latency -> ``bandwidth_B_per_s_`` (the server side's, stored as its NIC's).
+
+On the Intel Xeon (2026-11-26, 3 workers) a single line through 1-256 MiB instead fitted
+one worker's times with R2 0.73 and a 50 % worst error: 4 to 16 MiB moved at 3.1 GB/s,
+16 to 64 MiB at 1.4 GB/s, and a pull of 256 MiB took 211 ms against 114 ms for the push.
 
 Without RPC records (runs before 2026-11-26) the process-group ping-pong gives both
 bandwidths. The ping-pong's own fit (``pingpong_``) always gives the one-way latency
@@ -31,6 +44,9 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from scipy.optimize import least_squares
+
+from ..analytic.costs import GLIBC_MMAP_THRESHOLD_MAX
 from .collectives import CollectiveFit
 from .compute import MicroFit
 from .quality import summary
@@ -40,15 +56,29 @@ def _one_way(samples: list[tuple[float, float]]) -> list[dict]:
     return [{"collective": "send_recv", "bytes": b, "group_size": 2, "time_s": t} for b, t in samples if t]
 
 
+def _nonneg_linear(X: np.ndarray, t: np.ndarray, loss: str) -> np.ndarray:
+    """theta >= 0 of ``t = X @ theta``, least squares on relative residuals (the sizes span
+    two and a half decades; the small ones pin the latency)."""
+    scale = np.array([max(float(np.median(t[X[:, j] > 0] / X[X[:, j] > 0, j])) if (X[:, j] > 0).any() else 1.0,
+                          1e-18) for j in range(X.shape[1])])
+    x0 = np.full(X.shape[1], 1.0 / X.shape[1])
+    sol = least_squares(lambda z: (X @ (z * scale) - t) / t, x0, bounds=(0.0, np.inf), loss=loss, f_scale=0.1,
+                        x_scale="jac")
+    return sol.x * scale
+
+
 class PSFit:
     """Estimator: ``fit(roundtrips, updates, rpc_alone, rpc_together)`` -> self with
     ``latency_s_``, ``bandwidth_B_per_s_`` (server side), ``worker_bandwidth_B_per_s_``
     (None without RPC records: the engine's worker side is then the node's link),
+    ``receive_fault_s_per_byte_`` (phi), ``response_copy_s_per_byte_`` (kappa; both None
+    without RPC records),
     ``update_bandwidth_B_per_s_``, ``pingpong_`` (latency, bandwidth of the ping-pong),
     ``transport_`` ("rpc" or "process group"), ``quality_``."""
 
-    def __init__(self, *, loss: str = "soft_l1"):
+    def __init__(self, *, loss: str = "soft_l1", mmap_threshold: float = GLIBC_MMAP_THRESHOLD_MAX):
         self.loss = loss
+        self.mmap_threshold = mmap_threshold
 
     def fit(self, roundtrips: Iterable[Mapping], updates: Iterable[Mapping] = (),
             rpc_alone: Iterable[Mapping] = (), rpc_together: Iterable[Mapping] = ()) -> "PSFit":
@@ -59,25 +89,40 @@ class PSFit:
         self.latency_s_ = ping.alpha_s_
         self.bandwidth_B_per_s_ = ping.bus_bandwidth_B_per_s_
         self.worker_bandwidth_B_per_s_ = None
+        self.receive_fault_s_per_byte_ = None
+        self.response_copy_s_per_byte_ = None
         self.residuals_ = ping.residuals_
         self.quality_ = {"roundtrip": ping.quality_}
         self.bytes_range_ = ping.bytes_range_
         self.transport_ = "process group"
-        alone = _one_way([(r["bytes"], r[k]) for r in rpc_alone for k in ("push_time_s", "pull_time_s")])
-        together = _one_way([(r["workers"] * r["bytes"], r[k]) for r in rpc_together
-                             for k in ("push_time_s", "pull_time_s")])
-        if len(alone) >= 2 and len(together) >= 2:
-            a = CollectiveFit(fit_overhead=False, loss=self.loss).fit(alone)
-            t = CollectiveFit(fit_overhead=False, loss=self.loss).fit(together)
-            self.latency_s_ = a.alpha_s_
-            self.worker_bandwidth_B_per_s_ = a.bus_bandwidth_B_per_s_
+        # (bytes, seconds, is_pull, workers at once)
+        alone = [(float(r["bytes"]), r[k], float(k == "pull_time_s"), 1.0)
+                 for r in rpc_alone for k in ("push_time_s", "pull_time_s") if r.get(k)]
+        together = [(float(r["bytes"]), r[k], float(k == "pull_time_s"), float(r["workers"]))
+                    for r in rpc_together for k in ("push_time_s", "pull_time_s") if r.get(k)]
+        if len({x[0] for x in alone}) >= 3 and len({x[0] for x in together}) >= 2:
+            m, t, pull, _ = (np.array(v) for v in zip(*alone))
+            fresh = np.where(m > self.mmap_threshold, m, 0.0)
+            lat, inv_bw, phi, kappa = _nonneg_linear(
+                np.column_stack([np.ones_like(m), m, fresh * (1.0 + pull), m * pull]), t, self.loss)
+            pred = lat + m * inv_bw + fresh * (1.0 + pull) * phi + m * pull * kappa
+            self.latency_s_ = float(lat)
+            self.worker_bandwidth_B_per_s_ = float(1.0 / max(inv_bw, 1e-15))
+            self.receive_fault_s_per_byte_ = float(phi)
+            self.response_copy_s_per_byte_ = float(kappa)
+            self.residuals_ = (pred - t) / t
+            mt, tt, pt, c = (np.array(v) for v in zip(*together))
+            extra = np.where(mt > self.mmap_threshold, mt, 0.0) * (1.0 + pt) * phi + mt * pt * kappa
+            lat_t, inv_s = _nonneg_linear(np.column_stack([np.ones_like(mt), c * mt]), np.maximum(tt - extra, 1e-9),
+                                          self.loss)
             # The incast cannot beat one worker alone: a server side faster than the worker
             # link would only mean the c flows overlapped completely.
-            self.bandwidth_B_per_s_ = max(t.bus_bandwidth_B_per_s_, a.bus_bandwidth_B_per_s_)
-            self.residuals_ = a.residuals_
-            self.quality_ = {"roundtrip": ping.quality_, "rpc_alone": a.quality_, "rpc_together": t.quality_}
-            self.bytes_range_ = a.bytes_range_
-            self.workers_ = sorted({int(r["workers"]) for r in rpc_together})
+            self.bandwidth_B_per_s_ = max(float(1.0 / max(inv_s, 1e-15)), self.worker_bandwidth_B_per_s_)
+            pred_t = lat_t + c * mt / self.bandwidth_B_per_s_ + extra
+            self.quality_ = {"roundtrip": ping.quality_, "rpc_alone": summary(t, pred),
+                             "rpc_together": summary(tt, pred_t)}
+            self.bytes_range_ = (int(m.min()), int(m.max()))
+            self.workers_ = sorted({int(x) for x in c})
             self.transport_ = "rpc"
         ups = [{"bytes": u["streamed_bytes"], "time_s": u["time_s"]} for u in updates if u.get("time_s")]
         # Parameters of real models do not fit in cache: fit the DRAM regime (>= 8 MB of

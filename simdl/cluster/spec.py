@@ -376,7 +376,7 @@ class Network:
 
 
 _PS_KEYS = ("count", "nic_Gb_per_s", "latency_us", "cpu_cores", "update_bandwidth_GB_per_s",
-            "worker_link_Gb_per_s", "link_includes_receive_allocation")
+            "worker_link_Gb_per_s", "receive_fault_ns_per_byte", "response_copy_ns_per_byte")
 
 
 @dataclass(frozen=True)
@@ -388,13 +388,12 @@ class PSServers:
     latency: Sourced  # s, one-way worker-to-server latency
     cpu_cores: Sourced
     update_bandwidth: Sourced  # bytes/s of host memory traffic the optimizer update streams through
-    # Optional, from simdl calibrate's RPC measurements (calibration/ps.py): bytes/s one
-    # worker's push or pull reaches alone (on one host the transport's processes, not a NIC,
-    # set it); None: the worker side is its node's link (simdl.analytic.engine.ps_transfer_times).
-    worker_link: Sourced | None = None
-    # True when the link was measured as the PS runs it, each message received into a fresh
-    # buffer: the receive buffers' page faults are in the transfer times, not added again.
-    link_includes_receive_allocation: bool = False
+    # Optional, from simdl calibrate's RPC measurements (calibration/ps.py, fitted by
+    # simdl.calibrate.ps.PSFit; used by simdl.analytic.engine.ps_transfer_times). None: the
+    # worker side is its node's link and a transfer has no costs besides the link's.
+    worker_link: Sourced | None = None  # bytes/s one worker's push or pull reaches alone
+    receive_fault: Sourced | None = None  # s per byte of a message received above the mmap threshold
+    response_copy: Sourced | None = None  # s per byte the server copies a pull's answer
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"count": self.count}
@@ -402,10 +401,10 @@ class PSServers:
         _put(out, "latency_us", self.latency)
         _put(out, "cpu_cores", self.cpu_cores)
         _put(out, "update_bandwidth_GB_per_s", self.update_bandwidth)
-        if self.worker_link is not None:
-            _put(out, "worker_link_Gb_per_s", self.worker_link)
-        if self.link_includes_receive_allocation:
-            out["link_includes_receive_allocation"] = True
+        for key, v in (("worker_link_Gb_per_s", self.worker_link), ("receive_fault_ns_per_byte", self.receive_fault),
+                       ("response_copy_ns_per_byte", self.response_copy)):
+            if v is not None:
+                _put(out, key, v)
         return out
 
 
@@ -867,15 +866,9 @@ def _parse_ps(raw: Mapping[str, Any], where: str) -> PSServers:
         update_bandwidth=read(raw, "update_bandwidth_GB_per_s", where=where, strictly_positive=True),
         worker_link=(read(raw, "worker_link_Gb_per_s", where=where, strictly_positive=True)
                      if "worker_link_Gb_per_s" in raw else None),
-        link_includes_receive_allocation=_flag(raw, "link_includes_receive_allocation", where),
+        receive_fault=read(raw, "receive_fault_ns_per_byte", where=where) if "receive_fault_ns_per_byte" in raw else None,
+        response_copy=read(raw, "response_copy_ns_per_byte", where=where) if "response_copy_ns_per_byte" in raw else None,
     )
-
-
-def _flag(raw: Mapping[str, Any], key: str, where: str) -> bool:
-    v = raw.get(key, False)
-    if not isinstance(v, bool):
-        raise SimdlError(f"{where}: {key} = {v!r}; accepted: true or false")
-    return v
 
 
 def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> Efficiency:

@@ -65,7 +65,10 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
            on_iteration_end=None, snapshot_time: float = 0.0) -> PSRun:
     """Start the worker processes; ``update_time(k)`` = server seconds for k aggregated
     gradients and their workers' pulls, ``snapshot_time`` = the seconds of one pull."""
+    from ..analytic.engine import ps_transfer_extras
+
     N, S = plan.workers, plan.servers
+    push_extra, pull_extra = ps_transfer_extras(cluster, plan)
     run = PSRun(N, iteration_end=[[] for _ in range(N)], data_wait=[[] for _ in range(N)])
     shards = [_Shard(env, s) for s in range(S)]
     clocks = [0] * N
@@ -90,7 +93,17 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             return env.timeout(0)
         links = router.path(src, dst)
         latency = float(router.latency[list(links)].sum()) if links else 0.0
-        return network.transfer(links, [1.0] * len(links), nbytes, latency, name=f"{src}->{dst}")
+        flow = network.transfer(links, [1.0] * len(links), nbytes, latency, name=f"{src}->{dst}")
+        extra = push_extra if src.startswith("gpu") else pull_extra
+        if nbytes <= 0 or extra <= 0:
+            return flow
+        # What a calibrated PS transport costs besides the link (fresh receive buffers, the
+        # server's copy of a pull's answer): each process its own, after the bytes arrive.
+        return env.process(_then_wait(flow, extra))
+
+    def _then_wait(event, seconds):
+        yield event
+        yield env.timeout(seconds)
 
     def exchange(w: int, it: int, shard: _Shard, pulled_version: int):
         """Push to one shard, have it applied, pull it back; returns the version pulled."""

@@ -171,28 +171,33 @@ def test_gloo_reduce_scatter_sends_an_all_reduce():
 
 
 
-def test_a_calibrated_ps_link_prices_one_worker_alone_and_keeps_receive_faults_out():
+def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
     # simdl calibrate's RPC measurements give the worker side of a PS transfer its own
-    # bandwidth, and say that the receive buffers' page faults are in the measured times.
+    # bandwidth, the fresh receive buffers' page faults and the server's copy of a pull's
+    # answer; the received gradients' faults then leave the server's update time.
     import dataclasses
 
     from simdl.analytic.engine import ps_transfer_times, ps_update_time
     from simdl.provenance import Sourced
 
     base = load_cluster("cpu-local-x4")
-    link = Sourced(1.0e9, "calibrated", "test")
-    spec = dataclasses.replace(base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link))
-    cluster = allocate(spec, 4)
+    link, phi, kappa = (Sourced(v, "calibrated", "test") for v in (1.0e9, 0.2e-9, 0.1e-9))
+    plain = dataclasses.replace(base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link))
+    full = dataclasses.replace(plain, ps_servers=dataclasses.replace(plain.ps_servers, receive_fault=phi,
+                                                                     response_copy=kappa))
     wl = Workload(table=load_workload("vgg16", dataset="mnist"), batch_size=32)
-    plan = build_plan(wl, cluster, StrategyConfig(name="ps-sync"))
-    lat, server = spec.ps_servers.latency.value, spec.ps_servers.nic_bandwidth.value
-    push1, _ = ps_transfer_times(cluster, plan, 1)
-    assert push1 == pytest.approx(lat + plan.push_bytes / min(link.value, server))
-    push4, _ = ps_transfer_times(cluster, plan, 4)
-    assert push4 == pytest.approx(lat + max(4 * plan.push_bytes / server, plan.push_bytes / link.value))
-    included = dataclasses.replace(spec, ps_servers=dataclasses.replace(spec.ps_servers,
-                                                                        link_includes_receive_allocation=True))
-    c2 = allocate(included, 4)
-    # Four received gradients' faults fewer (VGG16's are above the mmap threshold).
-    assert ps_update_time(c2, plan, 4) < ps_update_time(cluster, plan, 4)
-    assert ps_update_time(c2, plan, 1) < ps_update_time(cluster, plan, 1)
+    c_plain, c_full = allocate(plain, 4), allocate(full, 4)
+    plan = build_plan(wl, c_plain, StrategyConfig(name="ps-sync"))
+    lat, server = base.ps_servers.latency.value, base.ps_servers.nic_bandwidth.value
+    m = plan.push_bytes
+    push1, pull1 = ps_transfer_times(c_plain, plan, 1)
+    assert push1 == pull1 == pytest.approx(lat + max(m / link.value, m / server))
+    push4, _ = ps_transfer_times(c_plain, plan, 4)
+    assert push4 == pytest.approx(lat + max(4 * m / server, m / link.value))
+    # VGG16's classifier weights (411 and 67 MB) are above the 32 MiB mmap threshold.
+    fresh = sum(b for b in plan.details["param_tensor_bytes"] if b > 32 * 2**20)
+    assert fresh > 0.8 * m
+    fpush1, fpull1 = ps_transfer_times(c_full, plan, 1)
+    assert fpush1 - push1 == pytest.approx(fresh * phi.value)
+    assert fpull1 - pull1 == pytest.approx(2 * fresh * phi.value + m * kappa.value)
+    assert ps_update_time(c_full, plan, 4) < ps_update_time(c_plain, plan, 4)

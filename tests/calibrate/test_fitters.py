@@ -181,19 +181,28 @@ def test_ps_fit():
     assert est.update_bandwidth_B_per_s_ == pytest.approx(10e9, rel=0.02)
 
 
-def test_ps_fit_over_rpc_separates_the_worker_link_from_the_server_side():
-    # One worker alone reaches 1.5 GB/s; three at once share a 2.5 GB/s server side.
-    lat, bw1, bws, c = 300e-6, 1.5e9, 2.5e9, 3
+def test_ps_fit_over_rpc_separates_link_faults_copy_and_the_server_side():
+    # One worker alone reaches 2 GB/s; above 32 MiB each received buffer faults at 0.2 ns/B,
+    # a pull's answer is copied at 0.1 ns/B (into a fresh buffer); three workers at once
+    # share a 3 GB/s server side.
+    lat, bw1, phi, kappa, bws, c = 300e-6, 2e9, 0.2e-9, 0.1e-9, 3e9, 3
     rts = [{"bytes": m, "time_s": 2 * (50e-6 + m / 4e9)} for m in SIZES]
     rpc = [2**20 * k for k in (1, 4, 16, 64, 256)]
-    alone = [{"bytes": m, "push_time_s": lat + m / bw1, "pull_time_s": lat + m / bw1} for m in rpc]
-    together = [{"bytes": m, "workers": c, "push_time_s": lat + c * m / bws, "pull_time_s": lat + c * m / bws}
-                for m in rpc]
+
+    def t(m, workers, pull):
+        fresh = m if m > 32 * 2**20 else 0
+        return lat + workers * m / (bws if workers > 1 else bw1) + fresh * phi * (1 + pull) + pull * m * kappa
+
+    alone = [{"bytes": m, "push_time_s": t(m, 1, 0), "pull_time_s": t(m, 1, 1)} for m in rpc]
+    together = [{"bytes": m, "workers": c, "push_time_s": t(m, c, 0), "pull_time_s": t(m, c, 1)} for m in rpc]
     est = PSFit().fit(rts, (), alone, together)
     assert est.transport_ == "rpc" and est.workers_ == [c]
     assert est.latency_s_ == pytest.approx(lat, rel=0.02)
     assert est.worker_bandwidth_B_per_s_ == pytest.approx(bw1, rel=0.02)
+    assert est.receive_fault_s_per_byte_ == pytest.approx(phi, rel=0.02)
+    assert est.response_copy_s_per_byte_ == pytest.approx(kappa, rel=0.02)
     assert est.bandwidth_B_per_s_ == pytest.approx(bws, rel=0.02)
+    assert est.quality_["rpc_alone"]["max_abs_rel_error"] < 0.01
     # The process group's ping-pong stays what it was: the one-way latency between processes.
     assert est.pingpong_["latency_s"] == pytest.approx(50e-6, rel=0.02)
     # Without RPC records, the ping-pong is the PS link (profiles calibrated before them).

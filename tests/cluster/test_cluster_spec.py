@@ -176,20 +176,21 @@ def test_zero_nic_bandwidth_is_rejected(tmp_path):
     _assert_one_line(exc, "inter_node", "nic_Gb_per_s", "0")
 
 
-def test_ps_link_fields_round_trip_and_a_bad_flag_is_rejected(tmp_path):
+def test_ps_link_fields_round_trip_and_a_negative_one_is_rejected(tmp_path):
     def calibrated(r):
         r["ps_servers"]["worker_link_Gb_per_s"] = {"value": 12.0, "kind": "calibrated", "source": "a test"}
-        r["ps_servers"]["link_includes_receive_allocation"] = True
+        r["ps_servers"]["receive_fault_ns_per_byte"] = {"value": 0.2, "kind": "calibrated", "source": "a test"}
 
     spec = load_cluster(_write_variant(tmp_path, calibrated, base="cpu-local-x4"))
     assert spec.ps_servers.worker_link.value == pytest.approx(1.5e9)
-    assert spec.ps_servers.link_includes_receive_allocation is True
-    assert spec.ps_servers.to_dict()["link_includes_receive_allocation"] is True
-    path = _write_variant(tmp_path, lambda r: r["ps_servers"].update(link_includes_receive_allocation="yes"),
-                          base="cpu-local-x4")
+    assert spec.ps_servers.receive_fault.value == pytest.approx(0.2e-9)
+    assert spec.ps_servers.response_copy is None
+    assert spec.ps_servers.to_dict()["receive_fault_ns_per_byte"]["value"] == pytest.approx(0.2)
+    path = _write_variant(tmp_path, lambda r: r["ps_servers"].update(
+        response_copy_ns_per_byte={"value": -1, "kind": "calibrated", "source": "a test"}), base="cpu-local-x4")
     with pytest.raises(SimdlError) as exc:
         load_cluster(path)
-    _assert_one_line(exc, "link_includes_receive_allocation", "'yes'", "true or false")
+    _assert_one_line(exc, "response_copy_ns_per_byte", "-1", ">= 0")
 
 
 def test_missing_key_is_rejected(tmp_path):
