@@ -182,7 +182,8 @@ def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
 
     base = load_cluster("cpu-local-x4")
     link, phi, kappa = (Sourced(v, "calibrated", "test") for v in (1.0e9, 0.2e-9, 0.1e-9))
-    plain = dataclasses.replace(base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link))
+    plain = dataclasses.replace(base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link,
+                                                                     receive_fault=None, response_copy=None))
     full = dataclasses.replace(plain, ps_servers=dataclasses.replace(plain.ps_servers, receive_fault=phi,
                                                                      response_copy=kappa))
     wl = Workload(table=load_workload("vgg16", dataset="mnist"), batch_size=32)
