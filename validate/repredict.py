@@ -29,10 +29,12 @@ def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analyt
         new.update(predicted=predict_run(run, path, engines), cluster_profile=path,
                    cluster_profile_sha256=_sha256(path), cluster_profile_note=note,
                    repredicted_from=rec.get("cluster_profile"))
-        # The processor the run was measured on (recorded since 2026-11-25; older runs do not
-        # say, and are not labelled) against the one the profile was calibrated on.
-        cpu = (rec.get("host") or {}).get("cpu_model")
-        why = host_mismatch(load_cluster(path), cpu_label(cpu)) if cpu else None
+        # The processor the run was measured on (model name and caches, recorded since
+        # 2026-11-25; older runs do not say, and are not labelled) against the one the profile
+        # was calibrated on.
+        host = rec.get("host") or {}
+        cpu = host.get("cpu_model")
+        why = host_mismatch(load_cluster(path), cpu_label(cpu), host.get("cpu_caches") or {}) if cpu else None
         new.pop("host_mismatch", None)
         if why:
             new["host_mismatch"] = why

@@ -4,9 +4,12 @@ A calibrated CPU profile (``cpu-local``) holds this host's gloo curves, op-class
 bandwidths and copy rates: it predicts runs on *the machine it was measured on*. The
 workplace's VMs keep their hostname (``vm``) when the processor under them changes (the
 shipped ``cpu-local`` profiles were measured on an Intel Xeon; on 2026-11-25 the same VM
-reported an AMD EPYC), so the hostname cannot tell. The processor's model name, its core
-count and its cache sizes can; validation compares them before it predicts a run with a
-profile (``validate.run``), and records them with every run.
+reported an AMD EPYC), so the hostname cannot tell. Nor can the model name alone: the VM has
+reported ``AMD EPYC`` on three processors (validate/results: L1d 48K / L2 1024K on the morning
+of 2026-11-25, L1d 32K / L2 1024K that evening, L1d 32K / L2 512K and no AVX-512 on
+2026-11-26, CPU family 25 model 1). The model name with the cache sizes can; validation
+compares them before it predicts a run with a profile (``validate.run``), and records them
+with every run.
 
 Plain Python (``/proc/cpuinfo``, ``/sys/devices/system/cpu``): no torch.
 """
@@ -77,33 +80,59 @@ def profile_devices(spec) -> list[str]:
     return [str(d) for d in (devs if isinstance(devs, list) else [devs])]
 
 
-def host_mismatch(spec, device: str | None = None) -> str | None:
+def profile_caches(spec) -> dict[str, str]:
+    """Cache sizes of the processor a calibrated profile was measured on
+    (``calibration.provenance.cpu_caches``); empty when it does not record them."""
+    prov = ((getattr(spec, "calibration", None) or {}).get("provenance") or {})
+    caches = prov.get("cpu_caches") or {}
+    return {str(k): str(v) for k, v in caches.items()} if isinstance(caches, dict) else {}
+
+
+def _caches_text(caches: dict[str, str]) -> str:
+    return " ".join(f"{k} {v}" for k, v in sorted(caches.items()))
+
+
+def host_mismatch(spec, device: str | None = None, caches: dict[str, str] | None = None) -> str | None:
     """Why ``spec`` does not describe this host's CPU, or None when it does (or cannot say).
 
+    The processor's model name must be one the profile was measured on, and where both the
+    profile and the host report cache sizes, they must agree (one model name has covered
+    several processors here: module docstring). ``device`` and ``caches`` default to this
+    host's; a caller that names a ``device`` without ``caches`` compares the name only.
     Only CPU profiles are checked: a GPU profile predicts the GPUs it names, whatever host
     runs simdl. A profile without calibration provenance (a preset) is not checked."""
     devs = [d for d in profile_devices(spec) if d.startswith("cpu:")]
     if not devs:
         return None
+    if caches is None:
+        caches = cache_sizes() if device is None else {}
     here = device or cpu_device_name()
-    if here in devs:
-        return None
-    return (f"profile {spec.name} was calibrated on {', '.join(repr(d) for d in devs)}; "
-            f"this host is {here!r}")
+    if here not in devs:
+        return (f"profile {spec.name} was calibrated on {', '.join(repr(d) for d in devs)}; "
+                f"this host is {here!r}")
+    theirs = profile_caches(spec)
+    if caches and theirs and caches != theirs:
+        return (f"profile {spec.name} was calibrated on a {here!r} with caches {_caches_text(theirs)}; "
+                f"this host's {here!r} has {_caches_text(caches)} (another processor of that name)")
+    return None
 
 
-def preset_for_this_host(device: str | None = None) -> str | None:
-    """The shipped CPU preset calibrated on this host's processor with one rank per device
-    slot (``cpu-local``, not its ``-x4`` sibling, which validation picks by rank count), or
-    None when no shipped profile was measured on this processor."""
+def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None) -> str | None:
+    """The shipped CPU preset calibrated on this host's processor (:func:`host_mismatch`),
+    preferably one with one rank per device slot (``cpu-local``, not its ``-x4`` sibling,
+    which validation picks by rank count); a ``-x<N>`` profile when it is the only one of
+    this processor (its N slots serve runs of N ranks or fewer); None when no shipped profile
+    was measured on this processor."""
     import re
 
     from .spec import CLUSTER_DIR, load_cluster
 
+    if caches is None and device is None:
+        caches = cache_sizes()
     here = device or cpu_device_name()
-    for path in sorted(CLUSTER_DIR.glob("cpu-*.yaml")):
-        if re.search(r"-x\d+$", path.stem):
-            continue
-        if here in profile_devices(load_cluster(str(path))):
+    paths = sorted(CLUSTER_DIR.glob("cpu-*.yaml"), key=lambda p: (bool(re.search(r"-x\d+$", p.stem)), p.stem))
+    for path in paths:
+        spec = load_cluster(str(path))
+        if profile_devices(spec) and host_mismatch(spec, here, caches) is None:
             return path.stem
     return None

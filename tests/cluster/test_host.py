@@ -63,3 +63,30 @@ def test_named_cpu_device_files_are_cpus_and_calibration_picks_them_by_model_nam
     assert gpu_file_for("cpu: AMD EPYC") == "cpu-epyc"
     assert gpu_file_for("cpu: Intel(R) Xeon(R) Processor") == "cpu"
     assert gpu_file_for("NVIDIA A10G") == "A10G"
+
+
+# One model name, several processors: the VM reported "AMD EPYC" with these caches on
+# 2026-11-25 evening (cpu-epyc's calibration) and on 2026-11-26 (cpu-epyc-x4's).
+EPYC_L2_1M = {"L1d": "32K", "L1i": "32K", "L2": "1024K", "L3": "32768K"}
+EPYC_L2_512K = {"L1d": "32K", "L1i": "32K", "L2": "512K", "L3": "32768K"}
+
+
+def test_host_mismatch_compares_caches_when_both_sides_record_them():
+    from simdl.cluster.host import profile_caches
+
+    spec = load_cluster("cpu-epyc")
+    assert profile_caches(spec) == EPYC_L2_1M
+    assert host_mismatch(spec, "cpu: AMD EPYC", EPYC_L2_1M) is None
+    why = host_mismatch(spec, "cpu: AMD EPYC", EPYC_L2_512K)
+    assert why is not None and "cpu-epyc" in why and "L2 1024K" in why and "L2 512K" in why
+    # A host whose caches are unknown (no sysfs) is compared by name, as before.
+    assert host_mismatch(spec, "cpu: AMD EPYC", {}) is None
+
+
+def test_preset_for_this_host_tells_processors_of_one_name_apart():
+    from simdl.cluster.host import preset_for_this_host
+
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc"
+    # Only a 4-rank profile was calibrated on this one: it serves (its slots cover 2 ranks too).
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-x4"
+    assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}) is None

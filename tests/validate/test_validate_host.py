@@ -8,7 +8,8 @@ from validate import run as vrun
 from validate import repredict as vre
 
 
-def _fake_sweep(monkeypatch, device):
+def _fake_sweep(monkeypatch, device, caches=None):
+    """This host is ``device`` with ``caches`` (none known: the processor is told by name)."""
     calls = []
 
     def fake_run_one(run, *a, host_mismatch="", **k):
@@ -18,6 +19,7 @@ def _fake_sweep(monkeypatch, device):
 
     monkeypatch.setattr(vrun, "run_one", fake_run_one)
     monkeypatch.setattr("simdl.cluster.host.cpu_device_name", lambda *a: device)
+    monkeypatch.setattr("simdl.cluster.host.cache_sizes", lambda *a: dict(caches or {}))
     return calls
 
 
@@ -47,6 +49,25 @@ def test_same_processor_and_smoke_are_not_refused(tmp_path, monkeypatch):
     assert calls and "Some Other CPU" in calls[0]
 
 
+def test_a_sibling_profile_of_another_processor_of_the_same_name_is_refused(tmp_path, monkeypatch, capsys):
+    """cpu-epyc and cpu-epyc-x4 were calibrated on two processors that both call themselves
+    "AMD EPYC" (caches L2 1024K and 512K): on the first, a 4-rank run is refused the second's
+    profile, naming the caches; on the second, both rank counts take cpu-epyc-x4."""
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import profile_caches
+
+    l2_1m = profile_caches(load_cluster("cpu-epyc"))
+    l2_512k = profile_caches(load_cluster("cpu-epyc-x4"))
+    calls = _fake_sweep(monkeypatch, "cpu: AMD EPYC", l2_1m)
+    assert vrun.main(["--profile", "local", "-o", str(tmp_path / "a.jsonl"), "--only", "exp2-resnet50-ps-sync"]) == 2
+    err = capsys.readouterr().err
+    assert "cpu-epyc-x4" in err and "L2 512K" in err and "L2 1024K" in err and not calls
+    calls = _fake_sweep(monkeypatch, "cpu: AMD EPYC", l2_512k)
+    assert vrun.main(["--profile", "local", "-o", str(tmp_path / "b.jsonl"), "--only", "exp2-resnet50-ps-sync"]) == 0
+    assert vrun.main(["--profile", "local", "-o", str(tmp_path / "c.jsonl"), "--only", "vit_b_32-fsdp-full-r2-b16"]) == 0
+    assert calls == ["", ""]
+
+
 def test_repredict_labels_runs_of_another_processor(tmp_path, monkeypatch):
     from validate.experiments import experiments
 
@@ -59,3 +80,11 @@ def test_repredict_labels_runs_of_another_processor(tmp_path, monkeypatch):
     assert "AMD EPYC" in out[0]["host_mismatch"]
     assert "host_mismatch" not in out[1]  # the processor was not recorded: nothing to compare
     assert "host_mismatch" not in out[2]  # same processor: an old label is dropped
+    # Same name, other caches: another processor (cpu-epyc-x4's caches against cpu-epyc's).
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import profile_caches
+
+    other = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster("cpu-epyc-x4"))})
+    same = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster("cpu-epyc"))})
+    out = vre.repredict(json.loads(json.dumps([other, same])), "cpu-epyc", tmp_path, ("analytic",))
+    assert "L2 512K" in out[0]["host_mismatch"] and "host_mismatch" not in out[1]
