@@ -122,17 +122,14 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
     preferably one with one rank per device slot (``cpu-local``, not its ``-x4`` sibling,
     which validation picks by rank count); a ``-x<N>`` profile when it is the only one of
     this processor (its N slots serve runs of N ranks or fewer); None when no shipped profile
-    was measured on this processor."""
+    was measured on this processor. ``device`` and ``caches`` as in :func:`host_mismatch`."""
     import re
 
     from .spec import CLUSTER_DIR, load_cluster
 
-    if caches is None and device is None:
-        caches = cache_sizes()
-    here = device or cpu_device_name()
     paths = sorted(CLUSTER_DIR.glob("cpu-*.yaml"), key=lambda p: (bool(re.search(r"-x\d+$", p.stem)), p.stem))
     for path in paths:
         spec = load_cluster(str(path))
-        if profile_devices(spec) and host_mismatch(spec, here, caches) is None:
+        if profile_devices(spec) and host_mismatch(spec, device, caches) is None:
             return path.stem
     return None
