@@ -98,6 +98,8 @@ def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None
         "output": output, "name": name, "gpu": gpu, "stages": list(stages),
         "compute_models": ";".join([models] + [f"{m}:{d}:{','.join(map(str, b))}" for m, d, b in extra]),
         "compute_held_out": held,
+        # How many leading --models entries the compute stage measures before its microbenchmarks.
+        "compute_fit_models": len(models.split(";")),
         # Models profiled for their own predictions only (compute profiles), kept out of the
         # generic compute fit so that its held-out check stays a check.
         "compute_profile_only": sorted({m for m, _, _ in extra}
@@ -148,6 +150,8 @@ def _torchrun_cmd(settings: dict, stage: str, stage_dir: Path) -> list[str]:
         cmd += ["--passes", str(settings["collective_passes"])]
     if stage == "compute":
         cmd += ["--models", settings["compute_models"]]
+        if settings.get("compute_fit_models"):
+            cmd += ["--fit-models", str(settings["compute_fit_models"])]
     if stage == "strategies" and settings.get("strategy_models"):
         cmd += ["--models", settings["strategy_models"]]
     return cmd

@@ -34,6 +34,8 @@ def test_quick_calibration_end_to_end(tmp_path):
     # 60 s of measurement: with 30 s, a .ci/run on the EPYC of 2026-11-26 (the machine slower
     # than in the runs before it) left the compute stage only its 19 microbenchmarks, no model
     # rows, so no roofline fit (the budget is split over the stages: simdl.calibrate.run).
+    # The stage now measures the fit models' rows before those microbenchmarks, and the
+    # assertions below check that a fit came out of it.
     p = subprocess.run([*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "60",
                         "-o", str(out), "--run-root", str(tmp_path / "runs")],
                        capture_output=True, text=True, timeout=400, env=_env())
@@ -43,6 +45,12 @@ def test_quick_calibration_end_to_end(tmp_path):
     spec = load_cluster(str(out))
     assert spec.efficiency.matmul.kind == "calibrated"
     assert spec.calibration["provenance"]["backend"] == "gloo"
+    # The fit models came before the microbenchmarks other than the launch cost.
+    (run_dir,) = (tmp_path / "runs").glob("calibrate-*")
+    order = [k for k in load_stage(run_dir, "compute").planned]
+    first_other_micro = next(i for i, k in enumerate(order) if k.startswith("micro/") and "tiny" not in k)
+    assert order[0] == "micro/tiny/add16" and all(k.startswith("model/") for k in order[1:first_other_micro])
+    assert any(k.startswith("model/mnist_cnn") for k in order[1:first_other_micro])
     r = predict(model="mnist_cnn", strategy="ddp", gpus=2, cluster=str(out), dataset="mnist")
     assert r.iteration_time_s > 0
     # Every FSDP step the budget let it measure has its collective calls logged and set
