@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
+from ..cluster.host import device_file_for
 from ..errors import SimdlError
 from . import fit as F
 from .records import STAGES
@@ -37,14 +38,11 @@ GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU fil
 )
 
 
-# Host CPUs with a device file of their own (processor model name substring -> gpus/ file);
-# any other CPU gets ``cpu`` (the Intel Xeon guest cpu-local was calibrated on).
-CPU_NAME_MAP = (("AMD EPYC", "cpu-epyc"),)
-
-
-def gpu_file_for(device: str) -> str:
+def gpu_file_for(device: str, caches: dict[str, str] | None = None) -> str:
+    """The device file a calibration on ``device`` is measured against: for a host CPU, the
+    one whose ``host`` block matches its model name and ``caches`` (simdl.cluster.host)."""
     if device.startswith("cpu"):
-        return next((name for needle, name in CPU_NAME_MAP if needle.lower() in device.lower()), "cpu")
+        return device_file_for(device, caches)
     for needle, name in GPU_NAME_MAP:
         if needle.lower() in device.lower():
             return name
@@ -338,7 +336,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     stages = F.load_all(run_dir)
     prov = provenance(stages, settings, run_dir)
     device = prov["devices"][0]
-    gpu = gpu or gpu_file_for(device)
+    gpu = gpu or gpu_file_for(device, prov.get("cpu_caches"))
     gpu_spec = load_gpu(gpu)
     base = base_preset_for(gpu)
     per_node = int(prov["ranks_per_node"] or 1)

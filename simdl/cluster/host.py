@@ -117,6 +117,22 @@ def host_mismatch(spec, device: str | None = None, caches: dict[str, str] | None
     return None
 
 
+def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
+    """The shipped device file (``gpus/cpu*.yaml``) of a CPU named ``device`` (``cpu: <model>``)
+    with per-core ``caches`` (as :func:`cache_sizes` reports them): the file whose ``host``
+    block matches both; else, when the caches are unknown or match no file, the first file
+    (by name) whose model name matches; else ``cpu``. The caches decide because the VM
+    reports one model name on several processors (module docstring) whose peaks differ
+    (cpu-epyc: Zen 5, 332 GFLOP/s; cpu-epyc-milan: Zen 3, 157 GFLOP/s)."""
+    from .spec import gpu_names, is_cpu_device_name, load_gpu
+
+    files = [load_gpu(n) for n in gpu_names() if is_cpu_device_name(n)]
+    by_name = [g for g in files if g.describes_host(device)]
+    exact = [g for g in by_name if caches and g.describes_host(device, caches)]
+    chosen = (exact or by_name)
+    return chosen[0].name if chosen else "cpu"
+
+
 def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None) -> str | None:
     """The shipped CPU preset calibrated on this host's processor (:func:`host_mismatch`),
     preferably one with one rank per device slot (``cpu-local``, not its ``-x4`` sibling,

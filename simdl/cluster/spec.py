@@ -202,7 +202,8 @@ def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tu
 # --------------------------------------------------------------------------- GPU
 
 _GPU_KEYS = ("name", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
-             *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors")
+             *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors", "host")
+_GPU_HOST_KEYS = ("model_name", "caches", "source")
 
 
 def is_cpu_device_name(name: str) -> bool:
@@ -221,6 +222,17 @@ class GPU:
     priors: FrozenMap = field(default_factory=FrozenMap)  # PRIOR_KEYS -> Sourced fraction
     description: str = ""
     source_path: str = ""
+    # Host CPUs: the processor this file describes, as /proc/cpuinfo's model name and the
+    # per-core cache sizes sysfs reports (a subset, e.g. {"L1d": "32K", "L2": "512K"}).
+    host_model: str = ""
+    host_caches: FrozenMap = field(default_factory=FrozenMap)
+
+    def describes_host(self, device: str, caches: Mapping[str, str] | None = None) -> bool:
+        """Whether this file's ``host`` block matches a CPU device name (``cpu: <model>``) and,
+        where both give them, its cache sizes."""
+        if not self.host_model or self.host_model.lower() not in device.lower():
+            return False
+        return not caches or all(caches.get(k) == v for k, v in self.host_caches.items())
 
     @property
     def is_cpu(self) -> bool:
@@ -245,6 +257,8 @@ class GPU:
             _put(out, f"peak_{p}_TFLOP_per_s", self.peak_flops[p])
         if self.priors:
             out["priors"] = {k: v.to_dict(k) for k, v in self.priors.items()}
+        if self.host_model:
+            out["host"] = {"model_name": self.host_model, "caches": dict(self.host_caches)}
         return out
 
 
@@ -257,6 +271,14 @@ def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
     priors_raw = _section(raw, "priors", where, required=False) or {}
     _check_keys(priors_raw, PRIOR_KEYS, f"{where}: priors")
     priors = {k: _fraction(priors_raw, k, f"{where}: priors") for k in priors_raw}
+    host = _section(raw, "host", where, required=False) or {}
+    _check_keys(host, _GPU_HOST_KEYS, f"{where}: host")
+    if host and not isinstance(host.get("model_name"), str):
+        raise SimdlError(f"{where}: host.model_name must be the processor's model name (a string), "
+                         f"got {host.get('model_name')!r}")
+    caches = host.get("caches") or {}
+    if not isinstance(caches, Mapping):
+        raise SimdlError(f"{where}: host.caches must map cache names to sizes (e.g. {{L2: 512K}}), got {caches!r}")
     return GPU(
         name=name,
         memory_bytes=read(raw, "memory_GiB", where=where, strictly_positive=True),
@@ -265,6 +287,8 @@ def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
         priors=FrozenMap(priors),
         description=str(raw.get("description", "") or ""),
         source_path=source_path,
+        host_model=host.get("model_name", "") or "",
+        host_caches=FrozenMap({str(k): str(v) for k, v in caches.items()}),
     )
 
 

@@ -65,6 +65,41 @@ def test_named_cpu_device_files_are_cpus_and_calibration_picks_them_by_model_nam
     assert gpu_file_for("NVIDIA A10G") == "A10G"
 
 
+def test_calibration_picks_the_device_file_of_one_named_processor_by_its_caches():
+    from simdl.calibrate.profile import gpu_file_for
+    from simdl.cluster import load_gpu
+
+    # Two processors the VM called "AMD EPYC": the Zen 3 of 2026-11-26 and the Zen 5 of 11-22/25.
+    assert gpu_file_for("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-milan"
+    assert gpu_file_for("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K", "L3": "32768K"}) == "cpu-epyc"
+    # Their peaks differ by 2x (AVX2 against AVX-512): the reason to tell them apart.
+    assert load_gpu("cpu-epyc").peak("fp32") / load_gpu("cpu-epyc-milan").peak("fp32") > 2.0
+    # Caches no file lists (cpu-epyc's own calibration, L1d 32K / L2 1024K): the first file of
+    # that name, as before device files had a host block; an unknown CPU: the generic file.
+    assert gpu_file_for("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc"
+    assert gpu_file_for("cpu: Some Other CPU", EPYC_L2_512K) == "cpu"
+    # Every shipped host CPU file says which processor it is.
+    from simdl.cluster.spec import gpu_names, is_cpu_device_name
+
+    assert all(load_gpu(n).host_model for n in gpu_names() if is_cpu_device_name(n))
+
+
+def test_a_device_files_host_block_is_checked(tmp_path):
+    import yaml
+
+    from simdl.cluster import load_gpu
+    from simdl.errors import SimdlError
+
+    raw = load_gpu("cpu-epyc-milan").to_dict()
+    assert raw["host"] == {"model_name": "AMD EPYC", "caches": {"L1d": "32K", "L2": "512K"}}
+    for bad, msg in (({"model": "x"}, "unknown key 'model'"), ({"model_name": 3}, "host.model_name"),
+                     ({"model_name": "x", "caches": [1]}, "host.caches")):
+        path = tmp_path / "g.yaml"
+        path.write_text(yaml.safe_dump({**raw, "host": bad}))
+        with pytest.raises(SimdlError, match=msg):
+            load_gpu(str(path))
+
+
 # One model name, several processors: the VM reported "AMD EPYC" with these caches on
 # 2026-11-25 evening (cpu-epyc's calibration) and on 2026-11-26 (cpu-epyc-x4's).
 EPYC_L2_1M = {"L1d": "32K", "L1i": "32K", "L2": "1024K", "L3": "32768K"}
