@@ -142,8 +142,17 @@ def _calibration_section(records: list[dict]) -> list[str]:
     profiles = sorted({r.get("cluster_profile", "") for r in records if r.get("cluster_profile")})
     lines = ["## Cluster profile and calibration", ""]
     for p in profiles:
-        sha = next((r.get("cluster_profile_sha256") for r in records if r.get("cluster_profile") == p), "")
-        lines.append(f"- `{_rel(p)}` (sha256 {sha})")
+        # One path may name several versions of a profile (a sweep resumed after the file was
+        # refitted): each digest with the runs it predicted.
+        shas: dict[str, int] = {}
+        for r in records:
+            if r.get("cluster_profile") == p:
+                shas[r.get("cluster_profile_sha256") or "not recorded"] = shas.get(
+                    r.get("cluster_profile_sha256") or "not recorded", 0) + 1
+        if len(shas) == 1:
+            lines.append(f"- `{_rel(p)}` (sha256 {next(iter(shas))})")
+        else:
+            lines.append(f"- `{_rel(p)}` (sha256 " + ", ".join(f"{h}: {n} run{'s' if n != 1 else ''}" for h, n in shas.items()) + ")")
     # Every profile's calibration record: runs at 2 and 4 ranks are predicted with profiles
     # calibrated separately, each on its own configurations.
     fitted, calibs = False, []

@@ -238,3 +238,16 @@ def test_several_results_files_read_as_one_sweep(results_file, tmp_path):
     assert f"`{first}`, `{second}`" in text and f"later file (its own measurement, prediction and profile): `{recs[2]['run_id']}`" in text
     assert "| file | started |" in text
     assert main(["report", str(first), str(tmp_path / "missing.jsonl")]) == 2
+
+
+def test_calibration_section_names_every_version_of_a_profile(results_file, tmp_path):
+    """A sweep resumed after its profile was refitted in place: both digests, with their runs."""
+    import json
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()][:3]
+    recs[2]["cluster_profile_sha256"] = "1" * 16
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    text = build_report(path, tmp_path / "rep").read_text()
+    section = text.split("## Cluster profile and calibration", 1)[1].split("\n## ", 1)[0]
+    assert f"sha256 {'0' * 16}: 2 runs, {'1' * 16}: 1 run" in section
