@@ -20,8 +20,8 @@ from typing import Any
 
 import yaml
 
-from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from ..cluster.host import device_file_for
+from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from ..errors import SimdlError
 from . import fit as F
 from .records import STAGES

@@ -129,7 +129,7 @@ def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
     files = [load_gpu(n) for n in gpu_names() if is_cpu_device_name(n)]
     by_name = [g for g in files if g.describes_host(device)]
     exact = [g for g in by_name if caches and g.describes_host(device, caches)]
-    chosen = (exact or by_name)
+    chosen = exact or by_name
     return chosen[0].name if chosen else "cpu"
 
 

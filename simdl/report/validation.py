@@ -137,6 +137,8 @@ def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str,
 
 
 def _calibration_section(records: list[dict]) -> list[str]:
+    from collections import Counter
+
     import yaml
 
     profiles = sorted({r.get("cluster_profile", "") for r in records if r.get("cluster_profile")})
@@ -144,11 +146,8 @@ def _calibration_section(records: list[dict]) -> list[str]:
     for p in profiles:
         # One path may name several versions of a profile (a sweep resumed after the file was
         # refitted): each digest with the runs it predicted.
-        shas: dict[str, int] = {}
-        for r in records:
-            if r.get("cluster_profile") == p:
-                shas[r.get("cluster_profile_sha256") or "not recorded"] = shas.get(
-                    r.get("cluster_profile_sha256") or "not recorded", 0) + 1
+        shas = Counter(r.get("cluster_profile_sha256") or "not recorded" for r in records
+                       if r.get("cluster_profile") == p)
         if len(shas) == 1:
             lines.append(f"- `{_rel(p)}` (sha256 {next(iter(shas))})")
         else:

@@ -47,7 +47,7 @@ def test_quick_calibration_end_to_end(tmp_path):
     assert spec.calibration["provenance"]["backend"] == "gloo"
     # The fit models came before the microbenchmarks other than the launch cost.
     (run_dir,) = (tmp_path / "runs").glob("calibrate-*")
-    order = [k for k in load_stage(run_dir, "compute").planned]
+    order = list(load_stage(run_dir, "compute").planned)
     first_other_micro = next(i for i, k in enumerate(order) if k.startswith("micro/") and "tiny" not in k)
     assert order[0] == "micro/tiny/add16" and all(k.startswith("model/") for k in order[1:first_other_micro])
     assert any(k.startswith("model/mnist_cnn") for k in order[1:first_other_micro])
