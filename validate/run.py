@@ -369,7 +369,8 @@ def host_info() -> dict:
     fp = cpu_fingerprint()
     return {"hostname": platform.node(), "cpu_cores": CORES, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.machine(),
-            "cuda": torch.cuda.is_available(), "cpu_model": fp["cpu_model"], "cpu_caches": fp["caches"]}
+            "cuda": torch.cuda.is_available(), "cpu_model": fp["cpu_model"], "cpu_caches": fp["caches"],
+            "cpu_identity": fp["identity"]}
 
 
 def profile_host_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:

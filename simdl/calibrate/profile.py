@@ -118,6 +118,8 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "cpu_count": h0.get("cpu_count"),
         # Cache sizes per core (sysfs): with the model name, what tells two hosts apart.
         **({"cpu_caches": h0["cpu_caches"]} if h0.get("cpu_caches") else {}),
+        # Family/model/stepping and ISA flags (runs from 2026-11-26 on): which processor exactly.
+        **({"cpu_identity": h0["cpu_identity"]} if h0.get("cpu_identity") else {}),
         # Readings at stage starts include this run's own ranks (up to one per core); the
         # reading taken before any rank started is the one that says whether others were busy.
         "loadavg_1min_at_stage_starts_incl_own_ranks": [round(x, 2) for x in loads],

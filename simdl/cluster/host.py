@@ -67,9 +67,40 @@ def cache_sizes(cache_dir: Path = CACHE_DIR) -> dict[str, str]:
     return out
 
 
+# Instruction-set flags that change a CPU's peak FLOP/s (FMA width, AVX-512, bf16, AMX) or
+# tell processor generations apart (vnni): which of them /proc/cpuinfo lists is recorded.
+ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
+
+
+def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, Any]:
+    """Vendor, family, model and stepping of the first processor in ``/proc/cpuinfo`` and the
+    :data:`ISA_FLAGS` it lists; empty where the file is missing (not Linux). The model name
+    alone has named three processors here (module docstring); family/model and the flags tell
+    a Zen 3 (family 25 model 1, AVX2) from a Zen 5 (AVX-512) with the same name."""
+    fields = {"vendor_id": "vendor", "cpu family": "family", "model": "model", "stepping": "stepping"}
+    out: dict[str, Any] = {}
+    try:
+        with open(cpuinfo, encoding="utf-8") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor's block ends here
+                key, _, value = line.partition(":")
+                key, value = key.strip(), value.strip()
+                if key in fields:
+                    out[fields[key]] = int(value) if value.isdigit() else value
+                elif key == "flags":
+                    have = set(value.split())
+                    out["isa"] = [f for f in ISA_FLAGS if f in have]
+    except OSError:
+        return {}
+    return out
+
+
 def cpu_fingerprint() -> dict[str, Any]:
-    """What identifies this host's processor for a calibration: model, cores, caches."""
-    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count() or 1, "caches": cache_sizes()}
+    """What identifies this host's processor for a calibration: model, cores, caches, and
+    family/model/stepping with the ISA flags (:func:`cpu_identity`)."""
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count() or 1, "caches": cache_sizes(),
+            "identity": cpu_identity()}
 
 
 def profile_devices(spec) -> list[str]:

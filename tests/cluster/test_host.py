@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simdl.cluster import load_cluster
-from simdl.cluster.host import cache_sizes, cpu_model, host_mismatch, profile_devices
+from simdl.cluster.host import cache_sizes, cpu_identity, cpu_model, host_mismatch, profile_devices
 
 
 def test_cpu_model_reads_cpuinfo(tmp_path):
@@ -13,6 +13,16 @@ def test_cpu_model_reads_cpuinfo(tmp_path):
     f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD EPYC 7B13\nflags\t: fpu\n")
     assert cpu_model(f) == "AMD EPYC 7B13"
     assert cpu_model(tmp_path / "missing")  # falls back to platform's guess, never empty
+
+
+def test_cpu_identity_reads_the_first_processor_and_its_isa_flags(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+                 "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu sse fma avx avx2\n\n"
+                 "processor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n")
+    assert cpu_identity(f) == {"vendor": "AuthenticAMD", "family": 25, "model": 1, "stepping": 1,
+                               "isa": ["fma", "avx2"]}
+    assert cpu_identity(tmp_path / "missing") == {}
 
 
 def test_cache_sizes_from_sysfs_layout(tmp_path):
