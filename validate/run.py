@@ -104,8 +104,8 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
     spec = load_cluster(str(path))
     if ranks <= spec.gpus_per_node or spec.inter_node is not None:
         return str(path), ""
-    calibrated = Path(path).with_name(f"{Path(path).stem}-x{ranks}.yaml")
-    if calibrated.exists() and load_cluster(str(calibrated)).gpus_per_node == ranks:
+    calibrated = _sibling_with_ranks(Path(path), spec, ranks)
+    if calibrated is not None:
         return str(calibrated), (f"profile {spec.name} has {spec.gpus_per_node} device slots; "
                                  f"{calibrated.name} was calibrated on the same host with {ranks} ranks")
     d = spec.to_dict()
@@ -118,6 +118,25 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
     out.write_text(f"# Derived from {path} by validate.run: gpus_per_node {spec.gpus_per_node} -> {ranks}.\n"
                    + yaml.safe_dump(d, sort_keys=False))
     return str(out), f"profile {spec.name} has {spec.gpus_per_node} device slots; derived {out.name} with {ranks}"
+
+
+def _sibling_with_ranks(path: Path, spec, ranks: int) -> Path | None:
+    """A profile beside ``path`` calibrated with ``ranks`` ranks on the processor ``spec`` was
+    calibrated on: ``<name>-x<ranks>.yaml`` first, else any whose provenance names the same
+    CPU and caches (cpu-epyc-milan, 2 ranks, and cpu-epyc-x4, 4 ranks, on the Zen 3)."""
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import profile_caches, profile_devices
+
+    named = path.with_name(f"{path.stem}-x{ranks}.yaml")
+    devices, caches = profile_devices(spec), profile_caches(spec)
+    others = sorted(p for p in path.parent.glob("*.yaml") if p != named and p != path)
+    for cand in ([named] if named.exists() else []) + (others if devices else []):
+        other = load_cluster(str(cand))
+        if other.gpus_per_node != ranks or other.inter_node is not None:
+            continue
+        if cand == named or (profile_devices(other) == devices and profile_caches(other) == caches):
+            return cand
+    return None
 
 
 def _sha256(path: str) -> str:

@@ -100,6 +100,31 @@ def test_profile_calibrated_at_the_rank_count_is_preferred(tmp_path):
     assert "derived" in note3
 
 
+def test_a_profile_of_the_same_processor_with_that_many_ranks_is_found_by_provenance(tmp_path):
+    """A 2-rank profile whose 4-rank sibling has another name (cpu-epyc-milan and cpu-epyc-x4
+    on the Zen 3) predicts 4-rank runs with that sibling; one of another processor does not."""
+    import shutil
+
+    import yaml
+
+    from simdl.cluster.spec import CLUSTER_DIR
+
+    src = Path(CLUSTER_DIR)
+    for f in ("cpu-local.yaml", "cpu-local.compute.json"):
+        shutil.copy(src / f, tmp_path / f)
+    d = yaml.safe_load((tmp_path / "cpu-local.yaml").read_text())
+    other = dict(d, name="zz-other-x4", gpus_per_node=4)
+    other["calibration"] = {**d["calibration"], "provenance": {**d["calibration"]["provenance"],
+                                                                "devices": ["cpu: Another CPU"]}}
+    (tmp_path / "zz-other-x4.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
+    path, note = vrun.profile_for_ranks(str(tmp_path / "cpu-local.yaml"), 4, tmp_path / "work")
+    assert "derived" in note  # another processor's 4-rank profile is not this host's
+    (tmp_path / "four-ranks.yaml").write_text(yaml.safe_dump(dict(d, name="four-ranks", gpus_per_node=4),
+                                                             sort_keys=False))
+    path, note = vrun.profile_for_ranks(str(tmp_path / "cpu-local.yaml"), 4, tmp_path / "work")
+    assert path == str(tmp_path / "four-ranks.yaml") and "calibrated on the same host" in note
+
+
 def test_reduced_fsdp_prediction_uses_the_block_units(tmp_path):
     from simdl.workload.zoo import DEFAULT_WRAP_TYPES
 
