@@ -244,6 +244,18 @@ def _micro(quick: bool, out: list) -> None:
                      (lambda a=a: torch.relu(a))))
     t = torch.randn(16)
     out.append(("tiny/add16", {"op_class": "launch", "flops": 0.0, "bytes": 0.0}, (lambda t=t: t + 1)))
+    # Tiny convolutions, forward and both backward gradients (3 calls, as a model's conv row
+    # costs in the roofline): their time is the fixed cost per convolution call (oneDNN's
+    # set-up; ~0.1 ms on CPU), which the roofline fit may hold fixed (simdl.calibrate.fit).
+    for (bt, c, hw, k) in ((4, 32, 2, 3), (4, 64, 1, 3), (4, 128, 2, 1), (8, 32, 4, 3)):
+        x = torch.randn(bt, c, hw, hw, requires_grad=True)
+        conv = torch.nn.Conv2d(c, c, k, padding=k // 2, bias=False)
+        g = torch.randn(bt, c, hw, hw)
+        flops = 3 * 2.0 * bt * c * c * k * k * hw * hw
+        nbytes = 4.0 * 3 * (2 * bt * c * hw * hw + c * c * k * k)
+        out.append((f"conv_call/{bt}x{c}x{hw}x{hw}/k{k}", {"op_class": "conv_call", "flops": flops, "bytes": nbytes,
+                                                           "calls": 3},
+                    (lambda x=x, conv=conv, g=g: torch.autograd.grad(conv(x), (x, conv.weight), g))))
     _stream_micro(quick, out)
 
 
@@ -325,11 +337,11 @@ def main() -> None:
         for b in batches.split(","):
             runs[i >= n_fit].append((name, dataset, int(b)))
     micro = micro_benchmarks(ctx.quick, ctx.device)
-    # Order: the tiny-op launch cost (which the roofline fit holds fixed), the fit models' rows,
+    # Order: the tiny-op launch and conv-call costs (which the roofline fit may hold fixed), the fit models' rows,
     # then the other microbenchmarks and models. A short --time-budget thus still yields a
     # roofline fit: with the microbenchmarks first, a slow host spent a quick calibration's
     # whole compute share (0.4 x 30 s) on them and measured no model (CI, 2026-11-26).
-    launch = [m for m in micro if m[1]["op_class"] == "launch"]
+    launch = [m for m in micro if m[1]["op_class"] in ("launch", "conv_call")]
     jobs = ([("micro", m) for m in launch] + [("model", r) for r in runs[0]]
             + [("micro", m) for m in micro if m not in launch] + [("model", r) for r in runs[1]])
     keys = [f"micro/{j[0]}" if kind == "micro" else "model/{}/{}/{}".format(*j) for kind, j in jobs]

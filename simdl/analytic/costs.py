@@ -58,6 +58,12 @@ class Rates:
     # Fraction of a row's shorter part (FLOPs or bytes time) hidden under its longer part:
     # 1 = the roofline's max, 0 = their sum (Efficiency.compute_memory_overlap).
     compute_memory_overlap: float = 1.0
+    # s of fixed cost per call of a memory-bound class's row, on top of its kernels' launches,
+    # as ((class, s), ...) (Efficiency.call_overhead_by_class; a CPU batch norm: ~0.1 ms).
+    class_call_overhead: tuple = ()
+    # Bytes/s at which a convolution's backward accumulates its weight gradient, once per
+    # sample (Efficiency.conv_weight_grad_bandwidth); 0: no such term (the roofline).
+    conv_weight_grad_bandwidth: float = 0.0
     # Streaming ops on whole parameter-sized tensors (optimizer, FSDP/DDP copies): bytes/s
     # and s per call (0: memory_bandwidth and kernel_overhead, the roofline's rates).
     stream_bandwidth: float = 0.0
@@ -99,6 +105,9 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
         class_memory_bandwidth=tuple((c, cluster.per_rank_memory_bandwidth * v.value)
                                      for c, v in eff.memory_bandwidth_by_class.items()),
         compute_memory_overlap=eff.compute_memory_overlap.value if eff.compute_memory_overlap else 1.0,
+        class_call_overhead=tuple((c, v.value) for c, v in eff.call_overhead_by_class.items()),
+        conv_weight_grad_bandwidth=(cluster.per_rank_memory_bandwidth * eff.conv_weight_grad_bandwidth.value
+                                    if eff.conv_weight_grad_bandwidth else 0.0),
         stream_bandwidth=(cluster.per_rank_memory_bandwidth * eff.stream_bandwidth.value
                           if eff.stream_bandwidth else 0.0),
         stream_call_overhead=eff.stream_call_overhead.value if eff.stream_call_overhead else None,
@@ -175,6 +184,20 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
         fwd += (fwd_flops > 0) * rates.matmul_call_overhead
         bwd += ((table.column("bwd_input_flops", batch) > 0).astype(float)
                 + (table.column("bwd_weight_flops", batch) > 0)) * rates.matmul_call_overhead
+    for cls, s in rates.class_call_overhead:
+        calls = (table.op_classes == cls) * s
+        fwd += calls
+        bwd += calls
+    if rates.conv_weight_grad_bandwidth:
+        # A CPU convolution's backward accumulates the weight gradient image by image (oneDNN's
+        # backward-weights reduces over the batch into a filter-sized buffer): a cost of
+        # batch x weight bytes that dominates at small spatial sizes. Calibration on the Zen 3
+        # EPYC, 2 ranks (2026-11-26): a 3x3 conv on a 1x1 output ran its backward at 2.6
+        # GFLOP/s against 30 at 16x16; with this term the held-out DenseNet121 went from
+        # +110 % to +11 % (forward fitted no such cost, so there is none). The fixed read
+        # bytes of a conv row are its weights (and bias).
+        weights = (table.op_classes == "conv") * table.fixed["read_bytes"] * batch
+        bwd += weights / rates.conv_weight_grad_bandwidth
     return _row_times(fwd, bwd)
 
 

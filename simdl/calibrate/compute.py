@@ -108,7 +108,9 @@ class RooflineFit:
                  efficiency_bounds: tuple[float, float] = (0.005, 1.0), max_kernel_launch_s: float = 1e-3,
                  fit_matmul_call_overhead: bool = True, kernel_launch_s: float | None = None,
                  per_class_bandwidth: bool = True, fit_overlap: bool = True,
-                 class_bandwidth_bounds: tuple[float, float] = (0.005, 5.0)):
+                 class_bandwidth_bounds: tuple[float, float] = (0.005, 5.0),
+                 conv_weight_grad: bool = False, call_overhead_classes: tuple[str, ...] = (),
+                 min_conv_weight_fraction: float = 0.005, matmul_call_s: float | None = None):
         self.peak_flops = peak_flops
         self.memory_bandwidth = memory_bandwidth
         self.loss = loss
@@ -119,15 +121,31 @@ class RooflineFit:
         self.per_class_bandwidth = per_class_bandwidth
         self.fit_overlap = fit_overlap
         self.class_bandwidth_bounds = class_bandwidth_bounds
+        self.conv_weight_grad = conv_weight_grad
+        self.call_overhead_classes = tuple(call_overhead_classes)
+        self.min_conv_weight_fraction = min_conv_weight_fraction
+        self.matmul_call_s = matmul_call_s  # fixed (e.g. from the tiny-conv microbenchmark) if given
         self.classes_ = ()  # memory-bound classes with their own bandwidth (set by fit)
+        self.call_classes_ = ()  # memory-bound classes with their own call overhead (set by fit)
+        self.conv_weights_ = False  # whether the conv weight-gradient term is fitted (set by fit)
 
-    # theta = (e_matmul, e_mem, launch s, call s, overlap, e_<class> for class in classes_)
+    # theta = (e_matmul, e_mem, launch s, call s, overlap, e_<class> for class in classes_,
+    #          [conv weight-gradient cost if conv_weights_], s per call for call_classes_)
+    # The conv weight-gradient term is fitted as its inverse (memory bandwidth / its rate, >= 0)
+    # so that 0 turns it off: as a rate it could only be made small, not absent.
     def _rates(self, theta) -> Rates:
         e_m, e_b, launch, call, overlap = theta[:5]
-        per_class = tuple((c, self.memory_bandwidth * e) for c, e in zip(self.classes_, theta[5:]))
+        k = 5 + len(self.classes_)
+        per_class = tuple((c, self.memory_bandwidth * e) for c, e in zip(self.classes_, theta[5:k]))
+        conv = {}
+        if self.conv_weights_:
+            conv = {"conv_weight_grad_bandwidth": self.memory_bandwidth / theta[k] if theta[k] > 0 else 0.0}
+            k += 1
+        calls = tuple(zip(self.call_classes_, theta[k:]))
         return Rates(flops=self.peak_flops * e_m, memory_bandwidth=self.memory_bandwidth * e_b,
                      kernel_overhead=launch, activation_factor=1.0, matmul_call_overhead=call,
-                     class_memory_bandwidth=per_class, compute_memory_overlap=overlap)
+                     class_memory_bandwidth=per_class, compute_memory_overlap=overlap,
+                     class_call_overhead=calls, **conv)
 
     def predict_rows(self, table: WorkloadTable, batch: int, theta=None) -> tuple[np.ndarray, np.ndarray]:
         theta = self._theta() if theta is None else theta
@@ -137,7 +155,10 @@ class RooflineFit:
     def _theta(self):
         return (self.matmul_efficiency_, self.memory_bandwidth_efficiency_, self.kernel_launch_s_,
                 self.matmul_call_overhead_s_, self.compute_memory_overlap_,
-                *(self.class_bandwidth_efficiency_[c] for c in self.classes_))
+                *(self.class_bandwidth_efficiency_[c] for c in self.classes_),
+                *((1.0 / self.conv_weight_grad_efficiency_ if self.conv_weight_grad_efficiency_ else 0.0,)
+                  if self.conv_weights_ else ()),
+                *(self.class_call_overhead_s_[c] for c in self.call_classes_))
 
     @staticmethod
     def _class_masks(run: Run) -> list[np.ndarray]:
@@ -163,24 +184,32 @@ class RooflineFit:
         self.classes_ = tuple(c for c in MEMORY_CLASSES if self.per_class_bandwidth and any(
             r.fwd[r.table.op_classes == c].sum() > 0 for r in runs))
         k = len(self.classes_)
+        self.conv_weights_ = self.conv_weight_grad and any(
+            (r.table.op_classes == "conv").any() for r in runs)
+        self.call_classes_ = tuple(c for c in self.call_overhead_classes if c in MEMORY_CLASSES and any(
+            (r.table.op_classes == c).any() for r in runs))
+        n_w, n_c = int(self.conv_weights_), len(self.call_classes_)
         lo_e, hi_e = self.efficiency_bounds
         lo_c, hi_c = self.class_bandwidth_bounds
         call_hi = self.max_kernel_launch_s if self.fit_matmul_call_overhead else 1e-15
-        lo = np.array([lo_e, lo_e, 0.0, 0.0, 0.0] + [lo_c] * k)
+        lo = np.array([lo_e, lo_e, 0.0, 0.0, 0.0] + [lo_c] * k + [0.0] * n_w + [0.0] * n_c)
         hi = np.array([hi_e, hi_e, self.max_kernel_launch_s, call_hi, 1.0 if self.fit_overlap else 1.0 + 1e-12]
-                      + [hi_c] * k)
+                      + [hi_c] * k + [1.0 / self.min_conv_weight_fraction] * n_w
+                      + [self.max_kernel_launch_s] * n_c)
         if not self.fit_overlap:
             lo[4] = 1.0
         if self.kernel_launch_s is not None:
             lo[2], hi[2] = self.kernel_launch_s, self.kernel_launch_s + 1e-12
-        scale = np.array([1.0, 1.0, 1e-5, 1e-4, 1.0] + [1.0] * k)
+        if self.matmul_call_s is not None:
+            lo[3], hi[3] = self.matmul_call_s, self.matmul_call_s + 1e-12
+        scale = np.array([1.0, 1.0, 1e-5, 1e-4, 1.0] + [1.0] * k + [1.0] * n_w + [1e-4] * n_c)
         best = None
         # The max() makes the problem piecewise smooth: start from a few points (with the
         # overlap at both ends), keep the best.
         for x0 in ((0.5, 0.5, 1e-5, 0.0), (0.2, 0.1, 5e-6, 5e-5), (0.8, 0.9, 2e-5, 1e-4), (0.3, 0.9, 1e-6, 1e-5),
                    (0.9, 0.2, 2e-6, 1e-4)):
             for overlap in ((1.0, 0.0) if self.fit_overlap else (1.0,)):
-                x = np.clip(np.array([*x0, overlap] + [x0[1]] * k), lo, hi)
+                x = np.clip(np.array([*x0, overlap] + [x0[1]] * k + [1.0] * n_w + [x0[3]] * n_c), lo, hi)
                 sol = least_squares(lambda z: self._residuals(z * scale, runs, masks), x / scale,
                                     bounds=(lo / scale, hi / scale), loss=self.loss)
                 if best is None or sol.cost < best.cost:
@@ -190,7 +219,11 @@ class RooflineFit:
             theta[4] = 1.0  # held at the plain roofline (the bounds leave it 1 + 1e-12 of room)
         (self.matmul_efficiency_, self.memory_bandwidth_efficiency_, self.kernel_launch_s_,
          self.matmul_call_overhead_s_, self.compute_memory_overlap_) = (float(v) for v in theta[:5])
-        self.class_bandwidth_efficiency_ = {c: float(v) for c, v in zip(self.classes_, theta[5:])}
+        self.class_bandwidth_efficiency_ = {c: float(v) for c, v in zip(self.classes_, theta[5:5 + k])}
+        w = theta[5 + k:5 + k + n_w]
+        # None when fitted absent (cost 0): the profile then has no such key.
+        self.conv_weight_grad_efficiency_ = 1.0 / float(w[0]) if self.conv_weights_ and w[0] > 1e-9 else None
+        self.class_call_overhead_s_ = {c: float(v) for c, v in zip(self.call_classes_, theta[5 + k + n_w:])}
         self.residuals_ = self._residuals(theta, runs, masks)
         self.runs_ = [r.label for r in runs]
         self.quality_ = self.evaluate(runs)
@@ -256,7 +289,10 @@ class RooflineFit:
                 "kernel_launch_us": self.kernel_launch_s_ * 1e6,
                 "matmul_call_overhead_us": self.matmul_call_overhead_s_ * 1e6,
                 "compute_memory_overlap": self.compute_memory_overlap_,
-                **{f"memory_bandwidth_{c}": v for c, v in self.class_bandwidth_efficiency_.items()}}
+                **{f"memory_bandwidth_{c}": v for c, v in self.class_bandwidth_efficiency_.items()},
+                **({"conv_weight_grad_bandwidth": self.conv_weight_grad_efficiency_}
+                   if self.conv_weight_grad_efficiency_ else {}),
+                **{f"call_overhead_{c}_us": v * 1e6 for c, v in self.class_call_overhead_s_.items()}}
 
 
 class MicroFit:

@@ -450,14 +450,26 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             if comp.get("kernel_launch_measured") else
             _val(est.kernel_launch_s_ * 1e6, f"{tag}: same roofline fit, seconds per kernel (eager dispatch + launch); "
                  f"{fitq}"))
-        eff["matmul_call_overhead_us"] = _val(est.matmul_call_overhead_s_ * 1e6, f"{tag}: same roofline fit, fixed "
-                                              f"seconds per matmul/convolution call (fwd, and each bwd gradient); {fitq}")
+        eff["matmul_call_overhead_us"] = (
+            _val(est.matmul_call_overhead_s_ * 1e6, f"{tag}: tiny-convolution microbenchmark (forward and both "
+                 f"gradients, 3 calls; its fixed part over 3, less one kernel launch), median over ranks; held fixed "
+                 f"in the roofline fit", kind="measured")
+            if comp.get("matmul_call_measured") else
+            _val(est.matmul_call_overhead_s_ * 1e6, f"{tag}: same roofline fit, fixed seconds per matmul/convolution "
+                 f"call (fwd, and each bwd gradient); {fitq}"))
         eff["compute_memory_overlap"] = _val(est.compute_memory_overlap_, f"{tag}: same roofline fit, fraction of a "
                                              f"row's shorter part (FLOPs or bytes time) hidden under its longer part "
                                              f"(1 = max, 0 = sum); {fitq}")
         for c, v in est.class_bandwidth_efficiency_.items():
             eff[f"memory_bandwidth_{c}"] = _val(v, f"{tag}: same roofline fit, fraction of the memory bandwidth"
                                                 f"{share_note} that {c} rows stream their bytes at; {fitq}")
+        for c, v in est.class_call_overhead_s_.items():
+            eff[f"call_overhead_{c}_us"] = _val(v * 1e6, f"{tag}: same roofline fit, fixed seconds per call of a "
+                                                f"{c} row (fwd and bwd), on top of its kernels' launches; {fitq}")
+        if est.conv_weight_grad_efficiency_:
+            eff["conv_weight_grad_bandwidth"] = _val(
+                est.conv_weight_grad_efficiency_, f"{tag}: same roofline fit, fraction of the memory bandwidth"
+                f"{share_note} at which a convolution's backward accumulates its weight gradient once per sample; {fitq}")
 
     per_rank_bw = gpu_spec.memory_bandwidth.value * share
     for key, what, ops in (("stream", "stream_bandwidth", "momentum-SGD optimizer steps over 16-32 Mi parameters in "

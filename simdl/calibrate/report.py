@@ -97,6 +97,17 @@ def format_report(report: dict, profile: dict) -> str:
                      f"   step R2 {q['steps']['r2']}  "
                      f"max|step err| {_apct(q['steps']['max_abs_rel_error'])}  row R2 {q['rows']['r2']}")
         per_class = {k[len("memory_bandwidth_"):]: v for k, v in p.items() if k.startswith("memory_bandwidth_")}
+        calls = {k[len("call_overhead_"):-len("_us")]: v for k, v in p.items()
+                 if k.startswith("call_overhead_") and k.endswith("_us")}
+        if calls or "conv_weight_grad_bandwidth" in p:
+            lines.append("  " + "  ".join(
+                [f"call_overhead {c} {v:.1f} us" for c, v in calls.items()]
+                + ([f"conv_weight_grad_bandwidth {p['conv_weight_grad_bandwidth']:.3f}"]
+                   if "conv_weight_grad_bandwidth" in p else [])))
+        if comp.get("conv_call_microbenchmark_us") is not None:
+            lines.append(f"  tiny-conv microbenchmark: {comp['conv_call_microbenchmark_us']:.1f} us per call "
+                         + ("(held fixed in the fit)" if comp.get("matmul_call_measured") else
+                            f"(fitted matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us)"))
         if "compute_memory_overlap" in p:
             lines.append(f"  compute_memory_overlap {p['compute_memory_overlap']:.3f}"
                          + ("  memory_bandwidth by class: " + ", ".join(f"{c} {v:.3f}" for c, v in per_class.items())

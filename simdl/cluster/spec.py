@@ -443,7 +443,8 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
              "collective_load_overhead_us", "fsdp_unit_overhead_us", "compute_jitter",
              *(f"collective_blocking_factor_{c}" for c in BLOCKING_COLLECTIVES), "collective_blocking_wait",
-             *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap")
+             *(f"memory_bandwidth_{c}" for c in MEMORY_CLASSES), "compute_memory_overlap",
+             *(f"call_overhead_{c}_us" for c in MEMORY_CLASSES), "conv_weight_grad_bandwidth")
 
 
 @dataclass(frozen=True)
@@ -560,6 +561,17 @@ class Efficiency:
     # traffic), 0 = their sum (one CPU core runs a small op's arithmetic and its loads in one
     # instruction stream). Fitted by `simdl calibrate` (issue 5: 0 on this 2-core host).
     compute_memory_overlap: Sourced | None = None
+    # Optional fixed cost (s; key ``call_overhead_<class>_us``) per call of a memory-bound
+    # class's row, on top of its kernels' launches: a CPU batch norm in training mode costs
+    # ~0.1 ms per call whatever its size (statistics set-up, parallel regions; issue 5
+    # calibration on the EPYC). Fitted by `simdl calibrate`; absent = 0. class -> Sourced.
+    call_overhead_by_class: FrozenMap = field(default_factory=FrozenMap)
+    # Optional fraction of the memory bandwidth at which a convolution's backward accumulates
+    # its weight gradient, once per sample (a CPU's backward-weights kernel reduces over the
+    # batch image by image into a filter-sized buffer): each conv row's backward costs batch x
+    # weight bytes at this rate on top of its roofline time. Fitted by `simdl calibrate` (CPU);
+    # absent on GPUs (their kernels tile the batch), where the term is 0.
+    conv_weight_grad_bandwidth: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -593,6 +605,9 @@ class Efficiency:
         for c, v in self.memory_bandwidth_by_class.items():
             _put(out, f"memory_bandwidth_{c}", v)
         _put(out, "compute_memory_overlap", self.compute_memory_overlap)
+        for c, v in self.call_overhead_by_class.items():
+            _put(out, f"call_overhead_{c}_us", v)
+        _put(out, "conv_weight_grad_bandwidth", self.conv_weight_grad_bandwidth)
         if self.collective_regimes_intra is not None:
             out["collective_regimes_intra"] = regimes_to_dict(self.collective_regimes_intra)
         return out
@@ -937,6 +952,9 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
                                              for c in MEMORY_CLASSES if f"memory_bandwidth_{c}" in raw}),
         compute_memory_overlap=_bounded(raw, "compute_memory_overlap", where, 0.0, 1.0,
                                         "the fraction of a row's shorter part hidden under its longer part"),
+        call_overhead_by_class=FrozenMap({c: _nonneg(raw, f"call_overhead_{c}_us", where)
+                                          for c in MEMORY_CLASSES if f"call_overhead_{c}_us" in raw}),
+        conv_weight_grad_bandwidth=_positive(raw, "conv_weight_grad_bandwidth", where, required=False),
         # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
         collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
                                   if raw.get("collective_regimes_intra") is not None else None),

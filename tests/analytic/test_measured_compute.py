@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 import simdl
-from simdl.analytic.costs import Rates, compute_task_time, fresh_mapped_bytes, row_times
+from simdl.analytic.costs import Rates, compute_task_time, device_rates, fresh_mapped_bytes, row_times
 from simdl.analytic.measured import MeasuredModel, rows_digest
 from simdl.cluster import allocate, load_cluster
 from simdl.cluster.spec import raw_preset
@@ -211,4 +211,51 @@ def test_profile_keys_for_overlap_and_class_bandwidths_load_and_reject_bad_value
     eff["memory_bandwidth_conv"] = {"value": 0.5, "kind": "assumed", "source": "test"}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
     with pytest.raises(SimdlError, match="memory_bandwidth_conv"):
+        load_cluster(str(tmp_path / "bad.yaml"))
+
+
+def test_conv_weight_term_and_class_call_costs_add_what_they_say():
+    """conv_weight_grad_bandwidth adds batch x a conv row's weight bytes at that rate to its
+    backward only; a class call cost adds its seconds to each of that class's rows."""
+    table = load_workload("resnet18", "cifar10")
+    base = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0)
+    ref = row_times(table, 8, base)
+    conv = table.op_classes == "conv"
+    w = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
+              conv_weight_grad_bandwidth=4e9)
+    got = row_times(table, 8, w)
+    weights = table.fixed["read_bytes"] * 8
+    assert np.allclose(got.bwd[conv], ref.bwd[conv] + weights[conv] / 4e9)
+    assert np.array_equal(got.fwd, ref.fwd) and np.array_equal(got.bwd[~conv], ref.bwd[~conv])
+    calls = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
+                  class_call_overhead=(("norm", 1e-4),))
+    got = row_times(table, 8, calls)
+    norm = table.op_classes == "norm"
+    assert np.allclose(got.fwd[norm], ref.fwd[norm] + 1e-4) and np.allclose(got.bwd[norm], ref.bwd[norm] + 1e-4)
+    assert np.array_equal(got.fwd[~norm], ref.fwd[~norm])
+
+
+def test_profile_keys_for_conv_weights_and_call_costs_load_and_reject_bad_values(tmp_path):
+    raw = raw_preset("cpu-local")
+    raw.pop("compute_profile", None)
+    eff = raw["efficiency"]
+    eff["conv_weight_grad_bandwidth"] = {"value": 0.8, "kind": "assumed", "source": "test"}
+    eff["call_overhead_norm_us"] = {"value": 120.0, "kind": "assumed", "source": "test"}
+    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(raw))
+    c = load_cluster(str(tmp_path / "ok.yaml"))
+    assert c.efficiency.call_overhead_by_class["norm"].value == pytest.approx(120e-6)
+    assert c.efficiency.to_dict()["call_overhead_norm_us"]["value"] == pytest.approx(120.0)
+    assert c.efficiency.to_dict()["conv_weight_grad_bandwidth"]["value"] == 0.8
+    cluster = allocate(str(tmp_path / "ok.yaml"), 2)
+    rates = device_rates(cluster, "fp32")
+    assert rates.class_call_overhead == (("norm", pytest.approx(120e-6)),)
+    assert rates.conv_weight_grad_bandwidth == pytest.approx(0.8 * cluster.per_rank_memory_bandwidth)
+    eff["conv_weight_grad_bandwidth"]["value"] = 0
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match="conv_weight_grad_bandwidth"):
+        load_cluster(str(tmp_path / "bad.yaml"))
+    eff["conv_weight_grad_bandwidth"]["value"] = 0.8
+    eff["call_overhead_conv_us"] = {"value": 1.0, "kind": "assumed", "source": "test"}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match="call_overhead_conv_us"):
         load_cluster(str(tmp_path / "bad.yaml"))

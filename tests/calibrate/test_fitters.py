@@ -393,6 +393,30 @@ def test_roofline_fit_recovers_per_class_bandwidths_and_the_overlap_of_a_cpu_lik
     assert plain.evaluate([_synthetic_run("densenet121", "cifar10", 8, true)])["steps"]["max_abs_rel_error"] > 0.05
 
 
+def test_roofline_fit_recovers_the_conv_weight_gradient_term_and_a_norm_call_cost():
+    """A CPU whose convolutions accumulate their weight gradient image by image (at 0.7x the
+    memory bandwidth) and whose batch norms cost 120 us a call: the fit finds both, and
+    without the weight term it cannot follow ResNet-18 from batch 4 to 32."""
+    P, BW = 156e9, 31e9
+    true = Rates(flops=P * 0.8, memory_bandwidth=BW * 0.2, kernel_overhead=3.5e-6, activation_factor=1.0,
+                 matmul_call_overhead=150e-6, compute_memory_overlap=0.0,
+                 class_memory_bandwidth=(("norm", BW * 0.5),), class_call_overhead=(("norm", 120e-6),),
+                 conv_weight_grad_bandwidth=BW * 0.7)
+    runs = [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (16, 64)]
+    runs += [_synthetic_run("resnet18", "cifar10", b, true) for b in (4, 32)]
+    runs += [_synthetic_run("vgg16", "cifar10", b, true) for b in (2, 24)]
+    est = RooflineFit(peak_flops=P, memory_bandwidth=BW, kernel_launch_s=3.5e-6, conv_weight_grad=True,
+                      call_overhead_classes=("norm",)).fit(runs)
+    assert est.conv_weights_ and est.call_classes_ == ("norm",)
+    assert est.conv_weight_grad_efficiency_ == pytest.approx(0.7, rel=0.05)
+    assert est.class_call_overhead_s_["norm"] == pytest.approx(120e-6, rel=0.05)
+    assert est.params()["call_overhead_norm_us"] == pytest.approx(120.0, rel=0.05)
+    assert est.evaluate([_synthetic_run("densenet121", "cifar10", 8, true)])["steps"]["max_abs_rel_error"] < 0.01
+    plain = RooflineFit(peak_flops=P, memory_bandwidth=BW, kernel_launch_s=3.5e-6).fit(runs)
+    assert not plain.conv_weights_ and "conv_weight_grad_bandwidth" not in plain.params()
+    assert plain.quality_["steps"]["max_abs_rel_error"] > 0.05
+
+
 def test_a_class_without_rows_in_the_fit_runs_keeps_the_shared_bandwidth():
     P, BW = 166e9, 19e9
     true = Rates(flops=P * 0.45, memory_bandwidth=BW * 0.3, kernel_overhead=8e-6, activation_factor=1.0)
@@ -414,3 +438,12 @@ def test_collective_passes_reach_the_collectives_script_and_bad_values_are_one_l
     assert default["collective_passes"] is None and "--passes" not in _torchrun_cmd(default, "collectives", tmp_path)
     with pytest.raises(SimdlError, match="--collective-passes 0: must be >= 1"):
         make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None, collective_passes=0)
+
+
+def test_conv_call_cost_from_the_tiny_conv_microbenchmarks():
+    from simdl.calibrate.fit import conv_call_overhead
+
+    # Each point: 3 calls of 150 us (fwd, input grad, weight grad) plus the FLOPs at 50 GFLOP/s.
+    pts = [{"time_s": 450e-6 + f / 50e9, "flops": f} for f in (1e5, 1e6, 4e6, 1e7)]
+    assert conv_call_overhead(pts, 5e-6) == pytest.approx(145e-6, rel=0.02)  # less one launch per call
+    assert conv_call_overhead([], 5e-6) is None
