@@ -132,6 +132,7 @@ def test_preset_for_this_host_tells_processors_of_one_name_apart():
     from simdl.cluster.host import preset_for_this_host
 
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc"
-    # Only a 4-rank profile was calibrated on this one: it serves (its slots cover 2 ranks too).
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-x4"
+    # The Zen 3 has a 2-rank profile (cpu-epyc-milan) and a 4-rank one (cpu-epyc-x4): the
+    # 2-rank one is preferred, and validate.run finds the other for 4-rank runs by provenance.
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-milan"
     assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}) is None
