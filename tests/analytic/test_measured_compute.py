@@ -192,26 +192,35 @@ def test_overlap_and_per_class_bandwidths_change_only_what_they_name():
     assert np.array_equal(got[~is_norm], ref[~is_norm])
 
 
-def test_profile_keys_for_overlap_and_class_bandwidths_load_and_reject_bad_values(tmp_path):
+def _cpu_profile_with(tmp_path, **values):
+    """cpu-local without its compute profile, with the given efficiency values (assumed), as
+    (its raw dict, the path it was written to)."""
     raw = raw_preset("cpu-local")
     raw.pop("compute_profile", None)
-    eff = raw["efficiency"]
-    eff["compute_memory_overlap"] = {"value": 0.25, "kind": "assumed", "source": "test"}
-    eff["memory_bandwidth_norm"] = {"value": 0.5, "kind": "assumed", "source": "test"}
+    for k, v in values.items():
+        raw["efficiency"][k] = {"value": v, "kind": "assumed", "source": "test"}
     (tmp_path / "ok.yaml").write_text(yaml.safe_dump(raw))
-    c = load_cluster(str(tmp_path / "ok.yaml"))
+    return raw, tmp_path / "ok.yaml"
+
+
+def _rejects(tmp_path, raw, match):
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match=match):
+        load_cluster(str(tmp_path / "bad.yaml"))
+
+
+def test_profile_keys_for_overlap_and_class_bandwidths_load_and_reject_bad_values(tmp_path):
+    raw, ok = _cpu_profile_with(tmp_path, compute_memory_overlap=0.25, memory_bandwidth_norm=0.5)
+    eff = raw["efficiency"]
+    c = load_cluster(str(ok))
     assert c.efficiency.compute_memory_overlap.value == 0.25
     assert c.efficiency.memory_bandwidth_by_class["norm"].value == 0.5
     assert c.efficiency.to_dict()["memory_bandwidth_norm"]["value"] == 0.5
     eff["compute_memory_overlap"]["value"] = 1.5
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(SimdlError, match=r"compute_memory_overlap = 1.5; accepted: 0 <= value <= 1"):
-        load_cluster(str(tmp_path / "bad.yaml"))
+    _rejects(tmp_path, raw, r"compute_memory_overlap = 1.5; accepted: 0 <= value <= 1")
     eff["compute_memory_overlap"]["value"] = 0.0
     eff["memory_bandwidth_conv"] = {"value": 0.5, "kind": "assumed", "source": "test"}
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(SimdlError, match="memory_bandwidth_conv"):
-        load_cluster(str(tmp_path / "bad.yaml"))
+    _rejects(tmp_path, raw, "memory_bandwidth_conv")
 
 
 def test_conv_weight_term_and_class_call_costs_add_what_they_say():
@@ -236,26 +245,18 @@ def test_conv_weight_term_and_class_call_costs_add_what_they_say():
 
 
 def test_profile_keys_for_conv_weights_and_call_costs_load_and_reject_bad_values(tmp_path):
-    raw = raw_preset("cpu-local")
-    raw.pop("compute_profile", None)
+    raw, ok = _cpu_profile_with(tmp_path, conv_weight_grad_bandwidth=0.8, call_overhead_norm_us=120.0)
     eff = raw["efficiency"]
-    eff["conv_weight_grad_bandwidth"] = {"value": 0.8, "kind": "assumed", "source": "test"}
-    eff["call_overhead_norm_us"] = {"value": 120.0, "kind": "assumed", "source": "test"}
-    (tmp_path / "ok.yaml").write_text(yaml.safe_dump(raw))
-    c = load_cluster(str(tmp_path / "ok.yaml"))
+    c = load_cluster(str(ok))
     assert c.efficiency.call_overhead_by_class["norm"].value == pytest.approx(120e-6)
     assert c.efficiency.to_dict()["call_overhead_norm_us"]["value"] == pytest.approx(120.0)
     assert c.efficiency.to_dict()["conv_weight_grad_bandwidth"]["value"] == 0.8
-    cluster = allocate(str(tmp_path / "ok.yaml"), 2)
+    cluster = allocate(str(ok), 2)
     rates = device_rates(cluster, "fp32")
     assert rates.class_call_overhead == (("norm", pytest.approx(120e-6)),)
     assert rates.conv_weight_grad_bandwidth == pytest.approx(0.8 * cluster.per_rank_memory_bandwidth)
     eff["conv_weight_grad_bandwidth"]["value"] = 0
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(SimdlError, match="conv_weight_grad_bandwidth"):
-        load_cluster(str(tmp_path / "bad.yaml"))
+    _rejects(tmp_path, raw, "conv_weight_grad_bandwidth")
     eff["conv_weight_grad_bandwidth"]["value"] = 0.8
     eff["call_overhead_conv_us"] = {"value": 1.0, "kind": "assumed", "source": "test"}
-    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(SimdlError, match="call_overhead_conv_us"):
-        load_cluster(str(tmp_path / "bad.yaml"))
+    _rejects(tmp_path, raw, "call_overhead_conv_us")
