@@ -7,7 +7,12 @@ The analytic engine predicts each workload-table row as::
     R(a, b) = max(a, b) + (1 - o) * min(a, b)
 
 plus, optionally, ``M`` per matmul/convolution call (one per row with forward FLOPs, one per
-backward gradient it computes), with ``P`` and ``BW`` the per-rank peak FLOP/s and memory
+backward gradient it computes; held at the tiny-conv microbenchmark's value when given, as
+``L`` is), ``batch x weight bytes / (BW * e_w)`` on a convolution's backward
+(``efficiency.conv_weight_grad_bandwidth``: a CPU accumulates the weight gradient image by
+image, which dominates at small spatial sizes; see ``simdl.calibrate.fit.CONV_WEIGHT_GRAD``)
+and a fixed cost per call of the memory-bound classes named in ``call_overhead_classes``,
+with ``P`` and ``BW`` the per-rank peak FLOP/s and memory
 bandwidth (the GPU file's datasheet peaks, divided among ranks that share one device).
 :class:`RooflineFit` finds ``e_matmul`` (``efficiency.matmul``), ``e_c`` = ``e_mem``
 (``efficiency.memory_bandwidth``) for matmul-class rows and ``e_<class>``
