@@ -246,7 +246,8 @@ def _micro(quick: bool, out: list) -> None:
     out.append(("tiny/add16", {"op_class": "launch", "flops": 0.0, "bytes": 0.0}, (lambda t=t: t + 1)))
     # Tiny convolutions, forward and both backward gradients (3 calls, as a model's conv row
     # costs in the roofline): their time is the fixed cost per convolution call (oneDNN's
-    # set-up; ~0.1 ms on CPU), which the roofline fit may hold fixed (simdl.calibrate.fit).
+    # set-up; 181 us on the Zen 3 EPYC at 2 ranks, calibrate-20261126T130810Z), which the
+    # roofline fit may hold fixed (simdl.calibrate.fit.HOLD_CONV_CALL).
     for (bt, c, hw, k) in ((4, 32, 2, 3), (4, 64, 1, 3), (4, 128, 2, 1), (8, 32, 4, 3)):
         x = torch.randn(bt, c, hw, hw, requires_grad=True)
         conv = torch.nn.Conv2d(c, c, k, padding=k // 2, bias=False)

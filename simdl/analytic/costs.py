@@ -59,7 +59,7 @@ class Rates:
     # 1 = the roofline's max, 0 = their sum (Efficiency.compute_memory_overlap).
     compute_memory_overlap: float = 1.0
     # s of fixed cost per call of a memory-bound class's row, on top of its kernels' launches,
-    # as ((class, s), ...) (Efficiency.call_overhead_by_class; a CPU batch norm: ~0.1 ms).
+    # as ((class, s), ...) (Efficiency.call_overhead_by_class; off in calibrated profiles).
     class_call_overhead: tuple = ()
     # Bytes/s at which a convolution's backward accumulates its weight gradient, once per
     # sample (Efficiency.conv_weight_grad_bandwidth); 0: no such term (the roofline).
@@ -194,7 +194,8 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
         # batch x weight bytes that dominates at small spatial sizes. Calibration on the Zen 3
         # EPYC, 2 ranks (2026-11-26): a 3x3 conv on a 1x1 output ran its backward at 2.6
         # GFLOP/s against 30 at 16x16; with this term the held-out DenseNet121 went from
-        # +110 % to +11 % (forward fitted no such cost, so there is none). The fixed read
+        # +110 % to at most +12 % (simdl.calibrate.fit.CONV_WEIGHT_GRAD; a forward term of the
+        # same form fitted to no cost, so there is none). The fixed read
         # bytes of a conv row are its weights (and bias).
         weights = (table.op_classes == "conv") * table.fixed["read_bytes"] * batch
         bwd += weights / rates.conv_weight_grad_bandwidth

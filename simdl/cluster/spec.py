@@ -562,9 +562,10 @@ class Efficiency:
     # instruction stream). Fitted by `simdl calibrate` (issue 5: 0 on this 2-core host).
     compute_memory_overlap: Sourced | None = None
     # Optional fixed cost (s; key ``call_overhead_<class>_us``) per call of a memory-bound
-    # class's row, on top of its kernels' launches: a CPU batch norm in training mode costs
-    # ~0.1 ms per call whatever its size (statistics set-up, parallel regions; issue 5
-    # calibration on the EPYC). Fitted by `simdl calibrate`; absent = 0. class -> Sourced.
+    # class's row, on top of its kernels' launches: a CPU batch norm in training mode has a
+    # fixed part whatever its size (statistics set-up, parallel regions; fitted 69 us on the
+    # Zen 3 EPYC at 2 ranks, 122 us at 4). Fitted by `simdl calibrate` only for the classes
+    # simdl.calibrate.fit.CALL_OVERHEAD_CLASSES names (none by default); absent = 0.
     call_overhead_by_class: FrozenMap = field(default_factory=FrozenMap)
     # Optional fraction of the memory bandwidth at which a convolution's backward accumulates
     # its weight gradient, once per sample (a CPU's backward-weights kernel reduces over the
