@@ -20,6 +20,14 @@
   thread during the profiled step, over the step's wall time (communication ops
   ``c10d::*`` / ``gloo:*`` and waits excluded): the CPU analogue of the compute stream's
   busy fraction that simdl predicts as ``gpu_utilization``.
+* Page faults: the process's minor page faults (``ru_minflt``) during each step, in
+  bytes (x the page size): memory the step touched for the first time since the C
+  allocator got it from the kernel. On a CPU host, glibc maps large buffers fresh and
+  trims freed memory at the top of its heap, so a step that allocates the same buffers
+  again pays for faulting them in again (FSDP2's flat collective buffers; simdl prices
+  faults above the mmap threshold, ``host.page_fault_ns_per_byte``). The median over the
+  steady-state steps per rank; recorded as calibration's strategy stage does
+  (calibration/strategies.py).
 * Bytes communicated: every collective the backend ran in the profiled step (the
   profiler's ``gloo:*`` / ``nccl:*`` records, with tensor sizes; DDP's reducer and FSDP2
   both end there); the payload is the collective's full buffer, and the bytes each rank
@@ -76,22 +84,44 @@ MEMORY_STEPS = 3
 
 
 class StepTimer:
-    """Wall time of each step; ``sync`` is called before reading the clock (CUDA)."""
+    """Wall time and minor page faults (bytes) of each step; ``sync`` is called before
+    reading the clock (CUDA)."""
 
     def __init__(self, sync=None) -> None:
         self.times: list[float] = []
+        self.fault_bytes: list[float] = []
         self._sync = sync or (lambda: None)
         self._t0 = 0.0
+        self._f0 = 0
 
     def start(self) -> None:
         self._sync()
+        self._f0 = minor_faults()
         self._t0 = time.perf_counter()
 
     def stop(self) -> float:
         self._sync()
         dt = time.perf_counter() - self._t0
         self.times.append(dt)
+        self.fault_bytes.append(float((minor_faults() - self._f0) * PAGE_BYTES))
         return dt
+
+
+def minor_faults() -> int:
+    """Minor page faults of this process so far (``ru_minflt``; Linux counts one per page
+    touched for the first time, 0 where the platform does not count them)."""
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_minflt)
+
+
+def _page_bytes() -> int:
+    import resource
+
+    return resource.getpagesize()
+
+
+PAGE_BYTES = _page_bytes()
 
 
 def _tensor_bytes(shape: Any, dtype: str) -> float:

@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -350,6 +351,11 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         # each rank's peak in each profiled steady step (validate/measure.py): how steady it is
         "peak_allocated_bytes_steps_per_rank": [r.get("peak_allocated_bytes_steps") for r in trainers],
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in trainers),
+        # minor page faults (bytes) per steady step, median per rank (validate/measure.py);
+        # absent from runs made before 2026-11-26T17:00Z
+        **({"page_fault_bytes_per_step_per_rank": [float(statistics.median(r["steady_fault_bytes"]))
+                                                   for r in trainers]}
+           if all(r.get("steady_fault_bytes") for r in trainers) else {}),
         "busy_fraction": sum(r["busy_fraction"] for r in trainers) / len(trainers),
         # the profiled step's busy time by group (validate/measure.py busy_groups), mean of the
         # ranks; absent from runs made before 2026-11-25

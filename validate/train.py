@@ -206,7 +206,9 @@ def run_spmd(run: RunSpec, out: Path) -> None:
     # steady state: after the profiled steps (the profiler slows the steps it records)
     steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
     acc = _evaluate_spmd(run, model, tex, te_y, device, rank, world)
+    faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
+               steady_fault_bytes=faults,
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
                test_accuracy=acc, final_loss=losses[-1] if losses else None,
                peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
@@ -491,7 +493,9 @@ def run_ps(run: RunSpec, out: Path) -> None:
                 p.copy_(v)
         acc = _evaluate_local(run, model, tex, te_y)
     steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
+    faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
+               steady_fault_bytes=faults,
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
                test_accuracy=acc, param_bytes=param_bytes, peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
     _write(out, rank, rec)
