@@ -431,9 +431,11 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
         meas["rest"] = max(1.0 - sum(meas.values()), 0.0)
         pred = {k: split.get(k, 0.0) / step for k in ("compute", "copies", "optimizer")}
         pred["rest"] = max(1.0 - sum(pred.values()), 0.0)
-        rows.append((r, step, meas, pred))
+        faults = m.get("page_fault_bytes_per_step_per_rank")
+        rows.append((r, step, meas, pred, max(faults) if faults else None))
     if not rows:
         return []
+    with_faults = any(f is not None for *_, f in rows)
     lines = ["## Where the step goes", "",
              "Share of a step, measured / predicted. Measured: the profiled step's top-level ops on the training "
              "thread (torch.profiler, validate/measure.py), `compute` every op that is not a copy or inside the "
@@ -443,10 +445,17 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
              "interference, blocking waits and exposed communication). A sum can be right with its split wrong; "
              "this table shows which. Caveats: the profiler slows a step unevenly (many small ops more than few "
              "large ones), and measured `copies` include the model's own copy ops (`.contiguous()`, `cat`), "
-             "which a prediction counts in `compute`.", "",
-             "| run | step (measured / predicted) | compute | copies | optimizer | rest |", "|---|---|---|---|---|---|"]
-    for r, step, meas, pred in rows:
+             "which a prediction counts in `compute`."
+             + (" `faults`: the memory a steady step touched for the first time (minor page faults x the page "
+                "size, median over the steady steps, the largest rank; runs since 2026-11-26), measured only: "
+                "on a CPU host every faulted byte costs `host.page_fault_ns_per_byte`, and the prediction "
+                "prices it only for buffers above the allocator's mmap threshold." if with_faults else ""), "",
+             "| run | step (measured / predicted) | compute | copies | optimizer | rest |"
+             + (" faults |" if with_faults else ""), "|---|---|---|---|---|---|" + ("---|" if with_faults else "")]
+    for r, step, meas, pred, faults in rows:
         cells = " | ".join(f"{_pct(meas[k])} / {_pct(pred[k])}" for k in ("compute", "copies", "optimizer", "rest"))
+        if with_faults:
+            cells += f" | {_num(faults, 'B')}"
         lines.append(f"| {_model(r)} {r['label']} r{r['spec']['ranks']} b{r['spec']['batch_size']} | "
                      f"{_num(r['measured']['step_time_s']['median'], 's')} / {_num(step, 's')} | {cells} |")
     lines.append("")

@@ -214,6 +214,10 @@ def test_split_table_compares_shares_of_the_step_and_skips_runs_without_groups(r
     lines = split_table([rec])
     row = lines[-2]
     assert "40.0% / 50.0%" in row and "20.0% / 5.0%" in row and "8.0% / 5.0%" in row and "32.0% / 40.0%" in row
+    assert "faults" not in lines[-4]  # no column for runs made before faults were recorded
+    rec["measured"]["page_fault_bytes_per_step_per_rank"] = [2**20, 3 * 2**20]
+    lines = split_table([rec])
+    assert lines[-4].endswith("| rest | faults |") and lines[-2].endswith("| 3.0 MiB |")  # the largest rank
 
 
 def test_several_results_files_read_as_one_sweep(results_file, tmp_path):
