@@ -245,8 +245,9 @@ def _cmd_report(a: argparse.Namespace) -> int:
             raise SimdlError(f"simdl report: no results file {f!r}")
     from .report.validation import build_report
 
-    md = build_report(a.results, a.output, paper=a.paper,
-                      command=f"simdl report {' '.join(a.results)} -o {a.output}" + (" --paper" if a.paper else ""))
+    md = build_report(a.results, a.output, paper=a.paper, repeats=a.repeats,
+                      command=f"simdl report {' '.join(a.results)} -o {a.output}" + (" --paper" if a.paper else "")
+                      + (" --repeats" if a.repeats else ""))
     print(md)
     return 0
 
@@ -407,6 +408,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(a run in a later file replaces its record from an earlier one)")
     r.add_argument("-o", "--output", default="report", help="output directory (default report/)")
     r.add_argument("--paper", action="store_true", help="add simdl's predictions of the studies at their own scale")
+    r.add_argument("--repeats", action="store_true",
+                   help="the files are repeated sweeps: a run in several of them is pooled over its repeats "
+                        "instead of replaced")
     r.set_defaults(func=_cmd_report)
     _add_calibrate_parser(sub)
     _add_sweep_parser(sub)

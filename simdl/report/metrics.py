@@ -89,10 +89,15 @@ def read_results(path: str | Path) -> list[dict]:
     and their varying figures are pooled (:func:`pool_repeats`)."""
     from ..calibrate.records import read_jsonl
 
+    return _collect(read_jsonl(Path(path)))
+
+
+def _collect(records) -> list[dict]:
+    """:func:`read_results` on records already read, in the order they were written."""
     out: list[dict] = []
     where: dict[str, int] = {}
     finished: dict[str, list[dict]] = {}
-    for rec in read_jsonl(Path(path)):
+    for rec in records:
         rid = rec.get("run_id") if isinstance(rec, dict) else None
         if rid is not None and rec.get("status") == "ok":
             finished.setdefault(rid, []).append(rec)
@@ -107,13 +112,24 @@ def read_results(path: str | Path) -> list[dict]:
     return [pool_repeats(r, finished.get(r.get("run_id"), [])) if r.get("status") == "ok" else r for r in out]
 
 
-def read_result_files(paths) -> tuple[list[dict], dict[str, str]]:
+def read_result_files(paths, repeats: bool = False) -> tuple[list[dict], dict[str, str]]:
     """The records of several results files as one sweep, for a report over sweeps made on
     different days (the 2-rank runs of one, the 4-rank runs of another): each file is read
     as :func:`read_results` reads it, then a run in a later file replaces that run's record
     from an earlier file (its own prediction and profile go with it; measurements are not
     pooled across files). Returns the records in first-seen order and ``{run_id: the file
-    whose record was replaced}``."""
+    whose record was replaced}``.
+
+    ``repeats``: the files are sweeps of the same runs made one after the other (a blind
+    sweep repeated to see how much the machine varies), and a run in several files is a
+    repeat, pooled as :func:`read_results` pools the attempts in one file (the latest
+    attempt's prediction and profile; nothing is replaced)."""
+    if repeats:
+        from ..calibrate.records import read_jsonl
+
+        recs = [{**rec, "_source_file": str(path)} if isinstance(rec, dict) else rec
+                for path in paths for rec in read_jsonl(Path(path))]
+        return _collect(recs), {}
     out: list[dict] = []
     where: dict[str, int] = {}
     replaced: dict[str, str] = {}

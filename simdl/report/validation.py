@@ -479,13 +479,14 @@ def runs_table(records: list[dict]) -> list[str]:
 
 
 def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = False,
-                 command: str | None = None) -> Path:
+                 command: str | None = None, repeats: bool = False) -> Path:
     """Write ``out_dir/README.md`` and its PNG figures; return the Markdown path. ``results``:
-    one results file, or several read as one sweep (:func:`read_result_files`)."""
+    one results file, or several read as one sweep (:func:`read_result_files`; ``repeats``:
+    a run in several files is a repeat, pooled)."""
     from . import figures
 
     paths = [results] if isinstance(results, (str, Path)) else list(results)
-    records, replaced = read_result_files(paths)
+    records, replaced = read_result_files(paths, repeats=repeats)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     engines = engines_present(records) or ["analytic"]
@@ -494,6 +495,9 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     lines = [f"# simdl validation report ({', '.join(profiles)} profile)", "",
              f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from "
              f"{', '.join(f'`{p}`' for p in paths)} ({len(ok)} runs finished, {len(records) - len(ok)} failed)."]
+    if repeats:
+        lines += ["", "A run found in more than one file is a repeat: its steady steps, training times and "
+                  "staleness are pooled over the repeats, and the table of repeats lists each one."]
     if replaced:
         lines += ["", f"Runs in more than one file, each counted once with its record from the later file "
                   f"(its own measurement, prediction and profile): {', '.join(f'`{r}`' for r in sorted(replaced))}."]

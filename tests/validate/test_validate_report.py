@@ -244,6 +244,32 @@ def test_several_results_files_read_as_one_sweep(results_file, tmp_path):
     assert main(["report", str(first), str(tmp_path / "missing.jsonl")]) == 2
 
 
+def test_repeated_sweeps_in_several_files_are_pooled(results_file, tmp_path):
+    """--repeats: a run in two files is one measurement repeated, its steady steps pooled."""
+    import json
+
+    from simdl.report.metrics import read_result_files
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()]
+    rec = next(r for r in recs if r["status"] == "ok")
+    steps = [1.0, 1.1, 1.2]
+    rec["measured"].update(steady_step_times_s=steps, step_time_s={"median": 1.1, "n": 3})
+    first, second = tmp_path / "sweep1.jsonl", tmp_path / "sweep2.jsonl"
+    first.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    again = dict(rec, measured=dict(rec["measured"], steady_step_times_s=[100.0] * (len(steps) + 1),
+                                    step_time_s={"median": 100.0, "n": len(steps) + 1}))
+    second.write_text(json.dumps(again) + "\n")
+    merged, replaced = read_result_files([first, second], repeats=True)
+    assert replaced == {} and [r["run_id"] for r in merged] == [r["run_id"] for r in recs]
+    pooled = next(r for r in merged if r["run_id"] == rec["run_id"])["measured"]
+    assert len(pooled["repeats"]) == 2 and pooled["step_time_s"]["n"] == 2 * len(steps) + 1
+    assert pooled["step_time_s"]["median"] == 100.0  # more than half of the pooled steps
+    out = tmp_path / "rep"
+    assert main(["report", str(first), str(second), "-o", str(out), "--repeats"]) == 0
+    text = (out / "README.md").read_text()
+    assert "is a repeat" in text and "--repeats`" in text
+
+
 def test_calibration_section_names_every_version_of_a_profile(results_file, tmp_path):
     """A sweep resumed after its profile was refitted in place: both digests, with their runs."""
     import json
