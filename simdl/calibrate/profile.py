@@ -242,6 +242,15 @@ FIT_FSDP_UNIT_OVERHEAD = True
 # resnet18, convnext_tiny, efficientnet_v2_s) to 0.24-0.34 (wide_mlp; wide_resnet101_2
 # FSDP none), and neither a bytes + allocated-bytes form (max 76.6 %, mean 30.7 %) nor the
 # page faults logged per step explain it. True writes it (what-if: copies slowed as fitted).
+# What the extra time is, measured on the Zen 3 (2026-11-26; validate/README, "Page faults"):
+# page faults of FSDP2's flat buffers below the mmap threshold, which glibc carves from the top
+# of its heap and trims back when they are freed. ConvNeXt-Large, FSDP none, 2 ranks, batch 32:
+# each 19 MB unit's _chunk_cat and reduce-output copy_ took 33-35 ms (0.88 + 0.88 s per step);
+# with MALLOC_MMAP_THRESHOLD_=4 GiB MALLOC_TRIM_THRESHOLD_=64 GiB (no mmap, no trim) the step's
+# faults fell from 1.3-1.5 GB to 0 and those copies to 0.26 + 0.28 s (the step times of single
+# runs on this VM, 6.0-9.3 s without the setting, are too noisy to quote a gain). Which buffers
+# fault depends on the heap's history (rank 1 of the same configuration faulted 0.9 GB per step
+# in one run, 1.5 GB in the next), so there is no size rule to price them by yet.
 COPY_FACTOR_FROM_PROFILED_STEPS = False
 
 
