@@ -173,7 +173,7 @@ def model_step(model, x, y, timer: RowTimer | None, sync):
     return t1 - t0 if timer is None else sum(r[2] for r in rows), t2 - t1, rows
 
 
-def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int) -> dict:
+def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int, rows: bool = True) -> dict:
     from simdl.workload.datasets import get_dataset
     from simdl.workload.zoo import build_adapted
 
@@ -194,6 +194,14 @@ def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int) -> dic
         f, b, _ = model_step(model, x, y, None, ctx.sync)
         plain_f.append(f)
         plain_b.append(b)
+    # The fastest unhooked step (timeit's rule: other processes only ever add time); the
+    # per-row medians are rescaled to it by the fitter.
+    best = min(range(repeats), key=lambda i: plain_f[i] + plain_b[i])
+    whole = {"model": name, "dataset": dataset, "input_shape": list(shape), "batch": batch,
+             "repeats": repeats, "step_fwd_s": plain_f[best], "step_bwd_s": plain_b[best],
+             "step_fwd_all_s": plain_f, "step_bwd_all_s": plain_b}
+    if not rows:
+        return whole
     timer = RowTimer(model, ctx.sync)
     per_rep = []
     try:
@@ -206,13 +214,7 @@ def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int) -> dic
     types = [r[1] for r in per_rep[0]]
     fwd = [_median([rep[i][2] for rep in per_rep]) for i in range(len(names))]
     bwd = [_median([rep[i][3] for rep in per_rep]) for i in range(len(names))]
-    # The fastest unhooked step (timeit's rule: other processes only ever add time); the
-    # per-row medians are rescaled to it by the fitter.
-    best = min(range(repeats), key=lambda i: plain_f[i] + plain_b[i])
-    return {"model": name, "dataset": dataset, "input_shape": list(shape), "batch": batch,
-            "repeats": repeats, "step_fwd_s": plain_f[best], "step_bwd_s": plain_b[best],
-            "step_fwd_all_s": plain_f, "step_bwd_all_s": plain_b,
-            "hooked_fwd_s": sum(fwd), "hooked_bwd_s": sum(bwd),
+    return {**whole, "hooked_fwd_s": sum(fwd), "hooked_bwd_s": sum(bwd),
             "rows": {"name": names, "type": types, "fwd_s": fwd, "bwd_s": bwd}}
 
 
@@ -319,6 +321,17 @@ def _stream_micro(quick: bool, out: list) -> None:
                     (lambda numel=numel: torch.empty(numel).fill_(1.0))))
 
 
+def probe(ctx, spec: str, repeats: int) -> None:
+    """The same whole steps as the compute stage measures (same build, warm-up and
+    fastest-of-repeats rule), for the machine's speed now against when it was calibrated."""
+    for item in spec.split(";"):
+        name, dataset, batches = item.rsplit(":", 2)
+        for b in batches.split(","):
+            rec = measure_model(ctx, name, dataset, int(b), repeats, rows=False)
+            ctx.log.measurement(f"model/{name}/{dataset}/{b}", kind="probe", **rec)
+    finish(ctx)
+
+
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--models", default=None, help=f"model:dataset:b1,b2;... (default {DEFAULT_MODELS})")
@@ -326,8 +339,14 @@ def main() -> None:
                    help="the first K entries of --models (the roofline's fit set and held-out model) are "
                         "measured before the microbenchmarks, the others after them (default: all)")
     p.add_argument("--repeats", type=int, default=None)
+    p.add_argument("--probe", action="store_true",
+                   help="only the whole unhooked steps of --models, no rows and no microbenchmarks: "
+                        "validate.probe re-measures a point of a profile's compute stage with it")
     args = p.parse_args()
     ctx = setup(args, STAGE)
+    if args.probe:
+        probe(ctx, args.models, args.repeats or 5)
+        return
     spec = args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS)
     repeats = args.repeats or (3 if args.quick else 5)
     items = spec.split(";")

@@ -9,7 +9,10 @@ For each run of :func:`validate.experiments.experiments`, in order:
    (default: the cpu-local preset; after ``simdl calibrate``, the fitted profile) --
    before the run starts, so the prediction cannot have seen the measurement;
 2. launch it: ``torchrun --standalone --nproc-per-node N -m validate.train`` (PS: the
-   workers plus one server process);
+   workers plus one server process).
+   Before and after it (not for smoke, not with ``--no-probe``), one point of the profile's
+   compute stage is measured again: the machine's speed against its profile
+   (:mod:`validate.probe`), recorded as ``machine_probe``; the prediction never uses it;
 3. merge the ranks' measurements and append one JSON line (run config, measured,
    predicted, the profile's path and checksum) to the results file.
 
@@ -33,6 +36,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable
 
+from . import probe as machine_probe
 from .experiments import CORES, PROFILES, RunSpec, experiments
 
 SCHEMA = "simdl-validation/1"
@@ -425,7 +429,7 @@ def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, 
 
 def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
             engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None,
-            host_mismatch: str = "") -> dict:
+            host_mismatch: str = "", probe: bool = False) -> dict:
     workdir = root / run.run_id
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
@@ -450,7 +454,13 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     rec["predicted"] = predict_run(run, cluster_path, engines)  # before the run: blind to it
+    point = machine_probe.probe_point(cluster_path, run) if probe else {}
+    if point and "skipped" not in point:
+        before = machine_probe.measure(point, workdir / "probe-before")
     rc, cmd, wall = launch(run, workdir, timeout_s, data_dir)
+    if point:
+        rec["machine_probe"] = point if "skipped" in point else \
+            machine_probe.speed(point, before, machine_probe.measure(point, workdir / "probe-after"))
     rec.update(command=cmd, wall_s=wall, returncode=rc, workdir=str(workdir))
     try:
         rec["measured"] = merge_ranks(run, workdir)
@@ -489,6 +499,10 @@ def main(argv=None) -> int:
     p.add_argument("--allow-other-host", action="store_true",
                    help="predict with a CPU profile calibrated on another processor (the runs are "
                         "labelled; default for --profile smoke, which checks the plumbing only)")
+    p.add_argument("--no-probe", action="store_true",
+                   help="do not re-measure a point of the profile's compute stage before and after each run "
+                        "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per "
+                        "run; never done for --profile smoke)")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
     if a.cluster is None:
@@ -534,12 +548,15 @@ def main(argv=None) -> int:
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
         rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
-                      host_mismatch=other)
+                      host_mismatch=other, probe=not (a.no_probe or a.profile == "smoke"))
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":
             m, pr = rec["measured"], rec["predicted"].get("analytic", {})
             msg = f"step {m['step_time_s']['median']:.4g} s (predicted {pr.get('iteration_time_s', float('nan')):.4g})"
+            ratio = rec.get("machine_probe", {}).get("speed_ratio")
+            if ratio:
+                msg += f"; machine {ratio:.3f} x its profile's step"
             if rec.get("teardown_error"):
                 msg += f"; warning: {rec['teardown_error']}"
         print(f"[{i}/{len(todo)}] {run.run_id}: {rec['status']} in {time.perf_counter() - t:.0f} s  {msg}",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import math
+import statistics
 from pathlib import Path
 
 from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, summary
@@ -415,6 +416,52 @@ def repeats_table(records: list[dict]) -> list[str]:
     return lines
 
 
+def drift_table(records: list[dict], engine: str = "analytic") -> list[str]:
+    """Runs that re-measured a point of the profile's compute stage before and after
+    (validate/probe.py): the machine's speed against its profile, and the step-time error
+    with the prediction scaled by it -- how much of the error is the machine's drift. The
+    prediction itself never saw the probe."""
+    rows = []
+    for r in _ok(records):
+        pr = r.get("machine_probe") or {}
+        if not pr.get("speed_ratio") or (r.get("measured") or {}).get("repeats"):
+            continue
+        m = (r.get("measured") or {}).get("step_time_s", {}).get("median")
+        p = ((r.get("predicted") or {}).get(engine) or {}).get("iteration_time_s")
+        e, e_adj = rel_error(p, m), rel_error(p * pr["speed_ratio"] if p else None, m)
+        if e is not None and e_adj is not None:
+            rows.append((r, pr, m, p, e, e_adj))
+    if not rows:
+        return []
+
+    def stats(errs):
+        return (f"MAPE {_pct(sum(abs(x) for x in errs) / len(errs))}, max {_pct(max(abs(x) for x in errs))}, "
+                f"bias {_pct(sum(errs) / len(errs), signed=True)}")
+
+    ratios = sorted(pr["speed_ratio"] for _, pr, *_ in rows)
+    lines = ["## The machine's speed against its profile", "",
+             "Before and after each of these runs, one point the profile's compute stage measured (the run's model "
+             "at a calibrated batch size, never the run's own configuration; `calibration/compute.py --probe`, the "
+             "same build, warm-up and fastest-of-5 rule) was measured again. Speed ratio = mean probe step / "
+             "calibrated step: above 1, the machine was slower than when it was calibrated. The prediction was made "
+             "before the probes and does not use them; 'x ratio' scales the whole predicted step by the ratio "
+             "(right only as far as the drift is the processor's and its memory's, not the links').",
+             "",
+             f"{len(rows)} runs, step time as predicted: {stats([x[4] for x in rows])}; prediction x ratio: "
+             f"{stats([x[5] for x in rows])}. Ratios {ratios[0]:.3f}-{ratios[-1]:.3f} "
+             f"(median {statistics.median(ratios):.3f}).", "",
+             "| run | probe | calibrated | before | after | ratio | measured step | predicted | error | x ratio | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r, pr, m, p, e, e_adj in rows:
+        b, a = pr.get("before", {}).get("step_s"), pr.get("after", {}).get("step_s")
+        lines.append(f"| `{r['run_id']}` | {pr['model']} b{pr['batch']} x{pr['ranks']} | "
+                     f"{_num(pr['calibrated_step_s'], 's')} | {_num(b, 's')} | {_num(a, 's')} | "
+                     f"{pr['speed_ratio']:.3f} | {_num(m, 's')} | {_num(p, 's')} | {_pct(e, signed=True)} | "
+                     f"{_num(p * pr['speed_ratio'], 's')} | {_pct(e_adj, signed=True)} |")
+    lines.append("")
+    return lines
+
+
 def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
     """Where the step goes, measured against predicted, for runs whose profiled step was split
     into groups (``busy_by_group_s``, validate/measure.py; runs since 2026-11-25) and whose
@@ -528,7 +575,7 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals(records)] + [""]
     lines += exp1_table(records, "analytic") + exp2_table(records, "analytic") + vit_table(records, "analytic")
     lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + split_table(records)
-    lines += repeats_table(records)
+    lines += repeats_table(records) + drift_table(records)
     names = figures.write_all(records, out, engines)
     if names:
         lines += ["## Figures", ""] + [f"![{n}]({n})" for n in names] + [""]
