@@ -18,6 +18,12 @@ each run's error as measured and, beside it, the error of the prediction times t
 how much of the error the machine's drift explains. The ratio scales the whole step,
 communication included, which is right only as far as the drift is the processor's (and
 its memory's) speed; the report says so.
+
+It is opt-in (``validate.run --probe``): on 2026-11-27 (Zen 3, cpu-epyc-milan, the 2-rank
+Experiment 1 matrix) the ratio did not explain the runs' errors -- the probes put the
+machine 6-12 % faster than its profile for EfficientNet-V2-L and ConvNeXt-Large while the
+runs were not, scaling made the step MAPE 11.5 % instead of 5.2 %, and a run's probe
+before and after differed by up to 28 % (validate/README, "A probe of the machine's speed").
 """
 
 from __future__ import annotations

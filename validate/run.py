@@ -10,7 +10,7 @@ For each run of :func:`validate.experiments.experiments`, in order:
    before the run starts, so the prediction cannot have seen the measurement;
 2. launch it: ``torchrun --standalone --nproc-per-node N -m validate.train`` (PS: the
    workers plus one server process).
-   Before and after it (not for smoke, not with ``--no-probe``), one point of the profile's
+   With ``--probe``, before and after it, one point of the profile's
    compute stage is measured again: the machine's speed against its profile
    (:mod:`validate.probe`), recorded as ``machine_probe``; the prediction never uses it;
 3. merge the ranks' measurements and append one JSON line (run config, measured,
@@ -499,10 +499,10 @@ def main(argv=None) -> int:
     p.add_argument("--allow-other-host", action="store_true",
                    help="predict with a CPU profile calibrated on another processor (the runs are "
                         "labelled; default for --profile smoke, which checks the plumbing only)")
-    p.add_argument("--no-probe", action="store_true",
-                   help="do not re-measure a point of the profile's compute stage before and after each run "
-                        "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per "
-                        "run; never done for --profile smoke)")
+    p.add_argument("--probe", action="store_true",
+                   help="before and after each run, re-measure a point of the profile's compute stage "
+                        "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per run). "
+                        "Off by default: on 2026-11-27 its ratio did not explain the runs' errors (validate/README)")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
     if a.cluster is None:
@@ -548,7 +548,7 @@ def main(argv=None) -> int:
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
         rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
-                      host_mismatch=other, probe=not (a.no_probe or a.profile == "smoke"))
+                      host_mismatch=other, probe=a.probe)
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":
