@@ -343,6 +343,8 @@ def main() -> None:
                    help="only the whole unhooked steps of --models, no rows and no microbenchmarks: "
                         "validate.probe re-measures a point of a profile's compute stage with it")
     args = p.parse_args()
+    if args.probe and not args.models:
+        p.error("--probe needs --models model:dataset:batch[;...], the points to measure again")
     ctx = setup(args, STAGE)
     if args.probe:
         probe(ctx, args.models, args.repeats or 5)

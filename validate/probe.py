@@ -23,7 +23,8 @@ It is opt-in (``validate.run --probe``): on 2026-11-27 (Zen 3, cpu-epyc-milan, t
 Experiment 1 matrix) the ratio did not explain the runs' errors -- the probes put the
 machine 6-12 % faster than its profile for EfficientNet-V2-L and ConvNeXt-Large while the
 runs were not, scaling made the step MAPE 11.5 % instead of 5.2 %, and a run's probe
-before and after differed by up to 28 % (validate/README, "A probe of the machine's speed").
+before and after differed by up to 28 % (validate/README, "A third blind sweep, with a probe
+of the machine's speed").
 """
 
 from __future__ import annotations
@@ -89,10 +90,11 @@ def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
         except subprocess.TimeoutExpired:
             rc = -9
     wall = time.perf_counter() - t
+    from simdl.calibrate.records import read_jsonl  # a rank killed mid-write leaves a torn last line
+
     per_rank = []
     for f in sorted(out.glob("rank*.jsonl")):
-        recs = [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
-        recs = [r for r in recs if r.get("type") == "measurement" and r.get("kind") == "probe"]
+        recs = [r for r in read_jsonl(f) if r.get("type") == "measurement" and r.get("kind") == "probe"]
         if recs:
             per_rank.append(recs[-1]["step_fwd_s"] + recs[-1]["step_bwd_s"])
     if rc != 0 or len(per_rank) != point["ranks"]:
