@@ -343,6 +343,10 @@ class CommCosts:
         # all_gather/reduce_scatter are slower than its all_reduce); 1 when absent.
         self._factor = {c: f.value for c, f in eff.collective_bandwidth_factors.items()}
         self._regimes = eff.collective_regimes_intra
+        # Where the host maps large buffers fresh (its page-fault cost is priced), the regime
+        # curves step at its mmap threshold for collectives with a whole-message temporary
+        # (simdl.collectives.regimes, "The allocator's step"); None on GPU memory.
+        self._temp_threshold = host_rates(cluster).get("mmap_threshold")
         self._load_factor = eff.collective_load_factor.value if eff.collective_load_factor else 1.0
         ar = eff.collective_load_factor_all_reduce
         self._load_factor_all_reduce = ar.value if ar else self._load_factor
@@ -382,7 +386,7 @@ class CommCosts:
             curve = self.curve(collective, scope)
             if curve is not None:
                 scale = self.cluster.group_bandwidth(scope) / self._regimes.link_bandwidth
-                o, alpha, bw = curve.parts(nbytes, size, scale)
+                o, alpha, bw = curve.parts(nbytes, size, scale, self._temp_threshold)
                 p = (o, alpha, bw, "ring")
             else:
                 bw = self.bandwidth(scope) * self._factor.get(collective, 1.0)

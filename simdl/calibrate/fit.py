@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from ..analytic.costs import GLIBC_MMAP_THRESHOLD_MAX
 from ..collectives.cost import bus_bytes_factor as bus_factor
 from .collectives import fit_with_holdout, regimes_with_holdout
 from .compute import MicroFit, RooflineFit, make_run
@@ -104,6 +105,14 @@ def call_overheads(st: StageRecords) -> dict[str, float]:
     return {p["collective"]: p["time_s"] for p in _collective_points(st, "self")}
 
 
+def temp_threshold(st: StageRecords) -> float | None:
+    """The mmap threshold the regime curves step at (simdl.collectives.regimes, "The
+    allocator's step"): glibc's on a gloo (CPU) run, None on NCCL (no per-call temporaries
+    in host memory)."""
+    backends = {h.get("backend") for h in st.headers.values()}
+    return float(GLIBC_MMAP_THRESHOLD_MAX) if backends == {"gloo"} else None
+
+
 def fit_collectives(st: StageRecords) -> dict[str, Any]:
     report: dict[str, Any] = {}
     scopes = sorted({r.get("scope") for m in st.measurements.values() for r in m.values()} - {"self", None})
@@ -112,14 +121,15 @@ def fit_collectives(st: StageRecords) -> dict[str, Any]:
         pts = _collective_points(st, scope)
         if len(pts) < 3:
             continue
-        report[scope] = fit_scope(pts, overheads)
+        report[scope] = fit_scope(pts, overheads, temp_threshold(st))
     return report
 
 
-def fit_scope(pts: list[dict], overheads: dict[str, float]) -> dict[str, Any]:
+def fit_scope(pts: list[dict], overheads: dict[str, float], temp_threshold: float | None = None) -> dict[str, Any]:
     """Every fit of one scope's points (``collective``, ``bytes``, ``group_size``, ``time_s``):
     per collective one alpha-beta line and the size-regime curve, each with its held-out
-    check, and the joint line. ``overheads``: seconds per call on a one-rank group."""
+    check, and the joint line. ``overheads``: seconds per call on a one-rank group;
+    ``temp_threshold``: see :func:`temp_threshold`."""
     per: dict[str, Any] = {}
     for coll in sorted({p["collective"] for p in pts}):
         sub = [p for p in pts if p["collective"] == coll]
@@ -131,7 +141,7 @@ def fit_scope(pts: list[dict], overheads: dict[str, float]) -> dict[str, Any]:
                      "bytes_range": list(est.bytes_range_), "group_size": sub[0]["group_size"]}
         if len(sub) >= 4:
             o = overheads.get(coll)
-            reg = regimes_with_holdout(sub, coll, overhead_s=o or 0.0)
+            reg = regimes_with_holdout(sub, coll, overhead_s=o or 0.0, temp_threshold=temp_threshold)
             rest = reg.pop("estimator")
             per[coll]["regimes"] = {
                 "params": rest.params(), "n_regimes": rest.n_regimes_, "cv_error": rest.cv_error_,

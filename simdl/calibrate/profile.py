@@ -87,7 +87,10 @@ def _regimes_section(per: dict, tag: str, prov: dict, link_GB_per_s: float) -> d
               "a size's time is the 25th percentile of its chunks; piecewise ring alpha-beta fitted per collective "
               "(simdl.calibrate.regimes: Huber NNLS per regime, regimes by dynamic programming, their number by "
               "cross-validation), regime looked up by bytes per ring step (m/n; m for broadcast), overhead = the "
-              f"same call on a one-rank group; held-out check refits without every third size and the largest: {quality}")
+              "same call on a one-rank group; "
+              + ("all_gather and reduce_scatter step at the 32 MiB mmap threshold where a gap holds it (gloo's "
+                 "whole-message temporary, simdl.collectives.regimes); " if prov["backend"] == "gloo" else "")
+              + f"held-out check refits without every third size and the largest: {quality}")
     return {"kind": "calibrated", "source": source, "link_GB_per_s": link_GB_per_s,
             "collectives": {c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]}
                             for c, r in fits.items()}}

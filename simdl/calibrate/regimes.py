@@ -15,7 +15,10 @@ K <= ``max_regimes``, the split with the least total loss (every regime holding 
 interleaved cross-validation *within the data given to fit()* (the fewest regimes within one
 standard error of the best CV error): a regime that only follows noise predicts its
 left-out neighbours worse, or no better. Each regime records the step sizes it was
-fitted on; between two regimes the curve blends them (:class:`~simdl.collectives.regimes.RegimeCurve`).
+fitted on; between two regimes the curve blends them (:class:`~simdl.collectives.regimes.RegimeCurve`),
+or, given ``temp_threshold`` (the calibrated host's mmap threshold, for gloo), steps at the
+threshold where the gap holds it -- in the cross-validation, the held-out check and
+``predict`` alike, as the engines will price it.
 
 ``overhead_s`` is not fitted: at one group size it cannot be told from ``alpha`` (both are
 a constant per call); :mod:`simdl.calibrate.fit` passes the cost of the same call on a
@@ -50,12 +53,16 @@ class RegimeFit:
     ``quality_`` and ``regime_quality_`` (per regime).
 
     A measurement is a mapping with ``bytes``, ``group_size`` and ``time_s`` (one collective).
+    ``temp_threshold``: bytes at which the measured host's allocator maps a buffer fresh, for
+    a backend that allocates a whole-message temporary per call (gloo); None otherwise.
     """
 
     def __init__(self, collective: str, *, overhead_s: float = 0.0, max_regimes: int = 4, min_points: int = 3,
-                 cv_folds: int = 3, f_scale: float = 0.1, irls_iterations: int = 3):
+                 cv_folds: int = 3, f_scale: float = 0.1, irls_iterations: int = 3,
+                 temp_threshold: float | None = None):
         self.collective = collective
         self.overhead_s = overhead_s
+        self.temp_threshold = temp_threshold
         self.max_regimes = max_regimes
         self.min_points = min_points
         self.cv_folds = cv_folds
@@ -162,7 +169,7 @@ class RegimeFit:
                     errs = None
                     break
                 curve = self._curve(s[tr], A[tr], t[tr], sub[k][1])
-                pred = np.array([curve.time(float(x["bytes"]), int(x["group_size"]))
+                pred = np.array([curve.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold)
                                  for x, keep in zip(Xs, test) if keep])
                 errs += list(np.abs(pred / t[test] - 1.0))
             if errs:
@@ -193,7 +200,8 @@ class RegimeFit:
         return self
 
     def predict(self, X: Iterable[Mapping]) -> np.ndarray:
-        return np.array([self.curve_.time(float(x["bytes"]), int(x["group_size"])) for x in X])
+        return np.array([self.curve_.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold)
+                         for x in X])
 
     def params(self) -> dict:
         """Readable fitted values (the profile's form: us, GB/s, bytes per ring step)."""

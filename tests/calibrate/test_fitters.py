@@ -447,3 +447,36 @@ def test_conv_call_cost_from_the_tiny_conv_microbenchmarks():
     pts = [{"time_s": 450e-6 + f / 50e9, "flops": f} for f in (1e5, 1e6, 4e6, 1e7)]
     assert conv_call_overhead(pts, 5e-6) == pytest.approx(145e-6, rel=0.02)  # less one launch per call
     assert conv_call_overhead([], 5e-6) is None
+
+
+def test_regime_fit_steps_at_the_allocators_threshold_on_held_out_sizes():
+    """gloo's all_gather allocates its whole output per call; above glibc's 32 MiB threshold the
+    output is mapped fresh. A hard step there opens a gap in the held-out split; given the
+    threshold, the fit predicts the held-out sizes inside it by the regime on their side."""
+    from simdl.calibrate.collectives import regimes_with_holdout
+    from simdl.collectives.regimes import Regime, RegimeCurve
+
+    thr = 32 * 2 ** 20
+    fast, slow = Regime(0, 1e12, 500e-6, 0.6e9), Regime(0, 1e12, 1.2e-3, 0.27e9)
+    one = {r: RegimeCurve("all_gather", 120e-6, (r,)) for r in (fast, slow)}
+    X = [{"collective": "all_gather", "bytes": m, "group_size": 2,
+          "time_s": one[fast if m < thr else slow].time(m, 2)} for m in DENSE]
+    blind = regimes_with_holdout(X, "all_gather", overhead_s=120e-6)
+    told = regimes_with_holdout(X, "all_gather", overhead_s=120e-6, temp_threshold=thr)
+    errs = {e["bytes"]: e["rel_error"] for e in told["held_out"]["errors"]}
+    gap_size = max(b for b in errs if b < thr)  # the held-out size just below the threshold
+    assert abs(errs[gap_size]) < 0.02
+    blind_errs = {e["bytes"]: e["rel_error"] for e in blind["held_out"]["errors"]}
+    assert abs(blind_errs[gap_size]) > 0.10  # blending across the gap misses it
+    assert told["held_out"]["within_10pct"] == told["held_out"]["n"]
+
+
+def test_the_threshold_comes_from_the_backend_of_the_run(tmp_path):
+    from simdl.analytic.costs import GLIBC_MMAP_THRESHOLD_MAX
+    from simdl.calibrate.fit import temp_threshold
+    from simdl.calibrate.records import StageRecords
+
+    st = StageRecords("collectives", tmp_path, True, headers={0: {"backend": "gloo"}, 1: {"backend": "gloo"}})
+    assert temp_threshold(st) == GLIBC_MMAP_THRESHOLD_MAX
+    st.headers = {0: {"backend": "nccl"}}
+    assert temp_threshold(st) is None

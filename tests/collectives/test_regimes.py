@@ -162,3 +162,58 @@ def test_presets_without_regimes_are_priced_exactly_as_before(name):
                 bw = cl.group_bus_bandwidth("intra") * factors.get(op, 1.0)
                 old = collective_time(op, m, cl.gpus, bw, cl.group_latency("intra"), algorithm) + cl.collective_overhead
                 assert comm.time(op, m, cl.gpus, "intra") == pytest.approx(old, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the allocator's step
+MiB = 2 ** 20
+THRESHOLD = 32 * MiB  # glibc's largest dynamic mmap threshold (simdl.analytic.costs)
+# all_gather: fast regime up to 10 MB steps, slow one from 20 MB steps. At 2 ranks the gap's
+# messages run from 20 to 40 MB and hold the 32 MiB threshold; at 4 ranks (40 to 80 MB) not.
+AG = RegimeCurve("all_gather", 10e-6, (Regime(1e3, 10e6, 100e-6, 1e9), Regime(20e6, 1e9, 2e-3, 0.4e9)))
+
+
+def _line(regime, m, n):
+    return 10e-6 + collective_time("all_gather", m, n, regime.bandwidth, regime.alpha, "ring")
+
+
+def test_an_allocator_gap_steps_at_the_threshold_instead_of_blending():
+    fast, slow = AG.regimes
+    below, above = 30e6, 36e6  # both in the gap at 2 ranks (15 and 18 MB steps)
+    assert AG.time(below, 2, temp_threshold=THRESHOLD) == pytest.approx(_line(fast, below, 2))
+    assert AG.time(above, 2, temp_threshold=THRESHOLD) == pytest.approx(_line(slow, above, 2))
+    # A message of exactly the threshold is mapped (glibc mmaps requests >= the threshold).
+    assert AG.time(THRESHOLD, 2, temp_threshold=THRESHOLD) == pytest.approx(_line(slow, THRESHOLD, 2))
+    # Without a threshold (GPU memory) the same sizes blend: strictly between the two lines.
+    for m in (below, above):
+        assert _line(fast, m, 2) < AG.time(m, 2) < _line(slow, m, 2)
+    # Inside the regimes nothing changes.
+    for m in (1e6, 200e6):
+        assert AG.time(m, 2, temp_threshold=THRESHOLD) == pytest.approx(AG.time(m, 2))
+
+
+def test_the_step_applies_only_where_the_gap_holds_the_threshold_and_gloo_allocates():
+    # 4 ranks: the gap's messages are 40-80 MB, all above the threshold: the blend stays.
+    m = 60e6
+    assert AG.time(m, 4, temp_threshold=THRESHOLD) == pytest.approx(AG.time(m, 4))
+    # all_reduce and broadcast work in place (ProcessGroupGloo.cpp): no temporary, no step.
+    ar = RegimeCurve("all_reduce", 10e-6, AG.regimes)
+    assert ar.time(30e6, 2, temp_threshold=THRESHOLD) == pytest.approx(ar.time(30e6, 2))
+    # reduce_scatter clones its input: it steps like all_gather.
+    rs = RegimeCurve("reduce_scatter", 10e-6, AG.regimes)
+    assert rs.time(30e6, 2, temp_threshold=THRESHOLD) < rs.time(30e6, 2)
+
+
+def test_the_engines_step_where_the_profile_prices_page_faults():
+    # cpu-epyc-milan: all_gather 0.60 GB/s up to 11.9 MB steps, 0.27 GB/s from 16.8 MB; the
+    # host prices page faults above 32 MiB. A 28 MB unit (ViT-B/32's blocks) is in the gap.
+    cl = allocate(load_cluster("cpu-epyc-milan"), 2)
+    comm = CommCosts(cl)
+    assert comm._temp_threshold == THRESHOLD
+    blend = CommCosts(cl)
+    blend._temp_threshold = None
+    m = 28.3e6
+    assert comm.time("all_gather", m, 2, "world") < 0.8 * blend.time("all_gather", m, 2, "world")
+    for big in (64e6, 256e6):  # above the threshold and inside the slow regime: unchanged
+        assert comm.time("all_gather", big, 2, "world") == pytest.approx(blend.time("all_gather", big, 2, "world"))
+    # GPU presets map nothing fresh.
+    assert CommCosts(allocate(load_cluster("a100-80gb-nvlink"), 2))._temp_threshold is None
