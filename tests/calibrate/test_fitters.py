@@ -288,8 +288,8 @@ def test_regime_fit_predicts_held_out_sizes_and_other_group_sizes():
     from simdl.calibrate.collectives import regimes_with_holdout
 
     # A gradual change: the held-out sizes inside it are predicted by the blend between regimes.
-    # (A hard step inside a gap that the held-out split opens is not: nothing tells where in
-    # the gap it is.)
+    # (A hard step inside a gap that the held-out split opens is not, unless it is the
+    # allocator's: see test_regime_fit_steps_at_the_allocators_threshold_on_held_out_sizes.)
     true = _true_curve(hard=False)
     res = regimes_with_holdout(_regime_data(true, noise=0.02), "all_gather", overhead_s=15e-6)
     assert res["held_out"]["within_10pct"] == res["held_out"]["n"]  # 2 % noise -> all within 10 %
