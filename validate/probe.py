@@ -38,6 +38,8 @@ import sys
 import time
 from pathlib import Path
 
+from simdl.calibrate.records import read_jsonl  # skips the torn last line a killed rank leaves
+
 from .experiments import RunSpec
 
 # calibration/compute.py's default for a full (not --quick) compute stage; the probe uses the
@@ -90,8 +92,6 @@ def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
         except subprocess.TimeoutExpired:
             rc = -9
     wall = time.perf_counter() - t
-    from simdl.calibrate.records import read_jsonl  # a rank killed mid-write leaves a torn last line
-
     per_rank = []
     for f in sorted(out.glob("rank*.jsonl")):
         recs = [r for r in read_jsonl(f) if r.get("type") == "measurement" and r.get("kind") == "probe"]

@@ -163,8 +163,8 @@ class RegimeCurve:
         threshold; PyTorch's 64-byte alignment adds to a 32 MiB request)."""
         if temp_threshold is None or self.collective not in MESSAGE_TEMPORARY:
             return False
-        per_step = n if self.collective in CHUNKED else 1
-        return a.hi_step_bytes * per_step < temp_threshold <= b.lo_step_bytes * per_step
+        # Both MESSAGE_TEMPORARY collectives are CHUNKED: a step moves m / n bytes.
+        return a.hi_step_bytes * n < temp_threshold <= b.lo_step_bytes * n
 
     def time(self, nbytes: float, n: int, bandwidth_scale: float = 1.0,
              temp_threshold: float | None = None) -> float:
