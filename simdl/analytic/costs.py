@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..cluster import Cluster
+# Re-exported: callers (calibration, engines, tests) take the glibc constant from here.
+from ..cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold  # noqa: F401
 from ..collectives import collective_time
 from ..strategies.plan import PSPlan
 from ..workload.table import WorkloadTable
@@ -81,11 +83,6 @@ class Rates:
     measured_scale: float = 1.0
 
 
-# glibc malloc: allocations above M_MMAP_THRESHOLD are served by mmap and unmapped at free;
-# the threshold adjusts dynamically up to DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB * sizeof(long)
-# = 32 MiB on 64-bit (malloc/malloc.c; mallopt(3)), so in steady state every buffer above
-# 32 MiB is mapped fresh. Used when a host profile gives a page-fault cost but no threshold.
-GLIBC_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 
 
 @lru_cache(maxsize=1024)
@@ -121,11 +118,10 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
 def host_rates(cluster: Cluster) -> dict:
     """The host's page-fault cost (s per byte) and mmap threshold (bytes), as ``Rates``
     fields; empty when the host pays none (GPU memory: PyTorch's caching allocator)."""
-    host = cluster.spec.host
-    if host.page_fault_per_byte is None or host.page_fault_per_byte.value == 0:
+    threshold = mmap_threshold(cluster)
+    if threshold is None:
         return {}
-    threshold = host.mmap_threshold_bytes.value if host.mmap_threshold_bytes else GLIBC_MMAP_THRESHOLD_MAX
-    return {"page_fault_per_byte": host.page_fault_per_byte.value, "mmap_threshold": threshold}
+    return {"page_fault_per_byte": cluster.spec.host.page_fault_per_byte.value, "mmap_threshold": threshold}
 
 
 def _measured(cluster: Cluster, precision: str) -> dict:
@@ -230,13 +226,14 @@ def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: fl
 
 def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
     """Seconds of a compute-stream task: its table rows plus its streamed bytes, calls and
-    fresh buffers (the one formula both engines use)."""
+    fresh buffers (mapped above the mmap threshold, or trimmed from the heap and faulted in
+    again: ``task.refaults``), the one formula both engines use."""
     d = rows.segment(task.rows[0], task.rows[1], task.direction) if task.rows else 0.0
-    if task.bytes or task.kernels or task.allocs:
+    if task.bytes or task.kernels or task.allocs or task.refaults:
         # The optimizer step updates tensors in place; every other memory-bound task of a plan
         # copies between buffers (FSDP copy-in/out, DDP bucket copies).
-        d += memory_bound_time(task.bytes, task.kernels, rates, fresh_mapped_bytes(task.allocs, rates),
-                               copy=task.phase != "opt")
+        fresh = fresh_mapped_bytes(task.allocs, rates) + (task.refaults if rates.page_fault_per_byte else 0.0)
+        d += memory_bound_time(task.bytes, task.kernels, rates, fresh, copy=task.phase != "opt")
     return d + task.host_s
 
 
@@ -283,7 +280,7 @@ def _split_index(tasks) -> tuple[list[int], list[tuple], float]:
         if t.collective:
             continue
         host += t.host_s
-        if not (t.bytes or t.kernels or t.allocs):
+        if not (t.bytes or t.kernels or t.allocs or t.refaults):
             rows_only.append(i)
         else:
             seg = (t.rows[0], t.rows[1], t.direction) if t.rows else None

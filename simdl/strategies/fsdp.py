@@ -57,6 +57,7 @@ calibration's own leave-one-model-out errors (cpu-epyc, 2026-11-25: mean 9.9% ->
 from __future__ import annotations
 
 from ..cluster import Cluster
+from ..cluster.allocator import mmap_threshold, trim_threshold
 from ..errors import SimdlError
 from ..workload.workload import Workload
 from .config import StrategyConfig
@@ -81,6 +82,25 @@ def _runs(row_unit) -> list[tuple[int, int, int]]:
 def collectives_block(cluster: Cluster) -> bool:
     """FSDP2's collectives block the training thread: devices without streams (CPU, gloo)."""
     return cluster.spec.gpu.is_cpu
+
+
+def _gradients_refault(cluster: Cluster, grad_bytes: list[float]):
+    """Which sharded gradients (the reduce outputs, one per unit) fault in again every step
+    on a host whose memory comes from glibc's heap: a predicate on a reduce output's bytes.
+
+    FSDP2 allocates each unit's reduce output in backward (foreach_reduce) and it stays the
+    unit's gradient until ``zero_grad(set_to_none=True)``. Allocated last, they take the top
+    of the heap; freed together at zero_grad they leave that much free at the top, and glibc
+    trims the heap when it reaches the trim threshold (simdl.cluster.allocator), so the next
+    backward gets the pages from the OS again. Measured (benchmarks/fsdp2_heap_trim_cpu.py):
+    ViT-B/32 FSDP none, 2 ranks, the heap grows 28-57 MB at each unit's backward, every byte
+    a page fault, and zero_grad trims 510 MB. Reduce outputs above the mmap threshold are
+    mapped fresh anyway (their ``allocs``); below the trim threshold nothing is trimmed."""
+    trim = trim_threshold(cluster)
+    if trim is None or sum(grad_bytes) < trim:
+        return lambda nbytes: False
+    mapped = mmap_threshold(cluster)
+    return lambda nbytes: nbytes < mapped
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
@@ -114,6 +134,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
 
     limit = config.max_inflight_all_gathers
     blocking = collectives_block(cluster)
+    refault = _gradients_refault(cluster, [b / shard_size for b in unit_bytes])
     # FSDP2's hooks per unit per step (efficiency.fsdp_unit_overhead_us; calibrated CPU profiles).
     hooks = cluster.spec.efficiency.fsdp_unit_overhead
     unit_host_s = hooks.value if hooks is not None else 0.0
@@ -165,8 +186,9 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         # foreach_reduce (_fsdp_collectives.py): the unsharded gradients are copied into one
         # flat reduce-scatter input (foreach_reduce_scatter_copy_in, chunk_cat) on the
         # compute stream, and the reduce output (a shard) is allocated.
+        out = unit_bytes[u] / shard_size
         cin = add(Task(f"rs_copy_in:{name}", COMPUTE, "bwd", deps=(after,), bytes=2.0 * unit_bytes[u], kernels=1,
-                       allocs=(unit_bytes[u], unit_bytes[u] / shard_size)))
+                       allocs=(unit_bytes[u], out), refaults=out if refault(out) else 0.0))
         if sharding == "none":
             # Shard group of one: reduce_output.copy_(reduce_scatter_input), then the
             # all-reduce over the replicate group.

@@ -60,6 +60,10 @@ class Task:
     # Sizes (bytes) of the buffers the task allocates, one per tensor: on host devices a
     # buffer above the allocator's mmap threshold is mapped fresh and page-faults (costs.py).
     allocs: tuple[float, ...] = ()
+    # Bytes of heap buffers (below the mmap threshold) the task allocates that the host's
+    # allocator gave back to the OS since the previous step, so they fault in again
+    # (simdl.cluster.allocator; FSDP's sharded gradients, simdl.strategies.fsdp).
+    refaults: float = 0.0
     # Fixed host seconds of framework bookkeeping the task stands for (FSDP2's per-unit hooks
     # on a CPU rank: efficiency.fsdp_unit_overhead_us); added to its compute time.
     host_s: float = 0.0

@@ -1,0 +1,78 @@
+"""FSDP2's sharded gradients on a glibc host: freed together at zero_grad from the heap's
+top, trimmed back to the OS, faulted in again next step (simdl.strategies.fsdp
+_gradients_refault, simdl.cluster.allocator)."""
+
+import dataclasses
+
+import pytest
+
+from simdl.analytic.costs import compute_task_time, device_rates, row_times
+from simdl.cluster import allocate
+from simdl.cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold, trim_threshold
+from simdl.strategies import StrategyConfig, build_plan
+from simdl.workload import workload as wl
+from simdl.workload.library import load_workload
+
+MiB = 1024 * 1024
+
+
+def _plan(cluster, model="vit_b_32", sharding="none", gpus=2):
+    t = load_workload(model, "cifar10")
+    w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32")
+    c = allocate(cluster, gpus)
+    return w, c, build_plan(w, c, StrategyConfig(name="fsdp", sharding=sharding))
+
+
+def test_thresholds_follow_glibcs_dynamic_adjustment_and_are_absent_on_gpus():
+    cpu = allocate("cpu-epyc-milan", 2)
+    assert mmap_threshold(cpu) == GLIBC_MMAP_THRESHOLD_MAX == 32 * MiB
+    assert trim_threshold(cpu) == 64 * MiB  # malloc.c: trim_threshold = 2 * mmap_threshold
+    assert mmap_threshold(allocate("a100-80gb-nvlink", 2)) is None
+    assert trim_threshold(allocate("a100-80gb-nvlink", 2)) is None
+
+
+@pytest.mark.parametrize("sharding,shard", [("none", 1), ("full", 2), ("grad_op", 2)])
+def test_each_sub_threshold_reduce_output_refaults_once_per_step(sharding, shard):
+    _, _, plan = _plan("cpu-epyc-milan", sharding=sharding)
+    cins = [t for t in plan.tasks if t.name.startswith("rs_copy_in")]
+    assert cins
+    for t in cins:
+        out = t.allocs[1]  # the reduce output: the unit's gradient shard, kept to zero_grad
+        assert out == pytest.approx(t.allocs[0] / shard)
+        assert t.refaults == (out if out < 32 * MiB else 0.0)
+    # ViT-B/32's encoder blocks: 7.1 M parameters, 28 MB of fp32 gradients per unit
+    assert max(t.refaults for t in cins) == pytest.approx(7087872 * 4 / shard, rel=1e-3)
+    # nothing else in the plan refaults
+    assert all(t.refaults == 0 for t in plan.tasks if not t.name.startswith("rs_copy_in"))
+
+
+def test_gradients_below_the_trim_threshold_in_total_are_kept_by_the_heap():
+    # mnist_cnn's gradients total well under 64 MiB: a heap top that small is never trimmed
+    w, _, plan = _plan("cpu-epyc-milan", model="mnist_cnn")
+    assert w.param_bytes < 64 * MiB
+    assert all(t.refaults == 0 for t in plan.tasks)
+
+
+def test_no_refaults_where_memory_does_not_come_from_glibc():
+    _, _, plan = _plan("a100-80gb-nvlink")
+    assert all(t.refaults == 0 for t in plan.tasks)
+    # a CPU profile without a page-fault cost prices none either
+    _, c, _ = _plan("cpu-epyc-milan")
+    host = dataclasses.replace(c.spec.host, page_fault_per_byte=None)
+    spec = dataclasses.replace(c.spec, host=host)
+    t = load_workload("vit_b_32", "cifar10")
+    w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32")
+    bare = build_plan(w, allocate(spec, 2), StrategyConfig(name="fsdp", sharding="none"))
+    assert all(t.refaults == 0 for t in bare.tasks)
+
+
+def test_a_refaulting_copy_costs_its_bytes_at_the_hosts_page_fault_rate():
+    w, c, plan = _plan("cpu-epyc-milan")
+    rates = device_rates(c, "fp32")
+    rows = row_times(w.table, w.batch_size, rates)
+    t = next(t for t in plan.tasks if t.refaults)
+    without = compute_task_time(dataclasses.replace(t, refaults=0.0), rows, rates)
+    added = compute_task_time(t, rows, rates) - without
+    # the fault time is a copy's, so it scales with the copy factor like the copy itself
+    assert added == pytest.approx(t.refaults * rates.page_fault_per_byte * rates.copy_factor)
+    assert rates.page_fault_per_byte == pytest.approx(0.5838e-9)  # cpu-epyc-milan's calibration
