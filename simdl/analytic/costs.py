@@ -83,8 +83,6 @@ class Rates:
     measured_scale: float = 1.0
 
 
-
-
 @lru_cache(maxsize=1024)
 def device_rates(cluster: Cluster, precision: str) -> Rates:
     # per_rank_*: ranks sharing one device (the cpu-local preset) each get their share.

@@ -254,6 +254,9 @@ FIT_FSDP_UNIT_OVERHEAD = True
 # runs on this VM, 6.0-9.3 s without the setting, are too noisy to quote a gain). Which buffers
 # fault depends on the heap's history (rank 1 of the same configuration faulted 0.9 GB per step
 # in one run, 1.5 GB in the next), so there is no size rule to price them by yet.
+# One part has a rule since 2026-11-27: FSDP's sharded gradients, freed together by zero_grad
+# from the heap's top, are trimmed and fault in again every step (simdl.strategies.fsdp
+# _gradients_refault); the plan prices them, so this factor's fit no longer absorbs them.
 COPY_FACTOR_FROM_PROFILED_STEPS = False
 
 
