@@ -230,7 +230,7 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
     if task.bytes or task.kernels or task.allocs or task.refaults:
         # The optimizer step updates tensors in place; every other memory-bound task of a plan
         # copies between buffers (FSDP copy-in/out, DDP bucket copies).
-        fresh = fresh_mapped_bytes(task.allocs, rates) + (task.refaults if rates.page_fault_per_byte else 0.0)
+        fresh = fresh_mapped_bytes(task.allocs, rates) + task.refaults  # priced at page_fault_per_byte (0 on GPUs)
         d += memory_bound_time(task.bytes, task.kernels, rates, fresh, copy=task.phase != "opt")
     return d + task.host_s
 

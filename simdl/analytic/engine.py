@@ -9,13 +9,14 @@ from __future__ import annotations
 import math
 
 from ..cluster import Cluster
+from ..cluster.allocator import host_mmap_threshold
 from ..collectives import bus_bytes_factor
 from ..collectives.backends import get_backend
 from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-from .costs import (GLIBC_MMAP_THRESHOLD_MAX, CommCosts, Rates, blocking_wait_time, compute_split, compute_task_time,
+from .costs import (CommCosts, Rates, blocking_wait_time, compute_split, compute_task_time,
                     device_rates, host_rates, mapped_bytes, row_times, spmd_or_ps_rates)
 from .schedule import schedule, stream_busy, task_durations
 
@@ -198,9 +199,7 @@ def ps_transfer_extras(cluster: Cluster, plan: PSPlan) -> tuple[float, float]:
 def _fresh_message_bytes(cluster: Cluster, plan: PSPlan) -> float:
     """Bytes of the model's tensors above the mmap threshold: the pages a freshly allocated
     buffer for them faults in (simdl.analytic.costs.mapped_bytes)."""
-    host = cluster.spec.host
-    threshold = host.mmap_threshold_bytes.value if host.mmap_threshold_bytes else GLIBC_MMAP_THRESHOLD_MAX
-    return mapped_bytes(plan.details.get("param_tensor_bytes", ()), threshold)
+    return mapped_bytes(plan.details.get("param_tensor_bytes", ()), host_mmap_threshold(cluster))
 
 
 def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> float:

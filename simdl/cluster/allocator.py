@@ -21,13 +21,20 @@ from .allocate import Cluster
 GLIBC_MMAP_THRESHOLD_MAX = 32 * 1024 * 1024
 
 
+def host_mmap_threshold(cluster: Cluster) -> float:
+    """Bytes above which the host's allocator maps each buffer fresh: the profile's
+    ``host.mmap_threshold_MiB``, else glibc's steady-state value."""
+    given = cluster.spec.host.mmap_threshold_bytes
+    return given.value if given else float(GLIBC_MMAP_THRESHOLD_MAX)
+
+
 def mmap_threshold(cluster: Cluster) -> float | None:
-    """Bytes from which the host's allocator maps each buffer fresh; None where no page
-    faults are priced (GPU profiles, CPU profiles without ``host.page_fault_ns_per_byte``)."""
-    host = cluster.spec.host
-    if host.page_fault_per_byte is None or host.page_fault_per_byte.value == 0:
+    """:func:`host_mmap_threshold` where page faults are priced; None elsewhere (GPU
+    profiles, CPU profiles without ``host.page_fault_ns_per_byte``)."""
+    pf = cluster.spec.host.page_fault_per_byte
+    if pf is None or pf.value == 0:
         return None
-    return host.mmap_threshold_bytes.value if host.mmap_threshold_bytes else float(GLIBC_MMAP_THRESHOLD_MAX)
+    return host_mmap_threshold(cluster)
 
 
 def trim_threshold(cluster: Cluster) -> float | None:

@@ -84,9 +84,9 @@ def collectives_block(cluster: Cluster) -> bool:
     return cluster.spec.gpu.is_cpu
 
 
-def _gradients_refault(cluster: Cluster, grad_bytes: list[float]):
-    """Which sharded gradients (the reduce outputs, one per unit) fault in again every step
-    on a host whose memory comes from glibc's heap: a predicate on a reduce output's bytes.
+def _refault_limit(cluster: Cluster, grad_bytes: list[float]) -> float:
+    """Bytes up to which a sharded gradient (a reduce output, one per unit) faults in again
+    every step on a host whose memory comes from glibc's heap; 0 where none does.
 
     FSDP2 allocates each unit's reduce output in backward (foreach_reduce) and it stays the
     unit's gradient until ``zero_grad(set_to_none=True)``. Allocated last, they take the top
@@ -98,9 +98,8 @@ def _gradients_refault(cluster: Cluster, grad_bytes: list[float]):
     mapped fresh anyway (their ``allocs``); below the trim threshold nothing is trimmed."""
     trim = trim_threshold(cluster)
     if trim is None or sum(grad_bytes) < trim:
-        return lambda nbytes: False
-    mapped = mmap_threshold(cluster)
-    return lambda nbytes: nbytes < mapped
+        return 0.0
+    return mmap_threshold(cluster)  # larger ones are mapped: simdl.analytic.costs.mapped_bytes
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
@@ -134,7 +133,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
 
     limit = config.max_inflight_all_gathers
     blocking = collectives_block(cluster)
-    refault = _gradients_refault(cluster, [b / shard_size for b in unit_bytes])
+    refault_limit = _refault_limit(cluster, [b / shard_size for b in unit_bytes])
     # FSDP2's hooks per unit per step (efficiency.fsdp_unit_overhead_us; calibrated CPU profiles).
     hooks = cluster.spec.efficiency.fsdp_unit_overhead
     unit_host_s = hooks.value if hooks is not None else 0.0
@@ -188,7 +187,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         # compute stream, and the reduce output (a shard) is allocated.
         out = unit_bytes[u] / shard_size
         cin = add(Task(f"rs_copy_in:{name}", COMPUTE, "bwd", deps=(after,), bytes=2.0 * unit_bytes[u], kernels=1,
-                       allocs=(unit_bytes[u], out), refaults=out if refault(out) else 0.0))
+                       allocs=(unit_bytes[u], out), refaults=out if out <= refault_limit else 0.0))
         if sharding == "none":
             # Shard group of one: reduce_output.copy_(reduce_scatter_input), then the
             # all-reduce over the replicate group.

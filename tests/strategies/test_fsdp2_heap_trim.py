@@ -1,6 +1,6 @@
 """FSDP2's sharded gradients on a glibc host: freed together at zero_grad from the heap's
 top, trimmed back to the OS, faulted in again next step (simdl.strategies.fsdp
-_gradients_refault, simdl.cluster.allocator)."""
+_refault_limit, simdl.cluster.allocator)."""
 
 import dataclasses
 
@@ -39,7 +39,7 @@ def test_each_sub_threshold_reduce_output_refaults_once_per_step(sharding, shard
     for t in cins:
         out = t.allocs[1]  # the reduce output: the unit's gradient shard, kept to zero_grad
         assert out == pytest.approx(t.allocs[0] / shard)
-        assert t.refaults == (out if out < 32 * MiB else 0.0)
+        assert t.refaults == (out if out <= 32 * MiB else 0.0)  # larger ones count as mapped
     # ViT-B/32's encoder blocks: 7.1 M parameters, 28 MB of fp32 gradients per unit
     assert max(t.refaults for t in cins) == pytest.approx(7087872 * 4 / shard, rel=1e-3)
     # nothing else in the plan refaults
