@@ -208,7 +208,7 @@ def run_spmd(run: RunSpec, out: Path) -> None:
     acc = _evaluate_spmd(run, model, tex, te_y, device, rank, world)
     faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
-               steady_fault_bytes=faults,
+               steady_fault_bytes=faults, rpc_times=[list(t) for t in rpc_times],
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
                test_accuracy=acc, final_loss=losses[-1] if losses else None,
                peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
@@ -287,6 +287,12 @@ class ParameterServer:
         # Per async update: (worker, its clock, whether some worker had already finished).
         self.update_log: list[tuple[int, int, bool]] = []
         self.update_s: list[float] = []
+        # Per async/SSP update and pull, perf_counter seconds since the server started: what
+        # the staleness of each update is made of (which applies fall between a worker's own
+        # apply and its next snapshot). (worker, request arrived, lock taken, done, version).
+        self.t0 = time.perf_counter()  # kept in the record: workers' rpc_times share the clock
+        self.push_events: list[tuple[int, float, float, float, int]] = []
+        self.pull_events: list[tuple[int, float, float, float, int]] = []
         self.clocks = [0] * workers
         self.done = [False] * workers
         self.waiting: list[tuple[int, int, torch.futures.Future]] = []
@@ -321,9 +327,12 @@ class ParameterServer:
 
     def pull(self, worker: int, clock: int) -> torch.futures.Future:
         fut = torch.futures.Future()
+        arrived = time.perf_counter() - self.t0
         with self.lock:
             if self.mode != "ps-ssp" or self._ssp_ok(clock):
+                taken = time.perf_counter() - self.t0
                 value = self._snapshot()
+                self.pull_events.append((worker, arrived, taken, time.perf_counter() - self.t0, value[1]))
             else:
                 self.waiting.append((worker, clock, fut))
                 return fut
@@ -336,7 +345,9 @@ class ParameterServer:
 
     def push(self, worker: int, grads, version: int, last: bool) -> torch.futures.Future:
         release: list[tuple[torch.futures.Future, object]] = []
+        arrived = time.perf_counter() - self.t0
         with self.lock:
+            taken = time.perf_counter() - self.t0
             if self.mode == "ps-sync":
                 if self.round_sum is None:
                     self.round_sum = [g.clone() for g in grads]
@@ -356,6 +367,7 @@ class ParameterServer:
                 self.staleness.append(self.version - version)
                 self.update_log.append((worker, self.clocks[worker], any(self.done)))
                 self._apply(grads)
+                self.push_events.append((worker, arrived, taken, time.perf_counter() - self.t0, self.version))
                 self.clocks[worker] += 1
                 if last:
                     self.done[worker] = True
@@ -364,7 +376,11 @@ class ParameterServer:
                 still = []
                 for w, c, f in self.waiting:
                     if self._ssp_ok(c):
-                        release.append((f, self._snapshot()))
+                        taken = time.perf_counter() - self.t0
+                        snap = self._snapshot()
+                        # -1: a held pull's arrival is not kept (it waited for the bound).
+                        self.pull_events.append((w, -1.0, taken, time.perf_counter() - self.t0, snap[1]))
+                        release.append((f, snap))
                     else:
                         still.append((w, c, f))
                 self.waiting = still
@@ -417,6 +433,8 @@ def run_ps(run: RunSpec, out: Path) -> None:
         rec.update(staleness=measure.staleness_summary(s.staleness), staleness_values=s.staleness,
                    staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
                    staleness_log=[list(u) for u in s.update_log],
+                   push_events=[list(e) for e in s.push_events], pull_events=[list(e) for e in s.pull_events],
+                   events_t0=s.t0,
                    updates=s.version, update_time_s=measure.step_stats(s.update_s),
                    server_wall_s=time.perf_counter() - t, peak_rss_bytes=measure.peak_rss_bytes())
         _write(out, rank, rec)
@@ -440,6 +458,9 @@ def run_ps(run: RunSpec, out: Path) -> None:
     last_profiled = run.warmup_steps
     profiling = True
     pushed = pulled = 0.0
+    # Per step, perf_counter (CLOCK_MONOTONIC: one clock for every process on the host, as
+    # the server's events): pull called, pull returned, push called, push returned.
+    rpc_times: list[tuple[float, float, float, float]] = []
     total_steps = run.epochs * (run.max_steps_per_epoch or len(loader))
     rpc.rpc_sync("ps", _rpc_ready)
     t_train = time.perf_counter()
@@ -454,7 +475,9 @@ def run_ps(run: RunSpec, out: Path) -> None:
             mark = measure.MEASURED_STEP if is_profiled else measure.MEMORY_STEP if in_window else None
             timer.start()
             with (record_function(mark) if mark else _null()):
+                t_pull = time.perf_counter()
                 values, version = rpc.rpc_sync("ps", _rpc_pull, args=(w, clock))
+                t_pulled = time.perf_counter()
                 pulled += sum(v.numel() * v.element_size() for v in values)
                 with torch.no_grad():
                     for p, v in zip(params, values):
@@ -464,7 +487,9 @@ def run_ps(run: RunSpec, out: Path) -> None:
                 loss.backward()
                 grads = [p.grad for p in params]
                 pushed += sum(g.numel() * g.element_size() for g in grads)
+                t_push = time.perf_counter()
                 rpc.rpc_sync("ps", _rpc_push, args=(w, grads, version, step + 1 == total_steps))
+                rpc_times.append((t_pull, t_pulled, t_push, time.perf_counter()))
                 del grads
                 for p in params:
                     p.grad = None
@@ -495,7 +520,7 @@ def run_ps(run: RunSpec, out: Path) -> None:
     steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
     faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
-               steady_fault_bytes=faults,
+               steady_fault_bytes=faults, rpc_times=[list(t) for t in rpc_times],
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
                test_accuracy=acc, param_bytes=param_bytes, peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
     _write(out, rank, rec)
