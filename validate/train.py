@@ -284,8 +284,15 @@ class ParameterServer:
         self.version = 0
         self.lock = threading.Lock()
         self.staleness: list[int] = []
-        # Per async update: (worker, its clock, whether some worker had already finished).
-        self.update_log: list[tuple[int, int, bool]] = []
+        # Per async update: (worker, its clock, whether some worker had already finished,
+        # whether every worker had stopped its profiler when this update's snapshot was pulled).
+        self.update_log: list[tuple[int, int, bool, bool]] = []
+        # A worker's profiler stops after its step ``warmup_steps`` (run_ps), so before it
+        # pulls for the next step: its pause (0.1-3 s on the EPYC, 2026-11-27) thins the other
+        # workers' updates and would lower their staleness. Steady state begins after it.
+        self.warmup = run.warmup_steps
+        self.pull_clocks = [-1] * workers
+        self.pulled_steady = [False] * workers
         self.update_s: list[float] = []
         # Per async/SSP update and pull, perf_counter seconds since the server started: what
         # the staleness of each update is made of (which applies fall between a worker's own
@@ -329,6 +336,8 @@ class ParameterServer:
         fut = torch.futures.Future()
         arrived = time.perf_counter() - self.t0
         with self.lock:
+            self.pull_clocks[worker] = clock
+            self.pulled_steady[worker] = all(c > self.warmup for c in self.pull_clocks)
             if self.mode != "ps-ssp" or self._ssp_ok(clock):
                 taken = time.perf_counter() - self.t0
                 value = self._snapshot()
@@ -365,7 +374,7 @@ class ParameterServer:
                     self.round_future = torch.futures.Future()
             else:
                 self.staleness.append(self.version - version)
-                self.update_log.append((worker, self.clocks[worker], any(self.done)))
+                self.update_log.append((worker, self.clocks[worker], any(self.done), self.pulled_steady[worker]))
                 self._apply(grads)
                 self.push_events.append((worker, arrived, taken, time.perf_counter() - self.t0, self.version))
                 self.clocks[worker] += 1
@@ -427,9 +436,10 @@ def run_ps(run: RunSpec, out: Path) -> None:
         s = _SERVER
         # Steady state, as step time is measured: updates a worker computed after its warm-up
         # steps and the server applied while every worker was still training (at the start
-        # every worker pulls version 0; at the end the last workers race fewer peers).
-        steady = [v for v, (_, clock, ended) in zip(s.staleness, s.update_log)
-                  if clock >= run.warmup_steps and not ended]
+        # every worker pulls version 0; at the end the last workers race fewer peers), from
+        # snapshots pulled once every worker's profiler had stopped.
+        steady = [v for v, (_, clock, ended, after_profiling) in zip(s.staleness, s.update_log)
+                  if clock >= run.warmup_steps and not ended and after_profiling]
         rec.update(staleness=measure.staleness_summary(s.staleness), staleness_values=s.staleness,
                    staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
                    staleness_log=[list(u) for u in s.update_log],
