@@ -16,6 +16,9 @@ for every process on the host; validate/train.py ``push_events``, ``pull_events`
 - snapshot: lock taken -> snapshot copied (the version is read under the lock, so applies
   cannot land here; shown for completeness).
 
+Windows count from the first snapshot pulled after every worker stopped its profiler, as
+validate/train.py's steady staleness does since 2026-11-27.
+
 Usage: python benchmarks/ps_staleness_window.py RUN_WORKDIR [...]
 (RUN_WORKDIR: a validate run's directory holding rank0.json ... rankN.json; runs made with
 the event log, 2026-11-27 on.)
@@ -38,6 +41,9 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
     workers = len(rpc)
     # Steady state ends when the first worker applies its last update.
     last_start = min(max(p["done"] for p in pushes if p["w"] == w) for w in rpc)
+    # Every worker's profiler has stopped once each has pulled for step warmup + 1
+    # (validate/train.py stops it after step ``warmup``); steady state begins there.
+    steady_from = max([p["taken"] for p in pulls if p["w"] == w][warmup + 1] for w in rpc)
     parts = {k: [] for k in ("push answer", "worker", "pull request", "lock wait", "snapshot", "window")}
     skipped, staleness = [], []
     for w in range(workers):
@@ -49,8 +55,8 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
         for k in range(warmup, min(len(mine), len(pulls_w), len(steps)) - 1):
             apply_done = mine[k]["done"]
             nxt = pulls_w[k + 1]
-            if nxt["taken"] > last_start or nxt["arrived"] < 0:
-                continue  # a peer has finished, or a pull held by the SSP bound
+            if nxt["taken"] > last_start or nxt["arrived"] < 0 or nxt["taken"] < steady_from:
+                continue  # a peer has finished, a pull held by the SSP bound, or profiling
             parts["push answer"].append(steps[k][3] - apply_done)
             parts["worker"].append(steps[k + 1][0] - steps[k][3])
             parts["pull request"].append(nxt["arrived"] - steps[k + 1][0])
