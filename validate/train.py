@@ -208,7 +208,7 @@ def run_spmd(run: RunSpec, out: Path) -> None:
     acc = _evaluate_spmd(run, model, tex, te_y, device, rank, world)
     faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
     rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
-               steady_fault_bytes=faults, rpc_times=[list(t) for t in rpc_times],
+               steady_fault_bytes=faults,
                train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
                test_accuracy=acc, final_loss=losses[-1] if losses else None,
                peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
