@@ -204,7 +204,7 @@ def test_the_step_applies_only_where_the_gap_holds_the_threshold_and_gloo_alloca
 
 
 def test_the_engines_step_where_the_profile_prices_page_faults():
-    # cpu-epyc-milan: all_gather 0.60 GB/s up to 11.9 MB steps, 0.27 GB/s from 16.8 MB; the
+    # cpu-epyc-milan: all_gather 0.70 GB/s up to 11.3 MiB steps, 0.34 GB/s from 16 MiB; the
     # host prices page faults above 32 MiB. A 28 MB unit (ViT-B/32's blocks) is in the gap.
     cl = allocate(load_cluster("cpu-epyc-milan"), 2)
     comm = CommCosts(cl)
