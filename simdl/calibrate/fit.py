@@ -73,7 +73,7 @@ def _collective_points(st: StageRecords, scope: str) -> list[dict]:
     chunks, the 25th percentile gave the smoothest curves against size (median |second
     difference of log time| 5-14 %, issue-5 run of 2026-11-23), i.e. the least noise."""
     by: dict[tuple[str, int], dict] = {}
-    chunks: dict[tuple[str, int], list[float]] = {}
+    chunks: dict[tuple[str, int], list[list[float]]] = {}  # per pass, its chunks
     passes: dict[tuple[str, int], list[float]] = {}
     for key in sorted(st.keys_all_ranks()):
         recs = [r for r in st.records(key) if r.get("scope") == scope]
@@ -86,17 +86,37 @@ def _collective_points(st: StageRecords, scope: str) -> list[dict]:
             worst = [max(c) for c in zip(*per_rank)]
         else:  # malformed: fall back on each rank's fastest chunk
             worst = [max(r["time_s"] for r in recs)]
-        chunks.setdefault(k, []).extend(worst)
+        chunks.setdefault(k, []).append(worst)
         passes.setdefault(k, []).append(min(worst))
     out = []
     for k in sorted(by, key=lambda k: (k[0], k[1])):
         r = by[k]
-        r["time_s"] = float(np.quantile(chunks[k], CHUNK_QUANTILE))
+        r["time_s"] = float(np.quantile([c for p in chunks[k] for c in p], CHUNK_QUANTILE))
         r["time_s_passes"] = passes[k]
-        r["n_chunks"] = len(chunks[k])
+        r["n_chunks"] = sum(len(p) for p in chunks[k])
+        ci = quantile_interval(chunks[k], CHUNK_QUANTILE)
+        if ci is not None:
+            r["time_s_ci95"] = ci
         r["busbw_GB_per_s"] = r["bytes"] / r["time_s"] * bus_factor(r["collective"], r["group_size"]) / 1e9
         out.append(r)
     return out
+
+
+def quantile_interval(groups: list[list[float]], q: float, n_boot: int = 400,
+                      seed: int = 0) -> list[float] | None:
+    """95 % interval of the ``q`` quantile of the pooled values of ``groups`` (a size's
+    chunks, grouped by pass), by a bootstrap that resamples whole passes: on the VM the
+    slow mode sticks for a whole pass (see :func:`_collective_points`), so chunks of one
+    pass are not independent draws. None with fewer than 3 passes. A fixed seed keeps a
+    refit of the same records identical."""
+    if len(groups) < 3:
+        return None
+    rng = np.random.default_rng(seed)
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    stats = [float(np.quantile(np.concatenate([arrays[i] for i in rng.integers(0, len(arrays), len(arrays))]), q))
+             for _ in range(n_boot)]
+    lo, hi = np.quantile(stats, [0.025, 0.975])
+    return [float(lo), float(hi)]
 
 
 def call_overheads(st: StageRecords) -> dict[str, float]:
@@ -164,6 +184,7 @@ def fit_scope(pts: list[dict], overheads: dict[str, float], temp_threshold: floa
             "call_overhead_us": {c: round(v * 1e6, 3) for c, v in overheads.items()},
             "points": [{"collective": p["collective"], "bytes": p["bytes"], "time_s": p["time_s"],
                         "group_size": p["group_size"], "time_s_passes": p.get("time_s_passes", [p["time_s"]]),
+                        "time_s_ci95": p.get("time_s_ci95"),
                         "busbw_GB_per_s": p.get("busbw_GB_per_s")} for p in pts]}
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 
 def _pct(x) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
@@ -54,6 +56,10 @@ def format_regimes(per_collective: dict) -> list[str]:
                              f"within 10 %, max {_apct(max(h['max_abs_rel_error'] for h in tot))}"
                              + (f" (one line per collective: {sum(h['within_10pct'] for h in one)}/"
                                 f"{sum(h['n'] for h in one)})" if one else ""))
+                if all("within_10pct_or_ci95" in h for h in tot):
+                    lines.append(f"      within 10 % or inside the held-out point's own 95 % measurement interval: "
+                                 f"{sum(h['within_10pct_or_ci95'] for h in tot)}/{sum(h['n'] for h in tot)}; "
+                                 f"median interval half-width {_apct(float(np.median([h['median_ci95_halfwidth'] for h in tot])))}")
             if set(names) == set(regs):
                 break
     return lines

@@ -322,6 +322,41 @@ def test_collective_points_take_the_lower_quartile_of_all_passes_chunks(tmp_path
     assert p["time_s"] == pytest.approx(np.quantile(chunks, 0.25)) and p["n_chunks"] == 8
     assert p["time_s_passes"] == [1.5, 2.5, 4.5, 7.5]
     assert call_overheads(load_stage(tmp_path, "collectives")) == {"all_reduce": pytest.approx(1.25e-5)}
+    # The point's own 95 % interval, from resampling whole passes, brackets its value and
+    # stays inside the range of its chunks.
+    lo, hi = p["time_s_ci95"]
+    assert min(chunks) <= lo <= p["time_s"] <= hi <= max(chunks) and hi > lo
+
+
+def test_quantile_interval_is_wide_for_scattered_passes_narrow_for_steady_ones():
+    from simdl.calibrate.fit import quantile_interval
+
+    rng = np.random.default_rng(1)
+    steady = [list(1.0 + 0.01 * rng.standard_normal(4)) for _ in range(20)]
+    # a bimodal machine: whole passes in a slow mode (a 4 ms tick on a 1 ms call), 6 of 20
+    # passes fast: the lower quartile sits at the edge between the modes
+    scattered = [list((1.0 if i < 6 else 4.0) + 0.01 * rng.standard_normal(4)) for i in range(20)]
+    lo, hi = quantile_interval(steady, 0.25)
+    assert hi / lo - 1 < 0.02
+    lo, hi = quantile_interval(scattered, 0.25)
+    assert hi / lo - 1 > 0.5
+    assert quantile_interval(steady[:2], 0.25) is None  # too few passes to resample
+    assert quantile_interval(steady, 0.25) == quantile_interval(steady, 0.25)  # a refit is identical
+
+
+def test_held_out_misses_inside_the_points_own_interval_are_counted_apart():
+    from simdl.calibrate.collectives import _held_out_errors
+
+    pts = [{"bytes": 1 << 20, "collective": "all_reduce", "time_s": 1.0, "time_s_ci95": [0.7, 1.4]},
+           {"bytes": 1 << 24, "collective": "all_reduce", "time_s": 2.0, "time_s_ci95": [1.95, 2.05]},
+           {"bytes": 1 << 26, "collective": "all_reduce", "time_s": 4.0, "time_s_ci95": [3.9, 4.1]}]
+    ho = _held_out_errors(pts, [1.25, 2.5, 4.2])  # +25 % (noisy point), +25 % (steady point), +5 %
+    assert ho["within_10pct"] == 1 and ho["n"] == 3
+    assert ho["within_10pct_or_ci95"] == 2  # the first miss is inside its point's interval, the second is not
+    assert ho["errors"][0]["measured_ci95_rel"] == [-0.3, 0.4]
+    assert ho["median_ci95_halfwidth"] == pytest.approx(0.025)
+    del pts[0]["time_s_ci95"]  # a point without an interval (published figures): no such count
+    assert "within_10pct_or_ci95" not in _held_out_errors(pts, [1.25, 2.5, 4.2])
 
 
 def test_profile_models_option_parses_and_rejects_bad_input():
