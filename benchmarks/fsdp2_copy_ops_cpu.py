@@ -21,8 +21,9 @@ Run on the 2-core VM (AMD EPYC, Zen 3; Firecracker guest), 2026-11-27 15:08-15:2
 EfficientNet-V2-L, batch 32, 2 ranks, step 5 of 7, seconds per rank (rank 0 / rank 1):
 
     run                          steady steps (s)     faults/step   fwd copy_       bwd _chunk_cat   bwd copy_
-    FSDP none, glibc defaults    6.8-8.2 (3 runs)     250-860 MB    0.08 / 0.06     0.96 / 0.66      0.85 / 0.80
+    FSDP none, glibc defaults    5.8-8.2 (4 runs)     250-860 MB    0.08 / 0.06     0.96 / 0.66      0.85 / 0.80
                                                                     (11-16 GB/s)    0.73 / 0.72      0.83 / 0.85
+                                                                                    0.61 / 0.53      0.63 / 0.56
     FSDP none, no trimming(*)    6.09, 5.75, 5.61     0-46 MB       0.05 / 0.05     0.15 / 0.17      0.19 / 0.17
     FSDP grad_op, defaults       8.1-8.8              170-480 MB    0.15 / 0.10 (split_with_sizes_copy)
                                                                                     0.20 / 0.62      0.03 / 0.03
@@ -34,9 +35,9 @@ simdl (cpu-epyc-milan of 2026-11-27 noon) predicts FSDP none at 6.01 s with 0.44
 copies: the forward's local unshard copies (0.94 GB moved) and the backward's copy-in and
 reduce-output copy (1.9 GB) at the calibrated 18.1 GB/s, plus 0.28 s for the reduce outputs'
 471 MB faulting in again at the calibrated 0.597 ns/B. The forward copies run as priced. The
-backward's run at about 1.1 GB/s with glibc's defaults and about 6 GB/s with trimming off:
-trimming and the refaults it causes cost about 1.4 s of copies per step, about 3 ns per
-faulted byte, five times the rate calibration measures on an isolated fill of a fresh buffer
+backward's run at 1.1-1.7 GB/s with glibc's defaults and about 6 GB/s with trimming off:
+trimming and the refaults it causes cost 0.8-1.5 s of copies per step, 1.5-3 ns per
+faulted byte, three to five times the rate calibration measures on an isolated fill of a fresh buffer
 (0.52-0.82 ns/B, whatever the delay between free and refill, 0-20 s, and with another
 process computing, copying or faulting alongside). ``perf record -a`` over two steady steps
 puts 10 % of all samples in the kernel's ``clear_page_erms`` under ``direct_copy_kernel`` and
@@ -80,30 +81,16 @@ def _numel(shape) -> int:
 
 
 def _top_level_ops(events, thread: int, t0: int, t1: int):
-    """(name, seconds, first input's elements, group, start s) of the training thread's top-level ops in
-    [t0, t1], grouped like simdl.calibrate.step_groups.busy_groups."""
-    from simdl.calibrate.step_groups import COPY_OPS, OPTIMIZER_RANGE
+    """(name, seconds, first input's elements, group, start s) of the training thread's
+    top-level ops in [t0, t1], grouped as simdl.calibrate.step_groups groups them."""
+    from simdl.calibrate.step_groups import thread_spans, top_level_ops
 
-    spans, optimizer = [], []
-    for e in events:
-        s = e.start_ns()
-        if s < t0 or s > t1 or e.start_thread_id() != thread:
-            continue
-        name = e.name()
-        if name.startswith(OPTIMIZER_RANGE):
-            optimizer.append((s, s + e.duration_ns()))
-        elif name.startswith("c10d::") or (name.startswith("aten::") and "wait" not in name):
-            shapes = e.shapes() if hasattr(e, "shapes") else []
-            spans.append((s, min(s + e.duration_ns(), t1), name, _numel(shapes[0]) if shapes else 0))
-    out, end = [], None
-    for s, e, name, n in sorted(spans, key=lambda x: (x[0], -x[1])):
-        if end is not None and s < end:
-            continue
-        end = e
-        group = ("optimizer" if any(a <= s < b for a, b in optimizer) else "collective_calls"
-                 if name.startswith("c10d::") else "copies" if name in COPY_OPS else "compute")
-        out.append((name, (e - s) / 1e9, n, group, (s - t0) / 1e9))
-    return out
+    events = list(events)
+    spans, optimizer = thread_spans(events, t0, t1, thread)
+    numel = {(e.start_ns(), e.name()): _numel(e.shapes()[0]) if e.shapes() else 0
+             for e in events if e.start_thread_id() == thread and t0 <= e.start_ns() <= t1}
+    return [(name, (e - s) / 1e9, numel.get((s, name), 0), group, (s - t0) / 1e9)
+            for s, e, name, group in top_level_ops(spans, optimizer)]
 
 
 def main() -> None:

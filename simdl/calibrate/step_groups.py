@@ -30,11 +30,13 @@ OPTIMIZER_RANGE = "Optimizer.step#"
 GROUPS = ("compute", "copies", "optimizer", "collective_calls")
 
 
-def busy_groups(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, int]]) -> dict[str, float]:
-    """Seconds of top-level ops (not nested in another op of the list) by group (module
-    docstring). ``spans``: (start ns, end ns, name) of ``aten::`` and ``c10d::`` ops on the
-    training thread; ``optimizer``: (start ns, end ns) of its optimizer-step ranges."""
-    out = dict.fromkeys(GROUPS, 0.0)
+def top_level_ops(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, int]]
+                  ) -> list[tuple[int, int, str, str]]:
+    """(start ns, end ns, name, group) of the top-level ops (not nested in another op of the
+    list), in time order, each with its group (module docstring). ``spans``: (start ns, end
+    ns, name) of ``aten::`` and ``c10d::`` ops on the training thread; ``optimizer``: (start
+    ns, end ns) of its optimizer-step ranges."""
+    out = []
     end = None
     for s, e, name in sorted(spans, key=lambda x: (x[0], -x[1])):
         if end is not None and s < end:
@@ -48,6 +50,14 @@ def busy_groups(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, in
             group = "copies"
         else:
             group = "compute"
+        out.append((s, e, name, group))
+    return out
+
+
+def busy_groups(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, int]]) -> dict[str, float]:
+    """Seconds of top-level ops by group (:func:`top_level_ops`)."""
+    out = dict.fromkeys(GROUPS, 0.0)
+    for s, e, _, group in top_level_ops(spans, optimizer):
         out[group] += (e - s) / 1e9
     return out
 
