@@ -10,12 +10,12 @@ rank), trains STEPS steps (default 7) on one generated batch and profiles step P
 ``OUT_DIR/ops<rank>.json``: every step's time and minor-fault bytes, and for the profiled
 step the training thread's top-level ops grouped as simdl.calibrate.step_groups groups them,
 each op name with its count, seconds and bytes moved (a read and a write of its first input,
-from the recorded shapes). Rank 0 prints the table.
+from the recorded shapes and dtypes). Rank 0 prints the table.
 
 Why: validation's EfficientNet-V2-L FSDP none step is under-predicted in every sweep
 (-12 to -25 %), and its profiled step spends 1.8 s in copies where the plan charges 0.44 s.
 ``OUT_DIR/ops<rank>.json`` also lists every copy call (name, start in the step, seconds,
-first input's elements) and when the first ``*_backward`` op ran, to split them by phase.
+first input's bytes) and when the first ``*_backward`` op ran, to split them by phase.
 
 Run on the 2-core VM (AMD EPYC, Zen 3; Firecracker guest), 2026-11-27 15:08-15:20 UTC,
 EfficientNet-V2-L, batch 32, 2 ranks, step 5 of 7, seconds per rank (rank 0 / rank 1):
@@ -52,10 +52,9 @@ VM slows them. /proc/stat over a run: user 67 %, system 22 %, idle 10 %, steal 0
 from __future__ import annotations
 
 import json
-import resource
 import sys
-import time
 from collections import defaultdict
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -68,33 +67,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 MARK = "probe_step"
 
 
-def _numel(shape) -> int:
-    """Elements of one recorded input shape; a tensor list's shapes are nested lists."""
-    if not isinstance(shape, (list, tuple)) or not shape:
-        return 0
-    if all(isinstance(d, int) for d in shape):
-        n = 1
-        for d in shape:
-            n *= d
-        return n
-    return sum(_numel(s) for s in shape)
-
-
 def _top_level_ops(events, thread: int, t0: int, t1: int):
-    """(name, seconds, first input's elements, group, start s) of the training thread's
+    """(name, seconds, first input's bytes, group, start s) of the training thread's
     top-level ops in [t0, t1], grouped as simdl.calibrate.step_groups groups them."""
     from simdl.calibrate.step_groups import thread_spans, top_level_ops
+    from validate.measure import _tensor_bytes
 
     events = list(events)
     spans, optimizer = thread_spans(events, t0, t1, thread)
-    numel = {(e.start_ns(), e.name()): _numel(e.shapes()[0]) if e.shapes() else 0
-             for e in events if e.start_thread_id() == thread and t0 <= e.start_ns() <= t1}
-    return [(name, (e - s) / 1e9, numel.get((s, name), 0), group, (s - t0) / 1e9)
+    first_input = {(e.start_ns(), e.name()): _tensor_bytes(e.shapes()[0], e.dtypes()[0]) if e.shapes() else 0.0
+                   for e in events if e.start_thread_id() == thread and t0 <= e.start_ns() <= t1}
+    return [(name, (e - s) / 1e9, first_input.get((s, name), 0.0), group, (s - t0) / 1e9)
             for s, e, name, group in top_level_ops(spans, optimizer)]
 
 
 def main() -> None:
-    from validate import train
+    from validate import measure, train
     from validate.experiments import experiments
 
     prefix, out = sys.argv[1], Path(sys.argv[2])
@@ -110,18 +98,17 @@ def main() -> None:
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn((run.batch_size,) + tuple(shape))
     y = torch.randint(0, 10, (run.batch_size,))
-    times, faults = [], []
+    timer = measure.StepTimer()  # step times and minor-fault bytes, as validation records them
     prof = profile(activities=[ProfilerActivity.CPU], record_shapes=True)
     for i in range(steps):
         if i == profiled:
             prof.start()
-        f0, t0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt, time.perf_counter()
-        with record_function(MARK) if i == profiled else _null():
+        timer.start()
+        with record_function(MARK) if i == profiled else nullcontext():
             F.cross_entropy(model(x), y).backward()
             opt.step()
             opt.zero_grad(set_to_none=True)
-        times.append(time.perf_counter() - t0)
-        faults.append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0) * 4096)
+        timer.stop()
         if i == profiled:
             prof.stop()
     events = prof.profiler.kineto_results.events()
@@ -129,13 +116,14 @@ def main() -> None:
     t0, t1 = mark.start_ns(), mark.start_ns() + mark.duration_ns()
     ops = _top_level_ops(events, mark.start_thread_id(), t0, t1)
     table: dict[tuple[str, str], list[float]] = defaultdict(lambda: [0, 0.0, 0.0])
-    for name, s, n, group, _ in ops:
+    for name, s, b, group, _ in ops:
         row = table[(group, name)]
         row[0] += 1
         row[1] += s
-        row[2] += 2.0 * n * 4  # fp32: one read and one write of the first input
+        row[2] += 2.0 * b  # one read and one write of the first input
+    times, faults = timer.times, timer.fault_bytes
     rec = {"run": run.run_id, "rank": rank, "step_s": times, "fault_bytes": faults, "profiled": profiled,
-           "copy_calls": [[name, start, s, n] for name, s, n, group, start in ops if group == "copies"],
+           "copy_calls": [[name, start, s, b] for name, s, b, group, start in ops if group == "copies"],
            "first_backward_s": min((start for name, _, _, _, start in ops if name.endswith("_backward")), default=None),
            "ops": [[g, n, c, s, b] for (g, n), (c, s, b) in sorted(table.items(), key=lambda kv: -kv[1][1])]}
     out.mkdir(parents=True, exist_ok=True)
@@ -152,14 +140,6 @@ def main() -> None:
         for g, n, c, s, b in rec["ops"][:25]:
             print(f"{g:<17}{n:<32}{c:>6}{s:>8.3f}{b / 1e6:>10.0f}{b / s / 1e9 if s else 0:>7.2f}")
     dist.destroy_process_group()
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *a):
-        return False
 
 
 if __name__ == "__main__":
