@@ -17,6 +17,11 @@ class Staleness:
     p50: float = 0.0
     p99: float = 0.0
     max: float = 0.0
+    # ps-ssp: the fraction of the run's pulls the staleness bound held back (a worker too far
+    # ahead of the slowest waits), and the mean wait in seconds per pull (held or not). None where the
+    # engine does not model it (the analytic engine; every mode but ps-ssp).
+    held_pulls: float | None = None
+    held_wait_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -198,7 +198,9 @@ def summarise_result(r) -> dict:
         "exposed_comm_time_s": r.exposed_comm_time_s, "comm_bytes_per_iteration": r.comm_bytes_per_iteration,
         "step_split_s": r.step_split_s,
         "staleness": {"mean": r.staleness.mean, "p50": r.staleness.p50, "p99": r.staleness.p99,
-                      "max": r.staleness.max},
+                      "max": r.staleness.max,
+                      **({"held_pulls": r.staleness.held_pulls, "held_wait_s": r.staleness.held_wait_s}
+                         if r.staleness.held_pulls is not None else {})},
         "notes": list(r.notes),
         "assumed": r.config.get("assumed", {}),
         "compute_source": r.config.get("compute_source", ""),
@@ -384,6 +386,13 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         m["staleness"] = server[0]["staleness"]
         if server[0].get("staleness_steady"):
             m["staleness_steady"] = server[0]["staleness_steady"]
+        if run.strategy == "ps-ssp" and server[0].get("pulls"):
+            # How often the staleness bound held a pull back, and the mean wait per pull
+            # (held or not): the sim engine's Result.staleness.held_pulls / held_wait_s.
+            held = server[0].get("held_pulls") or []
+            m["ssp_held_pulls"] = {"held": len(held), "pulls": server[0]["pulls"],
+                                   "fraction": len(held) / server[0]["pulls"],
+                                   "mean_wait_s": sum(r - a for *_, a, r in held) / server[0]["pulls"]}
         m["server_updates"] = server[0]["updates"]
         m["server_update_time_s"] = server[0]["update_time_s"]
         m["server_peak_rss_bytes"] = server[0]["peak_rss_bytes"]

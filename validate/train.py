@@ -302,7 +302,10 @@ class ParameterServer:
         self.pull_events: list[tuple[int, float, float, float, int]] = []
         self.clocks = [0] * workers
         self.done = [False] * workers
-        self.waiting: list[tuple[int, int, torch.futures.Future]] = []
+        self.waiting: list[tuple[int, int, torch.futures.Future, float]] = []
+        # ps-ssp: (worker, clock, arrived, released) of each pull the bound held back.
+        self.held: list[tuple[int, int, float, float]] = []
+        self.pulls = 0
         self.round_sum: list[torch.Tensor] | None = None
         self.round_count = 0
         self.round_versions: list[int] = []
@@ -337,13 +340,14 @@ class ParameterServer:
         arrived = time.perf_counter() - self.t0
         with self.lock:
             self.pull_clocks[worker] = clock
+            self.pulls += 1
             self.pulled_steady[worker] = all(c > self.warmup for c in self.pull_clocks)
             if self.mode != "ps-ssp" or self._ssp_ok(clock):
                 taken = time.perf_counter() - self.t0
                 value = self._snapshot()
                 self.pull_events.append((worker, arrived, taken, time.perf_counter() - self.t0, value[1]))
             else:
-                self.waiting.append((worker, clock, fut))
+                self.waiting.append((worker, clock, fut, arrived))
                 return fut
         fut.set_result(value)
         return fut
@@ -383,15 +387,16 @@ class ParameterServer:
                 fut = torch.futures.Future()
                 release.append((fut, self.version))
                 still = []
-                for w, c, f in self.waiting:
+                for w, c, f, held_at in self.waiting:
                     if self._ssp_ok(c):
                         taken = time.perf_counter() - self.t0
+                        self.held.append((w, c, held_at, taken))
                         snap = self._snapshot()
                         # -1: a held pull's arrival is not kept (it waited for the bound).
                         self.pull_events.append((w, -1.0, taken, time.perf_counter() - self.t0, snap[1]))
                         release.append((f, snap))
                     else:
-                        still.append((w, c, f))
+                        still.append((w, c, f, held_at))
                 self.waiting = still
         for f, v in release:
             f.set_result(v)
@@ -444,7 +449,7 @@ def run_ps(run: RunSpec, out: Path) -> None:
                    staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
                    staleness_log=[list(u) for u in s.update_log],
                    push_events=[list(e) for e in s.push_events], pull_events=[list(e) for e in s.pull_events],
-                   events_t0=s.t0,
+                   events_t0=s.t0, pulls=s.pulls, held_pulls=[list(h) for h in s.held],
                    updates=s.version, update_time_s=measure.step_stats(s.update_s),
                    server_wall_s=time.perf_counter() - t, peak_rss_bytes=measure.peak_rss_bytes())
         _write(out, rank, rec)

@@ -39,6 +39,9 @@ def format_result(r: Result) -> str:
     s = r.staleness
     if c.get("strategy", "").startswith("ps-"):
         row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f}")
+    if s.held_pulls is not None:
+        row("SSP bound", f"{100 * s.held_pulls:.0f} %", f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms "
+            f"mean wait per pull")
     for note in r.notes:
         lines.append(f"  note: {note}")
     assumed = c.get("assumed") or {}

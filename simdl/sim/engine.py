@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -248,6 +248,10 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
             hist = dict(sorted(Counter(int(x) for x in samples).items()))
             staleness = Staleness(mean=float(arr.mean()), p50=float(np.percentile(arr, 50)),
                                   p99=float(np.percentile(arr, 99)), max=float(arr.max()))
+            pulls = [d for *_, d in run.pulls]  # every pull, as validate/train.py counts them
+            if pulls:
+                staleness = replace(staleness, held_pulls=sum(d > 0 for d in pulls) / len(pulls),
+                                    held_wait_s=float(np.mean(pulls)))
 
     notes = tuple(notes)
     waited = [_busy(iv, t_start, t_end) / measured for iv in run.data_wait]

@@ -49,6 +49,8 @@ class PSRun:
     staleness: list[int] = field(default_factory=list)  # one per applied push (per shard)
     staleness_it: list[int] = field(default_factory=list)  # iteration of each staleness sample
     data_wait: list[list] = field(default_factory=list)
+    # ps-ssp: one per pull, (worker, iteration, seconds the bound held it; 0 if not held).
+    pulls: list[tuple[int, int, float]] = field(default_factory=list)
 
 
 class _Shard:
@@ -137,7 +139,10 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             yield transfer(server, gpu, 0.0)
             yield transfer(gpu, server, 0.0)
             if plan.strategy == "ps-ssp" and plan.staleness_bound is not None:
+                held = env.now
                 yield from ssp_wait(w)
+                if shard.index == 0:
+                    run.pulls.append((w, it, env.now - held))
             with shard.cpu.request() as req:
                 yield req
                 version = shard.version

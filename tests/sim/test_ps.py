@@ -126,3 +126,17 @@ def test_ssp_bound_holds_workers_back():
         for k, t in enumerate(ends[w]):
             done_slow = sum(1 for x in ends[0] if x <= t)
             assert k - done_slow <= 1  # clock k - slowest clock (>= done_slow - 1) <= bound
+    # The workers the bound held back are counted: three fast workers against one 3x
+    # straggler wait at most pulls; async and the analytic engine report no such figure.
+    assert 0.4 < ssp.staleness.held_pulls <= 1.0 and ssp.staleness.held_wait_s > 0
+    assert asyn.staleness.held_pulls is None
+
+
+def test_ssp_bound_that_never_binds_holds_no_pull():
+    # Four identical deterministic workers stay within a bound of 3 of each other: SSP runs
+    # as async, with the same step time.
+    kw = dict(cluster="a10g-ps", engine="sim", iterations=12, warmup=4, jitter="none")
+    ssp = predict("resnet50", "ps-ssp", 4, staleness_bound=3, **kw)
+    asyn = predict("resnet50", "ps-async", 4, **kw)
+    assert ssp.staleness.held_pulls == 0.0 and ssp.staleness.held_wait_s == 0.0
+    assert ssp.iteration_time_s == pytest.approx(asyn.iteration_time_s, rel=1e-9)

@@ -55,3 +55,9 @@ def results_file(tmp_path):
     path = tmp_path / "results.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in lines))
     return path
+
+
+@pytest.fixture
+def make_record():
+    """:func:`synthetic_record`, for tests that build their own records."""
+    return synthetic_record

@@ -54,3 +54,18 @@ def test_event_log_orders_each_update_and_pull():
         assert 0.0 <= arrived <= taken <= done
     assert [e[4] for e in s.push_events] == [1, 2]  # the version each apply produced
     assert [e[4] for e in s.pull_events] == [0, 1]  # the version each snapshot read
+
+
+def test_ssp_server_logs_the_pulls_its_bound_held():
+    s = _server(workers=2, mode="ps-ssp")  # RunSpec's default bound
+    bound = s.bound
+    for clock in range(bound + 1):
+        _step(s, 0, clock)  # worker 0 runs bound + 1 steps ahead of worker 1 (clock 0)
+    held = s.pull(0, bound + 1)
+    assert not held.done() and s.held == []
+    _step(s, 1, 0)  # worker 1's update brings the slowest clock to 1: the pull is released
+    assert held.done()
+    assert [(w, c) for w, c, _, _ in s.held] == [(0, bound + 1)]
+    w, c, arrived, released = s.held[0]
+    assert 0.0 <= arrived <= released
+    assert s.pulls == bound + 3  # every pull counted, held or not

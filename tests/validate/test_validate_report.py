@@ -281,3 +281,40 @@ def test_calibration_section_names_every_version_of_a_profile(results_file, tmp_
     text = build_report(path, tmp_path / "rep").read_text()
     section = text.split("## Cluster profile and calibration", 1)[1].split("\n## ", 1)[0]
     assert f"sha256 {'0' * 16}: 2 runs, {'1' * 16}: 1 run" in section
+
+
+def _ps_pair(synthetic_record, async_step, ssp_step, p_async, p_ssp, held=(0, 96), pred_held=0.03):
+    from validate.experiments import RunSpec
+
+    out = []
+    for mode, m, p in (("ps-async", async_step, p_async), ("ps-ssp", ssp_step, p_ssp)):
+        run = RunSpec("exp2", "resnet50", "mnist", mode, 4, 32, 1, 1024, 256,
+                      staleness_bound=2 if mode == "ps-ssp" else 0)
+        r = synthetic_record(run, step_m=m, step_p=p)
+        r["predicted"]["sim"] = {"iteration_time_s": p, "staleness": {"mean": 3.0, "held_pulls": pred_held,
+                                                                      "held_wait_s": 0.007}}
+        if mode == "ps-ssp":
+            r["measured"]["ssp_held_pulls"] = {"held": held[0], "pulls": held[1], "fraction": held[0] / held[1],
+                                               "mean_wait_s": 0.0}
+        out.append(r)
+    return out
+
+
+def test_ordering_says_when_the_prediction_called_a_pair_equal(make_record):
+    # SSP measured 8 % slower than async; the prediction puts them 0.5 % apart: a discordant
+    # pair still, labelled as a predicted tie with both gaps.
+    o = ordering(_ps_pair(make_record, 1.00, 1.08, 1.300, 1.2935), "step_time")
+    assert not o[0]["match"]
+    assert o[0]["discordant"] == ["ps-async/ps-ssp(s=2) (predicted within 0.5%, measured 8.0% apart)"]
+    # A prediction 10 % apart the wrong way is a plain discordant pair.
+    o = ordering(_ps_pair(make_record, 1.00, 1.08, 1.30, 1.17), "step_time")
+    assert o[0]["discordant"] == ["ps-async/ps-ssp(s=2)"]
+
+
+def test_ssp_bound_table_compares_held_pulls(make_record):
+    from simdl.report.validation import ssp_bound_table
+
+    lines = ssp_bound_table(_ps_pair(make_record, 1.00, 1.08, 1.300, 1.3078, held=(3, 96), pred_held=0.025))
+    row = [ln for ln in lines if ln.startswith("| resnet50")]
+    assert row == ["| resnet50 | ps-ssp(s=2) | 3/96 (3%) | 2% | 0 ms / 7 ms | 1.080 / 1.006 |"]
+    assert ssp_bound_table(_ps_pair(make_record, 1.0, 1.0, 1.0, 1.0)[:1]) == []  # no SSP run: no section
