@@ -307,6 +307,23 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         iteration = max(compute + push + update + pull,
                         shared_host_bound(cluster, plan, compute, push1 + pull1, update))
         staleness = Staleness()
+    elif plan.strategy == "ps-ssp" and plan.staleness_bound == 0:
+        # A bound of 0 holds a worker's pull until every worker still training has pushed the
+        # same step (validate/train.py ``_ssp_ok``; Ho et al., NIPS 2013): a barrier per step,
+        # as ps-sync, but the server applies the N gradients one by one as they arrive, each
+        # with its own update (N x the one-gradient update, snapshots included). Identical
+        # workers push together, so the pushes and the released pulls share the server's link
+        # as ps-sync's do. The j-th update applied in a round has missed the j - 1 applied
+        # before it: mean staleness (N - 1) / 2. (A bound >= 1 never binds for identical
+        # workers -- their clocks stay within one step -- so it runs as async below; the
+        # SimPy engine draws step-to-step jitter and prices the holds it causes.)
+        push, pull = ps_transfer_times(cluster, plan, N)
+        push1, pull1 = ps_transfer_times(cluster, plan, 1)
+        update = N * ps_update_time(cluster, plan, 1)
+        iteration = max(compute + push + update + pull,
+                        shared_host_bound(cluster, plan, compute, push1 + pull1, update))
+        s = (N - 1) / 2.0
+        staleness = Staleness(mean=s, p50=s, p99=float(N - 1), max=float(N - 1))
     else:
         # Alone, a worker cycles in compute + push + update + pull. With N workers the
         # server's NIC (per direction) and CPU are shared: each update demands D seconds

@@ -202,3 +202,25 @@ def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
     assert fpush1 - push1 == pytest.approx(fresh * phi.value)
     assert fpull1 - pull1 == pytest.approx(2 * fresh * phi.value + m * kappa.value)
     assert ps_update_time(c_full, plan, 4) < ps_update_time(c_plain, plan, 4)
+
+
+
+def test_ssp_bound_zero_is_a_barrier_per_step():
+    """A bound of 0 holds every pull until all workers pushed the step: the pushes of N
+    together, the server applies the N gradients one by one, then the N pulls go out together.
+    A larger bound runs as async for identical workers."""
+    from simdl.analytic.engine import ps_transfer_times, ps_update_time
+
+    kw = dict(model="resnet50", gpus=4, cluster="a10g-ps", dataset="mnist", batch_size=32)
+    asyn = simdl.predict(strategy="ps-async", **kw)
+    s2 = simdl.predict(strategy="ps-ssp", staleness_bound=2, **kw)
+    s0 = simdl.predict(strategy="ps-ssp", staleness_bound=0, **kw)
+    assert s2.iteration_time_s == asyn.iteration_time_s and s2.staleness.mean == asyn.staleness.mean
+    assert s0.staleness.mean == 1.5 and s0.staleness.max == 3.0  # (N - 1) / 2 of N = 4
+    cluster = allocate(load_cluster("a10g-ps"), 4)
+    plan = build_plan(Workload(table=load_workload("resnet50", dataset="mnist"), batch_size=32), cluster,
+                      StrategyConfig(name="ps-ssp", staleness_bound=0))
+    push, pull = ps_transfer_times(cluster, plan, 4)
+    expected = s0.compute_time_s + push + 4 * ps_update_time(cluster, plan, 1) + pull
+    assert s0.iteration_time_s == pytest.approx(expected, rel=1e-9)
+    assert s0.iteration_time_s > asyn.iteration_time_s
