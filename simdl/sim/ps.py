@@ -24,7 +24,9 @@ applied one after another; the cost of one is the analytic model's
   of which :func:`~simdl.analytic.engine.ps_snapshot_time` is spent serving the pull.
 * ``ps-ssp``: as async, but a worker's pull waits while its clock (updates applied) is more
   than the bound ahead of the slowest worker still training (Ho et al., NIPS 2013; the
-  server of validate/train.py holds the pull).
+  server of validate/train.py holds the pull). The share of pulls held and the mean wait
+  per pull are the result's ``staleness.held_pulls`` / ``held_wait_s``, which validate
+  compares with the pulls the real server held.
 
 Whether workers drift apart depends on how their step times vary: the engine draws them
 from the profile's measured ``efficiency.compute_jitter`` (simdl.sim.stragglers). Workers
