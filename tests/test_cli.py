@@ -26,7 +26,9 @@ def test_predict_json_has_every_documented_key(capsys):
     d = json.loads(out)
     assert REQUIRED_JSON <= set(d)
     assert set(d["memory_breakdown_bytes"]) == {"params", "grads", "optimizer", "activations", "comm_buffers", "other"}
-    assert set(d["staleness"]) == {"mean", "p50", "p99", "max"}
+    # held_pulls / held_wait_s: ps-ssp in the sim engine only (None otherwise; simdl.result.Staleness)
+    assert set(d["staleness"]) == {"mean", "p50", "p99", "max", "held_pulls", "held_wait_s"}
+    assert d["staleness"]["held_pulls"] is None
     assert 0 <= d["gpu_utilization"] <= 1
     cfg = d["config"]
     for key in ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "batch_size", "epochs", "optimizer",

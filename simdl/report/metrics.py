@@ -100,7 +100,14 @@ def _collect(records) -> list[dict]:
     for rec in records:
         rid = rec.get("run_id") if isinstance(rec, dict) else None
         if rid is not None and rec.get("status") == "ok":
-            finished.setdefault(rid, []).append(rec)
+            same = finished.setdefault(rid, [])
+            # The same measurement again (same start: a copy predicted again with
+            # validate.repredict, read beside its original) is one repeat, not two.
+            k = next((i for i, f in enumerate(same) if rec.get("started") and f.get("started") == rec.get("started")), None)
+            if k is None:
+                same.append(rec)
+            else:
+                same[k] = rec
         if rid is not None and rid in where:
             i = where[rid]
             rec["attempts"] = out[i].get("attempts", 1) + 1

@@ -264,6 +264,18 @@ def test_repeated_sweeps_in_several_files_are_pooled(results_file, tmp_path):
     pooled = next(r for r in merged if r["run_id"] == rec["run_id"])["measured"]
     assert len(pooled["repeats"]) == 2 and pooled["step_time_s"]["n"] == 2 * len(steps) + 1
     assert pooled["step_time_s"]["median"] == 100.0  # more than half of the pooled steps
+    # The second sweep predicted again (validate.repredict: same measurement, same start) and
+    # read beside it is still one repeat: the pool is the same, the new prediction is used.
+    rec["started"] = "2026-11-27T10:00:00+00:00"
+    again["started"] = "2026-11-27T12:00:00+00:00"
+    first.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    second.write_text(json.dumps(again) + "\n")
+    third = tmp_path / "sweep2-repredicted.jsonl"
+    third.write_text(json.dumps(dict(again, predicted={**again["predicted"], "marker": 1})) + "\n")
+    merged, _ = read_result_files([first, second, third], repeats=True)
+    r = next(r for r in merged if r["run_id"] == rec["run_id"])
+    assert len(r["measured"]["repeats"]) == 2 and r["measured"]["step_time_s"]["n"] == 2 * len(steps) + 1
+    assert r["predicted"].get("marker") == 1
     out = tmp_path / "rep"
     assert main(["report", str(first), str(second), "-o", str(out), "--repeats"]) == 0
     text = (out / "README.md").read_text()
