@@ -386,13 +386,13 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         m["staleness"] = server[0]["staleness"]
         if server[0].get("staleness_steady"):
             m["staleness_steady"] = server[0]["staleness_steady"]
-        if run.strategy == "ps-ssp" and server[0].get("pulls"):
+        pulls = len(server[0].get("pull_events") or [])  # every pull, held ones on release
+        if run.strategy == "ps-ssp" and "held_pulls" in server[0] and pulls:
             # How often the staleness bound held a pull back, and the mean wait per pull
             # (held or not): the sim engine's Result.staleness.held_pulls / held_wait_s.
-            held = server[0].get("held_pulls") or []
-            m["ssp_held_pulls"] = {"held": len(held), "pulls": server[0]["pulls"],
-                                   "fraction": len(held) / server[0]["pulls"],
-                                   "mean_wait_s": sum(r - a for *_, a, r in held) / server[0]["pulls"]}
+            held = server[0]["held_pulls"]
+            m["ssp_held_pulls"] = {"held": len(held), "pulls": pulls, "fraction": len(held) / pulls,
+                                   "mean_wait_s": sum(r - a for *_, a, r in held) / pulls}
         m["server_updates"] = server[0]["updates"]
         m["server_update_time_s"] = server[0]["update_time_s"]
         m["server_peak_rss_bytes"] = server[0]["peak_rss_bytes"]

@@ -305,7 +305,6 @@ class ParameterServer:
         self.waiting: list[tuple[int, int, torch.futures.Future, float]] = []
         # ps-ssp: (worker, clock, arrived, released) of each pull the bound held back.
         self.held: list[tuple[int, int, float, float]] = []
-        self.pulls = 0
         self.round_sum: list[torch.Tensor] | None = None
         self.round_count = 0
         self.round_versions: list[int] = []
@@ -340,7 +339,6 @@ class ParameterServer:
         arrived = time.perf_counter() - self.t0
         with self.lock:
             self.pull_clocks[worker] = clock
-            self.pulls += 1
             self.pulled_steady[worker] = all(c > self.warmup for c in self.pull_clocks)
             if self.mode != "ps-ssp" or self._ssp_ok(clock):
                 taken = time.perf_counter() - self.t0
@@ -392,7 +390,7 @@ class ParameterServer:
                         taken = time.perf_counter() - self.t0
                         self.held.append((w, c, held_at, taken))
                         snap = self._snapshot()
-                        # -1: a held pull's arrival is not kept (it waited for the bound).
+                        # -1: held by the bound (its arrival is in ``held``).
                         self.pull_events.append((w, -1.0, taken, time.perf_counter() - self.t0, snap[1]))
                         release.append((f, snap))
                     else:
@@ -449,7 +447,7 @@ def run_ps(run: RunSpec, out: Path) -> None:
                    staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
                    staleness_log=[list(u) for u in s.update_log],
                    push_events=[list(e) for e in s.push_events], pull_events=[list(e) for e in s.pull_events],
-                   events_t0=s.t0, pulls=s.pulls, held_pulls=[list(h) for h in s.held],
+                   events_t0=s.t0, held_pulls=[list(h) for h in s.held],
                    updates=s.version, update_time_s=measure.step_stats(s.update_s),
                    server_wall_s=time.perf_counter() - t, peak_rss_bytes=measure.peak_rss_bytes())
         _write(out, rank, rec)

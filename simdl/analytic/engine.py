@@ -300,30 +300,25 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
     durations = [compute_task_time(t, rows, rates) for t in plan.worker_tasks]
     compute = sum(durations)
     N = plan.workers
-    if plan.strategy == "ps-sync":
+    barrier_ssp = plan.strategy == "ps-ssp" and plan.staleness_bound == 0
+    if plan.strategy == "ps-sync" or barrier_ssp:
+        # A barrier per step. ps-ssp with a bound of 0 is one too: a worker's pull waits until
+        # every worker still training has pushed the same step (validate/train.py ``_ssp_ok``;
+        # Ho et al., NIPS 2013). It differs from ps-sync in the server's work: the N gradients
+        # are applied one by one as they arrive, each with its own update (N x the
+        # one-gradient update, snapshots included), and the j-th update applied in a round has
+        # missed the j - 1 before it: mean staleness (N - 1) / 2. Identical workers push
+        # together, so in both the pushes and the released pulls share the server's link.
+        # (A bound >= 1 never binds for identical workers -- their clocks stay within one
+        # step -- so it runs as async below; the SimPy engine draws step-to-step jitter and
+        # prices the holds it causes.)
         push, pull = ps_transfer_times(cluster, plan, N)
-        update = ps_update_time(cluster, plan, N)
+        update = N * ps_update_time(cluster, plan, 1) if barrier_ssp else ps_update_time(cluster, plan, N)
         push1, pull1 = ps_transfer_times(cluster, plan, 1)
         iteration = max(compute + push + update + pull,
                         shared_host_bound(cluster, plan, compute, push1 + pull1, update))
-        staleness = Staleness()
-    elif plan.strategy == "ps-ssp" and plan.staleness_bound == 0:
-        # A bound of 0 holds a worker's pull until every worker still training has pushed the
-        # same step (validate/train.py ``_ssp_ok``; Ho et al., NIPS 2013): a barrier per step,
-        # as ps-sync, but the server applies the N gradients one by one as they arrive, each
-        # with its own update (N x the one-gradient update, snapshots included). Identical
-        # workers push together, so the pushes and the released pulls share the server's link
-        # as ps-sync's do. The j-th update applied in a round has missed the j - 1 applied
-        # before it: mean staleness (N - 1) / 2. (A bound >= 1 never binds for identical
-        # workers -- their clocks stay within one step -- so it runs as async below; the
-        # SimPy engine draws step-to-step jitter and prices the holds it causes.)
-        push, pull = ps_transfer_times(cluster, plan, N)
-        push1, pull1 = ps_transfer_times(cluster, plan, 1)
-        update = N * ps_update_time(cluster, plan, 1)
-        iteration = max(compute + push + update + pull,
-                        shared_host_bound(cluster, plan, compute, push1 + pull1, update))
-        s = (N - 1) / 2.0
-        staleness = Staleness(mean=s, p50=s, p99=float(N - 1), max=float(N - 1))
+        s = (N - 1) / 2.0 if barrier_ssp else 0.0
+        staleness = Staleness(mean=s, p50=s, p99=float(N - 1), max=float(N - 1)) if barrier_ssp else Staleness()
     else:
         # Alone, a worker cycles in compute + push + update + pull. With N workers the
         # server's NIC (per direction) and CPU are shared: each update demands D seconds

@@ -379,18 +379,16 @@ def ssp_bound_table(records: list[dict]) -> list[str]:
         ratio = "-"
         a = asyn.get((_model(r), r["spec"]["ranks"], r["spec"]["batch_size"]))
         if a:
-            mr = _step_median(r) / _step_median(a) if _step_median(a) else None
-            sa = ((a.get("predicted") or {}).get("sim") or {}).get("iteration_time_s")
-            pr = sim.get("iteration_time_s") / sa if sa and sim.get("iteration_time_s") else None
+            step = METRIC_BY_KEY["step_time"]
+            ms, ma = step.measured(r), step.measured(a)
+            ps_, pa = step.predicted(sim), step.predicted((a.get("predicted") or {}).get("sim") or {})
+            mr = ms / ma if ms and ma else None
+            pr = ps_ / pa if ps_ and pa else None
             ratio = f"{'-' if mr is None else f'{mr:.3f}'} / {'-' if pr is None else f'{pr:.3f}'}"
         lines.append(f"| {_model(r)} | {r['label']} | {h['held']}/{h['pulls']} ({100 * h['fraction']:.0f}%) | {pred} | "
                      f"{wait_m} / {wait_p} | {ratio} |")
     lines.append("")
     return lines
-
-
-def _step_median(r: dict) -> float | None:
-    return ((r.get("measured") or {}).get("step_time_s") or {}).get("median")
 
 
 def vit_table(records: list[dict], engine: str) -> list[str]:
