@@ -65,6 +65,9 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--reshard-root", action="store_true",
                    help="FSDP full/hybrid: the root was given reshard_after_forward=True explicitly, so it is "
                         "resharded after forward and gathered again for backward (default: kept, FSDP2's default)")
+    p.add_argument("--shard-group", type=_int, default=None,
+                   help="FSDP hybrid: ranks per shard group, the inner dimension of FSDP2's 2-D mesh (default: "
+                        "the GPUs of a node); e.g. --gpus 4 --shard-group 2 is 2 replicas x 2 shards on one node")
     p.add_argument("--engine", default="analytic", help="analytic | sim (default analytic)")
 
 
@@ -72,7 +75,8 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
     keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes",
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
-            "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root")
+            "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
+            "shard_group")
     return {k: getattr(a, k) for k in keys}
 
 

@@ -62,6 +62,7 @@ def predict(
     activation_checkpointing: bool = False,
     cpu_offload: bool = False,
     reshard_root: bool = False,
+    shard_group: int | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -126,6 +127,7 @@ def predict(
         algorithm=algorithm,
         cpu_offload=cpu_offload,
         reshard_root=bool(reshard_root),
+        shard_group=shard_group,
     )
     plan = build_plan(workload, alloc, config)
     echo = {
@@ -159,6 +161,8 @@ def predict(
     if config.name == "fsdp":
         echo.update(sharding=sharding, wrap=wrap, fsdp_units=plan.details["units"], cpu_offload=cpu_offload,
                     reshard_root=plan.details["reshard_root"])
+        if sharding == "hybrid":
+            echo.update(shard_group=plan.details["shard_size"], replicas=plan.details["replicas"])
     if config.is_ps:
         echo["ps_servers"] = ps_servers
         if config.name == "ps-ssp":

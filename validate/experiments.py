@@ -55,6 +55,10 @@ class RunSpec:
     lr: float = 0.01
     optimizer: str = "momentum"  # SGD(momentum=0.9), torchvision's reference recipe
     tags: tuple[str, ...] = field(default_factory=tuple)
+    # FSDP hybrid: ranks per shard group (FSDP2's 2-D mesh, (ranks // shard_group) x
+    # shard_group); 0 = the ranks of one node. Left out of to_dict at 0, so the run_id of
+    # every configuration from before the field stays what its results were filed under.
+    shard_group: int = 0
 
     @property
     def is_ps(self) -> bool:
@@ -95,6 +99,8 @@ class RunSpec:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["tags"] = list(self.tags)
+        if not d["shard_group"]:
+            del d["shard_group"]
         return d
 
     @classmethod
@@ -136,10 +142,18 @@ def _exp2(models, workers, batch, epochs, train, test, modes, width=None, epochs
     return runs
 
 
-def _vit(models, ranks, batches, shardings, epochs, train, test, nodes=1, width=1, max_steps=0):
+def _vit(models, ranks, batches, shardings, epochs, train, test, nodes=1, width=1, max_steps=0, shard_group=0):
     return [RunSpec("vit", m, "cifar10", "fsdp", ranks, b, epochs, train, test, sharding=s, nodes=nodes,
-                    width=width, max_steps_per_epoch=max_steps)
+                    width=width, max_steps_per_epoch=max_steps, shard_group=shard_group if s == "hybrid" else 0)
             for m in models for s in shardings for b in batches]
+
+
+def _hybrid_one_host(models, ranks, batch, epochs, train, test):
+    """Experiment 1's hybrid sharding where there is one host: FSDP2's 2-D mesh of
+    (ranks / 2) replicas x 2 shards on one node, the mesh the study's HYBRID_SHARD makes
+    across nodes, with the replicas' all-reduce over the host's own transport."""
+    return [RunSpec("exp1", m, "cifar10", "fsdp", ranks, batch, epochs, train, test, sharding="hybrid",
+                    shard_group=2) for m in models]
 
 
 def experiments(profile: str) -> list[RunSpec]:
@@ -157,6 +171,10 @@ def experiments(profile: str) -> list[RunSpec]:
         # two for the memory peak only) and >= 7 timed steps.
         runs = _vit(("vit_b_32", "vit_b_16"), 2, (16, 32, 64), ("full", "none"), 1, 1536, 256)
         runs += _exp1(EXP1_MODELS, (2, 4), 32, 1, 1536, 256)
+        # Hybrid sharding on one host (added 2026-11-27): 2 replicas x 2 shards at 4 ranks,
+        # for the Experiment 1 models and, beside full and none at the same size, ViT.
+        runs += _hybrid_one_host(EXP1_MODELS, 4, 32, 1, 1536, 256)
+        runs += _vit(("vit_b_32", "vit_b_16"), 4, (32,), ("full", "hybrid", "none"), 1, 1536, 256, shard_group=2)
         # PS: 1,024 digits per epoch over 4 workers at 32 = 8 iterations per worker per epoch.
         # SSP twice: the bound of 2 never held a pull of four like workers (0 of 96 per run,
         # 2026-11-27 event logs), so it runs as async; a bound of 0 holds most pulls, and

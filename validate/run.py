@@ -182,6 +182,8 @@ def prediction_kwargs(run: RunSpec, cluster_path: str) -> dict:
         # validate/train.py gives every unit, the root included, reshard_after_forward
         # explicitly (True for full and hybrid), so FSDP2 reshards the root too.
         kw.update(sharding=run.sharding, wrap="block", reshard_root=run.sharding in ("full", "hybrid"))
+        if run.shard_group:
+            kw["shard_group"] = run.shard_group
     if run.is_ps:
         kw["ps_servers"] = 1
         if run.strategy == "ps-ssp":

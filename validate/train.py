@@ -17,7 +17,8 @@ Loops (what simdl's strategy plans assume, so that both sides describe one thing
   ``simdl.workload.zoo.DEFAULT_WRAP_TYPES`` for the model (the units simdl's plan
   shards), then on the root. full: ``reshard_after_forward=True``; grad_op: ``False``;
   none: a (world x 1) replicate x shard mesh (HSDP with shard size 1: replicas whose
-  gradients are all-reduced per unit); hybrid: a (nodes x ranks-per-node) mesh.
+  gradients are all-reduced per unit); hybrid: a (replicas x shard group) mesh, the
+  shard group the run's ``shard_group`` or else the ranks of a node.
 * ``ps-*``: rank 0 is the parameter server, ranks 1..N the workers, over
   ``torch.distributed.rpc`` (TensorPipe, on CPU over its uv transport: TCP loopback,
   see ``RPC_TRANSPORTS``). The server holds the parameters (one shard:
@@ -118,8 +119,8 @@ def _wrap_spmd(run: RunSpec, model, device, world):
     if run.sharding == "none":
         mesh = init_device_mesh(device.type, (world, 1), mesh_dim_names=("replicate", "shard"))
     elif run.sharding == "hybrid":
-        per = world // run.nodes
-        mesh = init_device_mesh(device.type, (run.nodes, per), mesh_dim_names=("replicate", "shard"))
+        per = run.shard_group or world // run.nodes
+        mesh = init_device_mesh(device.type, (world // per, per), mesh_dim_names=("replicate", "shard"))
     else:
         mesh = init_device_mesh(device.type, (world,))
     reshard = run.sharding in ("full", "hybrid")

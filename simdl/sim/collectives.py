@@ -147,8 +147,10 @@ class Router:
 def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:
     """The concrete rank sets of a plan group: ``[(kind, ranks), ...]``.
 
-    kind ``world`` (every rank), ``node`` (the ranks of one node) or ``inter`` (one rank per
-    node, same local index) -- the layouts DDP and FSDP (incl. hybrid) use.
+    kind ``world`` (every rank), ``node`` (the ranks of one node), ``inter`` (one rank per
+    node, same local index) -- the layouts DDP and FSDP (incl. hybrid) use -- or, for hybrid
+    sharding with a smaller shard group, ``block`` (a shard group) and ``strided`` (a
+    replicate group).
     """
     G, nodes, world = cluster.gpus_per_node, cluster.nodes, cluster.gpus
     if group.size <= 1:
@@ -159,6 +161,14 @@ def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:
         return [("node", tuple(range(n * G, (n + 1) * G))) for n in range(nodes)]
     if group.scope == "inter" and group.size == nodes:
         return [("inter", tuple(n * G + l for n in range(nodes))) for l in range(G)]
+    # FSDP2's 2-D mesh with shard groups smaller than a node (StrategyConfig.shard_group),
+    # row-major as torch.distributed.device_mesh lays it out: a shard group is consecutive
+    # ranks of one node, a replicate group one rank of each shard group.
+    if group.name == "shard" and G % group.size == 0:
+        return [("block", tuple(range(b, b + group.size))) for b in range(0, world, group.size)]
+    if group.name == "replicate" and world % group.size == 0:
+        stride = world // group.size
+        return [("strided", tuple(l + k * stride for k in range(group.size))) for l in range(stride)]
     raise SimdlError(f"group {group.name!r} of {group.size} ranks (scope {group.scope}) does not match "
                      f"{world} GPUs on {nodes} nodes; accepted: the whole world, one node, or one rank per node")
 

@@ -44,6 +44,11 @@ class StrategyConfig:
     # root heuristic runs if _auto_reshard_after_forward); an explicit True reshards the
     # root as well, and its backward starts by gathering it again. FSDP1 keeps the root.
     reshard_root: bool = False
+    # Hybrid sharding: ranks per shard group, the inner dimension of FSDP2's 2-D device mesh
+    # (fully_shard(mesh=init_device_mesh(..., (replicas, shard_group)))). None = the GPUs of
+    # one node, FSDP1 HYBRID_SHARD's fixed choice; FSDP2 takes any shape, including shard
+    # groups smaller than a node and several replicas inside one node.
+    shard_group: int | None = None
     # FSDP2 CPUOffloadPolicy: sharded parameters, gradients and optimizer state in host memory.
     cpu_offload: bool = False
     # DDP(gradient_as_bucket_view=False) is PyTorch's default: gradients and buckets are
@@ -75,6 +80,12 @@ class StrategyConfig:
         if not isinstance(self.max_inflight_all_gathers, int) or self.max_inflight_all_gathers < 1:
             raise SimdlError(f"in-flight all-gathers {self.max_inflight_all_gathers!r} must be >= 1")
         parse_wrap(self.wrap)
+        if self.shard_group is not None:
+            if isinstance(self.shard_group, bool) or not isinstance(self.shard_group, int) or self.shard_group < 1:
+                raise SimdlError(f"shard group {self.shard_group!r} must be an integer >= 1 (ranks per shard group)")
+            if self.name != "fsdp" or self.sharding != "hybrid":
+                raise SimdlError(f"a shard group ({self.shard_group}) is set for FSDP hybrid sharding only; "
+                                 f"got strategy {self.name!r}" + (f", sharding {self.sharding!r}" if self.name == "fsdp" else ""))
         if self.cpu_offload and self.name != "fsdp":
             raise SimdlError(f"CPU offload is an FSDP option; strategy {self.name!r} does not take it")
 

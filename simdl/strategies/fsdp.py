@@ -8,6 +8,8 @@ on CPU here and that PyTorch now recommends; FSDP1's ShardingStrategy names map 
   grad_op  SHARD_GRAD_OP  reshard_after_forward=False: one all-gather per unit per step.
   hybrid   HYBRID_SHARD   full sharding inside a node; the reduce-scattered gradient
                           shard is then all-reduced across nodes (replicate group).
+                          ``StrategyConfig.shard_group`` sets a smaller shard group (FSDP2's
+                          2-D mesh of any shape), e.g. 2 replicas x 2 shards on one node.
   none     NO_SHARD       replicas, gradients all-reduced per unit. FSDP2 has no NO_SHARD:
                           its stand-in (and what validate/train.py runs) is HSDP on a
                           (ranks x 1) mesh, which keeps the whole "sharded" parameters and,
@@ -106,20 +108,29 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     table = workload.table
     sharding = config.sharding
     world = cluster.gpus
+    world_scope = "world" if cluster.nodes > 1 else "intra"
+    shard_scope = replicate_scope = world_scope
     if sharding == "hybrid":
-        shard_size = cluster.gpus_per_node
-        replicas = cluster.nodes
+        G = cluster.gpus_per_node
+        shard_size = config.shard_group or G
+        if shard_size * cluster.nodes != world and config.shard_group is None:
+            raise SimdlError(f"hybrid sharding needs the same GPU count on every node; got {world} GPUs on {cluster.nodes} nodes")
+        if world % shard_size or G % shard_size:
+            raise SimdlError(f"shard group {shard_size} must divide the GPUs of a node ({G}) and the world ({world}): "
+                             "FSDP2's mesh puts each shard group's ranks on one node")
+        replicas = world // shard_size
+        # The mesh is row-major (torch.distributed.device_mesh): a shard group is shard_size
+        # consecutive ranks of one node; a replicate group takes one rank of each shard group.
+        shard_scope = "intra"
+        replicate_scope = "intra" if cluster.nodes == 1 else "inter" if shard_size == G else "world"
     elif sharding == "none":
         shard_size, replicas = 1, world
     else:
         shard_size, replicas = world, 1
-    if shard_size * replicas != world:
-        raise SimdlError(f"hybrid sharding needs the same GPU count on every node; got {world} GPUs on {cluster.nodes} nodes")
-    world_scope = "world" if cluster.nodes > 1 else "intra"
     groups = {
         "world": Group("world", world, world_scope),
-        "shard": Group("shard", shard_size, "intra" if sharding == "hybrid" else world_scope),
-        "replicate": Group("replicate", replicas, "inter" if sharding == "hybrid" else world_scope),
+        "shard": Group("shard", shard_size, shard_scope),
+        "replicate": Group("replicate", replicas, replicate_scope),
     }
     units = fsdp_units(table, config.wrap)
     runs = _runs(units.row_unit)

@@ -35,7 +35,7 @@ def test_local_covers_every_experiment_model_and_strategy():
     runs = experiments("local")
     exp1 = [r for r in runs if r.experiment == "exp1"]
     assert {r.model for r in exp1} == {"vgg16", "efficientnet_v2_l", "convnext_large"}
-    assert {r.label for r in exp1} == {"ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none"}
+    assert {r.label for r in exp1} == {"ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none", "fsdp-hybrid"}
     assert {r.ranks for r in exp1} == {2, 4}
     exp2 = [r for r in runs if r.experiment == "exp2"]
     assert {r.model for r in exp2} == {"resnet50", "densenet121", "vgg16"}
@@ -43,8 +43,15 @@ def test_local_covers_every_experiment_model_and_strategy():
     assert all(r.ranks == 4 and r.data == "accuracy" and r.dataset == "mnist" for r in exp2)
     vit = [r for r in runs if r.experiment == "vit"]
     assert {r.model for r in vit} == {"vit_b_32", "vit_b_16"} and len({r.batch_size for r in vit}) >= 3
-    # one node here: no hybrid sharding
-    assert not any(r.sharding == "hybrid" for r in runs)
+    # one node here: hybrid sharding as FSDP2's 2 x 2 mesh on it, beside full and none at the
+    # same size for ViT, so that the order of the three is judged
+    hybrid = [r for r in runs if r.sharding == "hybrid"]
+    assert hybrid and all(r.nodes == 1 and r.ranks == 4 and r.shard_group == 2 for r in hybrid)
+    assert {r.model for r in hybrid} == {"vgg16", "efficientnet_v2_l", "convnext_large", "vit_b_32", "vit_b_16"}
+    vit4 = [r for r in vit if r.ranks == 4]
+    assert {(r.model, r.sharding) for r in vit4} == {(m, s) for m in ("vit_b_32", "vit_b_16")
+                                                     for s in ("full", "hybrid", "none")}
+    assert all(r.shard_group == 0 for r in runs if r.sharding != "hybrid")
     # every run has enough steps for warm-up + a profiled step + timed steps
     for r in runs:
         steps = -(-r.train_images // (r.batch_size * r.ranks)) * r.epochs
@@ -84,3 +91,22 @@ def test_reduced_model_specs():
     assert s not in DEFAULT_WRAP_TYPES  # simdl's table is left as it was
     with pytest.raises(ValueError):
         spec_for("resnet50", 4)
+
+
+def test_shard_group_keeps_the_run_ids_of_runs_without_it():
+    """Resume keys on run_id: configurations from before the field keep their ids."""
+    r = RunSpec("exp1", "vgg16", "cifar10", "ddp", 4, 32, 1, 1536, 256)
+    assert "shard_group" not in r.to_dict()
+    assert r.run_id == "exp1-vgg16-ddp-r4-b32-f62ddaa9"  # as filed in validate/results/epyc-x4-2.jsonl
+    h = RunSpec("exp1", "vgg16", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
+    assert h.to_dict()["shard_group"] == 2 and RunSpec.from_dict(h.to_dict()) == h
+
+
+def test_a_one_host_hybrid_run_is_predicted_with_its_mesh():
+    from validate.run import prediction_kwargs
+
+    h = RunSpec("exp1", "vgg16", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
+    kw = prediction_kwargs(h, "cpu-epyc-x4")
+    assert kw["shard_group"] == 2 and kw["sharding"] == "hybrid" and kw["nodes"] == 1
+    assert "shard_group" not in prediction_kwargs(RunSpec("exp1", "vgg16", "cifar10", "ddp", 4, 32, 1, 1536, 256),
+                                                  "cpu-epyc-x4")
