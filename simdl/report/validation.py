@@ -294,6 +294,16 @@ def _flag(r: dict) -> str:
     return "*" if r.get("oversubscribed") else ""
 
 
+def _mesh(r: dict) -> str:
+    """' (2 x 2 mesh, one host)' for hybrid sharding with a shard group smaller than the
+    world on one node (validate.experiments._hybrid_one_host); '' otherwise."""
+    sp = r["spec"]
+    g = sp.get("shard_group")
+    if not g:
+        return ""
+    return f" ({sp['ranks'] // g} x {g} mesh{', one host' if sp.get('nodes', 1) == 1 else ''})"
+
+
 def exp1_table(records: list[dict], engine: str) -> list[str]:
     runs = [r for r in records if r["spec"]["experiment"] == "exp1"]
     if not runs:
@@ -320,7 +330,8 @@ def exp1_table(records: list[dict], engine: str) -> list[str]:
             else:
                 cells.append(" / ".join(_triple(r, "step_time", engine)) + _flag(r))
                 cells.append(" / ".join(_triple(r, "peak_memory", engine)))
-        lines.append(f"| {model} | {label} | " + " | ".join(cells) + " |")
+        mesh = next((_mesh(x) for x in runs if (_model(x), x["label"]) == (model, label) and _mesh(x)), "")
+        lines.append(f"| {model} | {label}{mesh} | " + " | ".join(cells) + " |")
     lines.append("")
     return lines
 
@@ -400,9 +411,9 @@ def vit_table(records: list[dict], engine: str) -> list[str]:
              "|---|---|---|---|---|---|---|"]
     for r in runs:
         if r.get("status") != "ok":
-            lines.append(f"| {_model(r)} | {r['spec']['sharding']} | {r['spec']['ranks']} | {r['spec']['batch_size']} | failed | | |")
+            lines.append(f"| {_model(r)} | {r['spec']['sharding']}{_mesh(r)} | {r['spec']['ranks']} | {r['spec']['batch_size']} | failed | | |")
             continue
-        lines.append(f"| {_model(r)} | {r['spec']['sharding']} | {r['spec']['ranks']}{_flag(r)} | {r['spec']['batch_size']} | "
+        lines.append(f"| {_model(r)} | {r['spec']['sharding']}{_mesh(r)} | {r['spec']['ranks']}{_flag(r)} | {r['spec']['batch_size']} | "
                      f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'peak_memory', engine))} | "
                      f"{' / '.join(_triple(r, 'comm_bytes', engine))} |")
     lines.append("")

@@ -43,14 +43,11 @@ def test_local_covers_every_experiment_model_and_strategy():
     assert all(r.ranks == 4 and r.data == "accuracy" and r.dataset == "mnist" for r in exp2)
     vit = [r for r in runs if r.experiment == "vit"]
     assert {r.model for r in vit} == {"vit_b_32", "vit_b_16"} and len({r.batch_size for r in vit}) >= 3
-    # one node here: hybrid sharding as FSDP2's 2 x 2 mesh on it, beside full and none at the
-    # same size for ViT, so that the order of the three is judged
+    # one node here: hybrid sharding as FSDP2's 2 x 2 mesh on it, at 4 ranks beside the other
+    # strategies, for the models whose 4 ranks fit in memory
     hybrid = [r for r in runs if r.sharding == "hybrid"]
     assert hybrid and all(r.nodes == 1 and r.ranks == 4 and r.shard_group == 2 for r in hybrid)
-    assert {r.model for r in hybrid} == {"vgg16", "efficientnet_v2_l", "convnext_large", "vit_b_32", "vit_b_16"}
-    vit4 = [r for r in vit if r.ranks == 4]
-    assert {(r.model, r.sharding) for r in vit4} == {(m, s) for m in ("vit_b_32", "vit_b_16")
-                                                     for s in ("full", "hybrid", "none")}
+    assert {r.model for r in hybrid} == {"vgg16", "efficientnet_v2_l"}
     assert all(r.shard_group == 0 for r in runs if r.sharding != "hybrid")
     # every run has enough steps for warm-up + a profiled step + timed steps
     for r in runs:

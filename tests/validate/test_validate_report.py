@@ -330,3 +330,15 @@ def test_ssp_bound_table_compares_held_pulls(make_record):
     row = [ln for ln in lines if ln.startswith("| resnet50")]
     assert row == ["| resnet50 | ps-ssp(s=2) | 3/96 (3%) | 2% | 0 ms / 7 ms | 1.080 / 1.006 |"]
     assert ssp_bound_table(_ps_pair(make_record, 1.0, 1.0, 1.0, 1.0)[:1]) == []  # no SSP run: no section
+
+
+def test_a_one_host_hybrid_run_is_named_with_its_mesh(make_record):
+    from simdl.report.validation import exp1_table, vit_table
+    from validate.experiments import RunSpec
+
+    h = RunSpec("exp1", "vgg16", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
+    f = RunSpec("exp1", "vgg16", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="full")
+    rows = "\n".join(exp1_table([make_record(h), make_record(f)], "analytic"))
+    assert "| fsdp-hybrid (2 x 2 mesh, one host) |" in rows and "| fsdp-full |" in rows
+    v = RunSpec("vit", "vit_b_32", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
+    assert "| hybrid (2 x 2 mesh, one host) | 4" in "\n".join(vit_table([make_record(v)], "analytic"))
