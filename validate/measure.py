@@ -56,7 +56,8 @@ DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "lon
 
 # Backend op (the profiler's record of the work gloo / NCCL actually ran, with tensor
 # shapes; the c10d:: dispatcher ops do not record TensorList shapes) -> (collective,
-# how many times the recorded tensor the full buffer is: all_gather records the input shard).
+# how many times the recorded tensor the full buffer is: all_gather records the input shard,
+# "world" = the size of the group it ran over, :func:`group_sizes`).
 # gloo has no reduce-scatter of its own: c10d's gloo backend runs FSDP's
 # reduce_scatter_tensor as an all_reduce of the full buffer (seen as gloo:all_reduce).
 _COLLECTIVES = {
@@ -75,6 +76,54 @@ def _backend_collective(name: str):
         if name.startswith(prefix):
             return _COLLECTIVES.get(name[len(prefix):])
     return None
+
+
+# The c10d calls (on the training thread) that issue a backend collective, and how the size of
+# the group they ran over follows from their recorded tensors: (output, input) numels for the
+# flat all-gather and reduce-scatter; an all-reduce's TensorList records no shapes.
+_C10D_GROUP = {
+    "c10d::_allgather_base_": lambda out, inp: out // inp,
+    "c10d::allgather_into_tensor_coalesced_": lambda out, inp: out // inp,
+    "c10d::_reduce_scatter_base_": lambda out, inp: inp // out,
+    "c10d::reduce_scatter_tensor_coalesced_": lambda out, inp: inp // out,
+    "c10d::allreduce_": None,
+    "c10d::broadcast_": None,
+}
+
+
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def group_sizes(calls: list[Any], backend: list[Any], world: int) -> list[int]:
+    """The group size of each backend collective (``backend``, in start order).
+
+    Each is paired with the c10d call that issued it (``calls``, in start order): on CPU,
+    FSDP2's calls block until the collective is done, and DDP's run in issue order on its one
+    process group, so the n-th backend collective belongs to the n-th call. An all-gather's or
+    reduce-scatter's group follows from its tensors (the all-gather of a 2 x 2 HSDP mesh
+    gathers 2 shards, not ``world``). An all-reduce records no shapes: it runs over the world,
+    except beside reduce-scatters over a smaller shard group, where it is FSDP2's HSDP
+    all-reduce over the replicate group, world / shard group ranks
+    (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, foreach_reduce). Without a
+    pairing (the counts differ) every collective is taken to span ``world``."""
+    if len(calls) != len(backend):
+        return [world] * len(backend)
+    sizes: list[int | None] = []
+    for c in calls:
+        rule = _C10D_GROUP.get(c.name())
+        shapes = c.shapes()
+        if rule is None or len(shapes) < 2 or not shapes[0] or not shapes[1] or isinstance(shapes[0][0], list):
+            sizes.append(None)
+            continue
+        n = rule(_numel(shapes[0]), max(_numel(shapes[1]), 1))
+        sizes.append(n if 1 <= n <= world else None)
+    shard = [n for c, n in zip(calls, sizes) if n is not None and "reduce_scatter" in c.name()]
+    rest = world // min(shard) if shard and min(shard) < world else world
+    return [n if n is not None else rest for n in sizes]
 
 
 MEASURED_STEP = "validate::measured_step"
@@ -163,20 +212,18 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
     # Busy: union of aten op intervals on the training thread inside the step.
     tops, opt_ranges = thread_spans(events, t0, t1, main_thread)  # aten ops and c10d calls
     comm_payload, comm_sent, n_coll = 0.0, 0.0, 0
-    for e in events:
-        s = e.start_ns()
-        if s < t0 or s > t1:
-            continue
-        coll = _backend_collective(e.name())
-        if coll is not None:
-            kind, times = coll
-            shapes, dtypes = e.shapes(), e.dtypes()
-            if shapes:
-                nbytes = _tensor_bytes(shapes[0], dtypes[0] if dtypes else "float")
-                nbytes *= world if times == "world" else 1
-                comm_payload += nbytes
-                comm_sent += bus_bytes_factor(kind, world) * nbytes
-                n_coll += 1
+    in_step = sorted((e for e in events if t0 <= e.start_ns() <= t1), key=lambda e: e.start_ns())
+    backend = [e for e in in_step if _backend_collective(e.name()) is not None]
+    calls = [e for e in in_step if e.name() in _C10D_GROUP]
+    for e, n in zip(backend, group_sizes(calls, backend, world)):
+        kind, times = _backend_collective(e.name())
+        shapes, dtypes = e.shapes(), e.dtypes()
+        if shapes:
+            nbytes = _tensor_bytes(shapes[0], dtypes[0] if dtypes else "float")
+            nbytes *= n if times == "world" else 1
+            comm_payload += nbytes
+            comm_sent += bus_bytes_factor(kind, n) * nbytes
+            n_coll += 1
     busy = busy_time([(s, e_) for s, e_, name in tops if not name.startswith("c10d::")])
     step_ns = max(t1 - t0, 1)
     return {

@@ -90,3 +90,31 @@ def test_stats_and_staleness():
     st = measure.staleness_summary([0, 1, 1, 3])
     assert st["mean"] == 1.25 and st["histogram"] == {"0": 1, "1": 2, "3": 1} and st["max"] == 3
     assert measure.staleness_summary([])["n"] == 0
+
+
+def test_collectives_of_a_two_by_two_hsdp_mesh_are_counted_over_their_groups():
+    """Events as torch 2.14 records one unit of FSDP2 on a (2, 2) replicate x shard mesh of 4
+    gloo ranks (/tmp probe, 2026-11-27): each c10d call on the training thread, then the
+    backend's collective on a worker thread of its process group."""
+    f = ["float"]
+    events = [
+        Ev(measure.MEASURED_STEP, 0, dur=1000),
+        Ev("c10d::_allgather_base_", 10, dur=5, shapes=[[8320], [4160]]),
+        Ev("gloo:all_gather", 11, dur=3, thread=2, shapes=[[4160]], dtypes=f),
+        Ev("c10d::_reduce_scatter_base_", 20, dur=5, shapes=[[4160], [8320]]),
+        Ev("gloo:all_reduce", 21, dur=3, thread=2, shapes=[[8320]], dtypes=f),  # gloo's reduce-scatter
+        Ev("c10d::allreduce_", 30, dur=5, shapes=[[], []]),
+        Ev("gloo:all_reduce", 31, dur=3, thread=4, shapes=[[4160]], dtypes=f),  # over the replicas
+    ]
+    calls = [e for e in events if e.name().startswith("c10d::")]
+    backend = [e for e in events if e.name().startswith("gloo:")]
+    assert measure.group_sizes(calls, backend, 4) == [2, 2, 2]
+    a = measure.analyse_profile(events, world=4, allocs=[])
+    # all-gather 2 x 4160 x 4 B x 1/2; all-reduces 8320 x 4 B and 4160 x 4 B, each x 2(n-1)/n = 1
+    assert a["comm_payload_bytes_per_step"] == 4 * (8320 + 8320 + 4160)
+    assert a["comm_sent_bytes_per_step"] == 4 * (4160 + 8320 + 4160)
+    # a full-world mesh, and DDP's all-reduce, stay over the world
+    assert measure.group_sizes([Ev("c10d::_allgather_base_", 0, shapes=[[400], [100]]), Ev("c10d::allreduce_", 1)],
+                               backend[:2], 4) == [4, 4]
+    # unpaired (counts differ): every collective over the world, as before
+    assert measure.group_sizes(calls[:1], backend, 4) == [4, 4, 4]
