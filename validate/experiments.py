@@ -142,9 +142,9 @@ def _exp2(models, workers, batch, epochs, train, test, modes, width=None, epochs
     return runs
 
 
-def _vit(models, ranks, batches, shardings, epochs, train, test, nodes=1, width=1, max_steps=0, shard_group=0):
+def _vit(models, ranks, batches, shardings, epochs, train, test, nodes=1, width=1, max_steps=0):
     return [RunSpec("vit", m, "cifar10", "fsdp", ranks, b, epochs, train, test, sharding=s, nodes=nodes,
-                    width=width, max_steps_per_epoch=max_steps, shard_group=shard_group if s == "hybrid" else 0)
+                    width=width, max_steps_per_epoch=max_steps)
             for m in models for s in shardings for b in batches]
 
 

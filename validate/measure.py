@@ -86,16 +86,9 @@ _C10D_GROUP = {
     "c10d::allgather_into_tensor_coalesced_": lambda out, inp: out // inp,
     "c10d::_reduce_scatter_base_": lambda out, inp: inp // out,
     "c10d::reduce_scatter_tensor_coalesced_": lambda out, inp: inp // out,
-    "c10d::allreduce_": None,
-    "c10d::broadcast_": None,
+    "c10d::allreduce_": None,  # the world, or HSDP's replicate group (group_sizes)
+    "c10d::broadcast_": None,  # DDP's buffer broadcast: the world
 }
-
-
-def _numel(shape: Any) -> int:
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n
 
 
 def group_sizes(calls: list[Any], backend: list[Any], world: int) -> list[int]:
@@ -123,7 +116,7 @@ def group_sizes(calls: list[Any], backend: list[Any], world: int) -> list[int]:
         sizes.append(n if 1 <= n <= world else None)
     shard = [n for c, n in zip(calls, sizes) if n is not None and "reduce_scatter" in c.name()]
     rest = world // min(shard) if shard and min(shard) < world else world
-    return [n if n is not None else rest for n in sizes]
+    return [n if n is not None else rest if c.name() == "c10d::allreduce_" else world for c, n in zip(calls, sizes)]
 
 
 MEASURED_STEP = "validate::measured_step"
@@ -173,15 +166,19 @@ def _page_bytes() -> int:
 PAGE_BYTES = _page_bytes()
 
 
+def _numel(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def _tensor_bytes(shape: Any, dtype: str) -> float:
     if not isinstance(shape, (list, tuple)) or not shape:
         return 0.0
     if isinstance(shape[0], (list, tuple)):  # a list of tensors
         return sum(_tensor_bytes(s, dtype) for s in shape)
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return float(n * DTYPE_BYTES.get(dtype, 4))
+    return float(_numel(shape) * DTYPE_BYTES.get(dtype, 4))
 
 
 def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | None = None,

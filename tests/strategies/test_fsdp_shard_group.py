@@ -56,7 +56,7 @@ def test_a_smaller_shard_group_across_nodes_replicates_over_the_world():
     assert r.iteration_time_s > 0
 
 
-def test_memory_and_time_sit_between_full_and_none():
+def test_memory_and_bytes_sit_between_full_and_none():
     kw = dict(model="vgg16", strategy="fsdp", gpus=4, cluster="cpu-epyc-x4", dataset="cifar10")
     full, none = simdl.predict(sharding="full", **kw), simdl.predict(sharding="none", **kw)
     hybrid = simdl.predict(sharding="hybrid", shard_group=2, **kw)

@@ -116,5 +116,7 @@ def test_collectives_of_a_two_by_two_hsdp_mesh_are_counted_over_their_groups():
     # a full-world mesh, and DDP's all-reduce, stay over the world
     assert measure.group_sizes([Ev("c10d::_allgather_base_", 0, shapes=[[400], [100]]), Ev("c10d::allreduce_", 1)],
                                backend[:2], 4) == [4, 4]
+    # a broadcast beside a 2-rank reduce-scatter stays over the world; only the all-reduce is HSDP's
+    assert measure.group_sizes(calls[1:2] + [Ev("c10d::broadcast_", 40)], backend[1:], 4) == [2, 4]
     # unpaired (counts differ): every collective over the world, as before
     assert measure.group_sizes(calls[:1], backend, 4) == [4, 4, 4]
