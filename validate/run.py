@@ -16,7 +16,9 @@ For each run of :func:`validate.experiments.experiments`, in order:
 3. merge the ranks' measurements and append one JSON line (run config, measured,
    predicted, the profile's path and checksum) to the results file.
 
-A failed run is recorded with its error and the sweep goes on. ``--resume`` skips every
+A run is killed, with all its ranks, at ``--timeout`` or when the host's available memory
+falls below ``--min-free-mib`` (:mod:`validate.watch`: without swap, a run that outgrows RAM
+thrashes for many minutes). A failed run is recorded with its error and the sweep goes on. ``--resume`` skips every
 run whose ``run_id`` already has a line (``--retry-failed`` redoes failed ones).
 """
 
@@ -34,9 +36,10 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 from . import probe as machine_probe
+from . import watch
 from .experiments import CORES, PROFILES, RunSpec, experiments
 
 SCHEMA = "simdl-validation/1"
@@ -267,7 +270,16 @@ def predict_run(run: RunSpec, cluster_path: str, engines=ENGINES) -> dict:
 # ----------------------------------------------------------------------------- launching
 
 
-def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None) -> tuple[int, str, float]:
+class Launched(NamedTuple):
+    returncode: int
+    command: str
+    wall_s: float
+    stopped: str = ""  # why the runner killed it (validate.watch): time or host memory; "" if it ended
+    min_available_bytes: int | None = None  # the host's lowest MemAvailable while it ran
+
+
+def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None,
+           min_available: int = 0) -> Launched:
     workdir.mkdir(parents=True, exist_ok=True)
     for old in workdir.glob("rank*.json"):
         old.unlink()
@@ -284,13 +296,10 @@ def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None) 
     with open(workdir / "log.txt", "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
-        try:
-            p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
-                               start_new_session=True)
-            rc = p.returncode
-        except subprocess.TimeoutExpired:
-            rc = -9
-    return rc, " ".join(cmd), time.perf_counter() - t
+        w = watch.run_watched(cmd, stdout=log, env=env, timeout_s=timeout_s, min_available=min_available)
+        if w.stopped:
+            log.write(f"\npython -m validate.run: stopped the run: {w.stopped}\n")
+    return Launched(w.returncode, " ".join(cmd), time.perf_counter() - t, w.stopped, w.min_available_bytes)
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\n", re.S)
@@ -440,7 +449,7 @@ def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, 
 
 def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
             engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None,
-            host_mismatch: str = "", probe: bool = False) -> dict:
+            host_mismatch: str = "", probe: bool = False, min_available: int = 0) -> dict:
     workdir = root / run.run_id
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
@@ -468,11 +477,14 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
     point = machine_probe.probe_point(cluster_path, run) if probe else {}
     if point and "skipped" not in point:
         before = machine_probe.measure(point, workdir / "probe-before")
-    rc, cmd, wall = launch(run, workdir, timeout_s, data_dir)
+    ran = launch(run, workdir, timeout_s, data_dir, min_available)
+    rc = ran.returncode
     if point:
         rec["machine_probe"] = point if "skipped" in point else \
             machine_probe.speed(point, before, machine_probe.measure(point, workdir / "probe-after"))
-    rec.update(command=cmd, wall_s=wall, returncode=rc, workdir=str(workdir))
+    rec.update(command=ran.command, wall_s=ran.wall_s, returncode=rc, workdir=str(workdir),
+               host_min_available_bytes=ran.min_available_bytes,
+               host_memory_floor_bytes=min_available or None)
     try:
         rec["measured"] = merge_ranks(run, workdir)
         rec["status"] = "ok"
@@ -481,13 +493,14 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
             # measurement is whole: a rank failed or hung while tearing down (the barrier,
             # gloo's destroy_process_group, interpreter exit). Kept, and labelled; the report
             # counts them.
-            why = " (timeout)" if rc == -9 else ""
+            why = f" ({ran.stopped})" if ran.stopped else ""
             rec["teardown_error"] = f"torchrun exited with {rc}{why} after every rank wrote its results" \
                                     f"{_rank_failure(workdir / 'log.txt')}; see {workdir / 'log.txt'}"
     except Exception as e:  # noqa: BLE001 -- a failed run is recorded, the sweep goes on
         rec["status"] = "failed"
-        rec["error"] = f"{e}" + (" (timeout)" if rc == -9 else "") + _rank_failure(workdir / "log.txt") \
-            + f"; see {workdir / 'log.txt'}"
+        # The runner's own stop comes first: it is why the ranks' records are missing.
+        rec["error"] = (f"stopped: {ran.stopped}; " if ran.stopped else "") + f"{e}" \
+            + _rank_failure(workdir / "log.txt") + f"; see {workdir / 'log.txt'}"
     rec["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     rec["host"] = host_info()
     return rec
@@ -505,6 +518,10 @@ def main(argv=None) -> int:
     p.add_argument("--only", default=None, help="run only runs whose id contains this text")
     p.add_argument("--limit", type=int, default=0, help="at most this many runs")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
+    p.add_argument("--min-free-mib", type=float, default=None,
+                   help="stop a run when the host's MemAvailable falls below this many MiB (validate/watch.py: "
+                        "no swap here, a run that outgrows RAM thrashes for many minutes); default "
+                        "max(512, 3 %% of RAM); 0: no floor")
     p.add_argument("--data-dir", default=None, help="directory with CIFAR-10/MNIST (torchvision layout)")
     p.add_argument("--engines", default=",".join(ENGINES), help="prediction engines, comma-separated")
     p.add_argument("--allow-other-host", action="store_true",
@@ -516,6 +533,11 @@ def main(argv=None) -> int:
                         "Off by default: on 2026-11-27 its ratio did not explain the runs' errors (validate/README)")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
+    if a.min_free_mib is not None and not (0 <= a.min_free_mib < float("inf")):
+        print(f"python -m validate.run: error: --min-free-mib {a.min_free_mib:g} must be a finite number of MiB >= 0 "
+              "(0: no floor)", file=sys.stderr)
+        return 2
+    floor = watch.default_floor() if a.min_free_mib is None else int(a.min_free_mib * watch.MiB)
     if a.cluster is None:
         from simdl.cluster.host import preset_for_this_host
 
@@ -539,8 +561,9 @@ def main(argv=None) -> int:
     engines = tuple(e for e in a.engines.split(",") if e)
     todo = [r for r in runs if r.run_id not in done]
     sweep = "python -m validate.run " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(f"profile {a.profile}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run",
-          flush=True)
+    print(f"profile {a.profile}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run"
+          + (f"; a run is stopped if the host's available memory falls below {floor / watch.MiB:.0f} MiB"
+             if floor else ""), flush=True)
     from simdl.errors import SimdlError
 
     try:
@@ -559,7 +582,7 @@ def main(argv=None) -> int:
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
         rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
-                      host_mismatch=other, probe=a.probe)
+                      host_mismatch=other, probe=a.probe, min_available=floor)
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":

@@ -178,7 +178,7 @@ def test_a_profile_edited_during_a_sweep_fails_the_runs_after_it_not_the_sweep(t
     run = next(r for r in experiments("smoke") if r.ranks == 2)
     profiles = vrun.sweep_profiles(str(prof), [run.ranks], tmp_path)
     launched = []
-    monkeypatch.setattr(vrun, "launch", lambda *a, **k: launched.append(a) or (1, "cmd", 0.0))
+    monkeypatch.setattr(vrun, "launch", lambda *a, **k: launched.append(a) or vrun.Launched(1, "cmd", 0.0))
     prof.write_text(prof.read_text() + "\n# recalibrated\n")  # the file changes mid-sweep
     rec = vrun.run_one(run, "smoke", str(prof), tmp_path, 10.0, None, ("analytic",), "sweep", profiles)
     assert rec["status"] == "failed" and "changed during the sweep" in rec["error"] and "--retry-failed" in rec["error"]
@@ -207,10 +207,10 @@ def test_a_rank_that_fails_after_every_rank_wrote_its_results_keeps_the_run(tmp_
     fails the run, with its reason."""
     run = next(r for r in experiments("smoke") if r.ranks == 2)
 
-    def fake_launch(run, workdir, timeout_s, data_dir):
+    def fake_launch(run, workdir, timeout_s, data_dir, min_available=0):
         workdir.mkdir(parents=True, exist_ok=True)
         (workdir / "log.txt").write_text(_FAILED_LOG.replace("boom on rank one", "teardown"))
-        return 1, "cmd", 1.0
+        return vrun.Launched(1, "cmd", 1.0)
 
     monkeypatch.setattr(vrun, "launch", fake_launch)
     monkeypatch.setattr(vrun, "merge_ranks", lambda run, workdir: {"step_time_s": {"median": 1.0}})
