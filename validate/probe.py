@@ -33,13 +33,13 @@ import json
 import math
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 from simdl.calibrate.records import read_jsonl  # skips the torn last line a killed rank leaves
 
+from . import watch
 from .experiments import RunSpec
 
 # calibration/compute.py's default for a full (not --quick) compute stage; the probe uses the
@@ -86,11 +86,7 @@ def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
     env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
     t = time.perf_counter()
     with open(out / "log.txt", "w") as log:
-        try:
-            rc = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, timeout=timeout_s,
-                                cwd=root, start_new_session=True).returncode
-        except subprocess.TimeoutExpired:
-            rc = -9
+        rc = watch.run_watched(cmd, stdout=log, env=env, timeout_s=timeout_s, min_available=0, cwd=root).returncode
     wall = time.perf_counter() - t
     per_rank = []
     for f in sorted(out.glob("rank*.jsonl")):

@@ -22,12 +22,12 @@ close it came. Where /proc/meminfo does not exist (not Linux) the floor is not e
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping
+
+from simdl.calibrate.processes import kill_tree
 
 MiB = 1024 * 1024
 MEMINFO = "/proc/meminfo"
@@ -66,10 +66,10 @@ class Watched:
 
 
 def run_watched(cmd: list[str], *, stdout, env: Mapping[str, str] | None, timeout_s: float, min_available: int,
-                poll_s: float = 0.5, available: Callable[[], int | None] = mem_available) -> Watched:
+                poll_s: float = 0.5, available: Callable[[], int | None] = mem_available, cwd=None) -> Watched:
     """Run ``cmd`` in a new session; kill the session's processes on ``timeout_s`` or when
     ``available()`` drops below ``min_available`` bytes (0: no floor)."""
-    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+    p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
     deadline = time.monotonic() + timeout_s
     lowest: int | None = None
     stopped = ""
@@ -88,47 +88,7 @@ def run_watched(cmd: list[str], *, stdout, env: Mapping[str, str] | None, timeou
         elif time.monotonic() > deadline:
             stopped = f"timeout after {timeout_s:.0f} s (--timeout)"
         if stopped:
-            _kill_session(p)
+            kill_tree(p)
             rc = -9
             break
     return Watched(rc, stopped, lowest)
-
-
-def descendants(pid: int, proc: str = "/proc") -> list[int]:
-    """Every live descendant of ``pid``, from the parent field of /proc/<pid>/stat. Not its
-    process group: torchrun starts each rank in a session of its own (torch 2.14
-    torch/distributed/elastic/multiprocessing/subprocess_handler/subprocess_handler.py,
-    ``start_new_session=True``), so killing torchrun's group would leave the ranks running."""
-    parent: dict[int, list[int]] = {}
-    try:
-        names = os.listdir(proc)
-    except OSError:
-        return []
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"{proc}/{name}/stat") as f:
-                stat = f.read()
-        except OSError:
-            continue  # exited meanwhile
-        # pid (comm) state ppid ...: comm may hold spaces and parentheses, so split after the last ')'
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        parent.setdefault(ppid, []).append(int(name))
-    out, todo = [], [pid]
-    while todo:
-        for child in parent.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _kill_session(p: subprocess.Popen) -> None:
-    """SIGKILL ``p`` and every process under it (torchrun and its ranks), then reap ``p``."""
-    tree = descendants(p.pid)
-    for pid in [p.pid, *tree]:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    p.wait()

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SimdlError
+from .processes import kill_tree
 from .records import STAGES, load_stage
 
 BUDGET_SHARE = {"collectives": 0.30, "compute": 0.40, "strategies": 0.20, "ps": 0.10}
@@ -244,30 +245,15 @@ def run_stage(settings: dict, run_dir: Path, stage: str) -> None:
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            kill_tree(proc, grace_s=10.0)
             raise StageFailed(f"stage {stage} did not finish within {timeout:.0f} s (a rank hung?); torchrun "
                               f"stopped; {_kept(stage_dir)}") from None
         except KeyboardInterrupt:
-            _kill_group(proc)
+            kill_tree(proc, grace_s=10.0)
             raise StageFailed(f"stage {stage} interrupted; {_kept(stage_dir)}") from None
     if code != 0 or not (stage_dir / "DONE").exists():
         reason = _failure_reason(log_path.read_text(encoding="utf-8", errors="replace"))
         raise StageFailed(f"stage {stage} failed: {reason}; {_kept(stage_dir)}")
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    """End torchrun and the ranks it started (they share its session: it was started
-    with start_new_session=True, so the group is exactly this run)."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=10)
-            return
-        except subprocess.TimeoutExpired:
-            continue
 
 
 def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout) -> dict:
