@@ -26,11 +26,23 @@ of a call that moves nothing); and with several nodes also ``intra`` (the ranks 
 node, all nodes at once) and ``inter`` (one rank per node with the same local rank), so the
 fit can tell the node's fabric from the network.
 
+Sub-node groups (``sub<d>``, with ``--subgroups``, the default): for every proper divisor d >= 2
+of the ranks per node, the node's ranks split into groups of d consecutive ranks, every group
+calling at once -- what FSDP2's hybrid sharding does with a shard group smaller than a node
+(its shard groups all-gather and reduce-scatter at once, its replicate groups all-reduce at
+once). Only those three collectives. On a host whose ranks share cores and memory the
+concurrent groups contend: two 2-rank all-gathers of 128-400 MiB cost 0.90-1.41 of one 4-rank
+all-gather, where the ring's (n-1)/n factor says 0.67 (benchmarks/gloo_group_size_cpu.py,
+2026-11-28), so a curve of the whole node does not price them. The groups are consecutive
+ranks; FSDP2's replicate groups are strided (torch.distributed.device_mesh is row-major), the
+same thing on one host's shared memory (on GPUs it depends on the node's links).
+
 Run: torchrun --nproc-per-node 2 calibration/collectives.py --out runs/x/collectives
 """
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -45,6 +57,13 @@ from _common import agreed_done, base_parser, finish, plan, setup, within_budget
 
 STAGE = "collectives"
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv")
+# What FSDP2's hybrid sharding calls over groups smaller than a node (module docstring).
+SUBGROUP_COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
+
+
+def subgroup_sizes(ranks_per_node: int) -> list[int]:
+    """Group sizes d, 2 <= d < ranks_per_node, that divide the node's ranks."""
+    return [d for d in range(2, ranks_per_node) if ranks_per_node % d == 0]
 
 
 # The calls FSDP2 makes (torch 2.14 torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py,
@@ -158,6 +177,8 @@ def main() -> None:
                    help="passes over the whole grid (alternately small-first and large-first); the fit takes "
                         "the 25th percentile of all their chunks; --quick: 3")
     p.add_argument("--collectives", default=",".join(COLLECTIVES))
+    p.add_argument("--subgroups", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time groups smaller than a node, all at once (scopes sub<d>; module docstring)")
     args = p.parse_args()
     ctx = setup(args, STAGE)
     per_octave = args.points_per_octave if not args.quick else min(args.points_per_octave, 1)
@@ -183,6 +204,15 @@ def main() -> None:
             g = dist.new_group(ranks)
             if ctx.local_rank == local:
                 groups.append(("inter", g, ranks))
+    if args.subgroups:
+        lw = ctx.local_world
+        for d in subgroup_sizes(lw):
+            for node in range(ctx.nodes):
+                for start in range(0, lw, d):
+                    ranks = list(range(node * lw + start, node * lw + start + d))
+                    g = dist.new_group(ranks)  # every rank creates every group
+                    if ctx.rank in ranks:
+                        groups.append((f"sub{d}", g, ranks))
     # 'self': a one-rank group per rank. Its collectives move no bytes but pay the per-call
     # cost (Python and c10d dispatch, the hand-off to gloo's worker thread and back): the fit
     # uses it as the fixed overhead per call, which a 2-rank curve alone cannot tell apart
@@ -204,7 +234,8 @@ def main() -> None:
         # do not line up with message size.
         seq = msg_sizes if k % 2 == 0 else msg_sizes[::-1]
         order += [(k, "self", self_group, [ctx.rank], c, msg_sizes[0]) for c in self_colls]
-        order += [(k, scope, g, ranks, c, s) for s in seq for scope, g, ranks in groups for c in colls]
+        order += [(k, scope, g, ranks, c, s) for s in seq for scope, g, ranks in groups for c in colls
+                  if not scope.startswith("sub") or c in SUBGROUP_COLLECTIVES]
     plan(ctx, [key(sc, c, s, k) for k, sc, _, _, c, s in order])
     done = agreed_done(ctx)
     stopped = False

@@ -321,7 +321,10 @@ class CommCosts:
     (``efficiency.collective_regimes_intra``, :mod:`simdl.collectives.regimes`) replaces all
     three, per call, for the collectives it covers inside a node: that collective's
     overhead, and the alpha and bandwidth of the regime its message size falls in, always
-    with the ring form (the scaling assumption the curves are fitted with).
+    with the ring form (the scaling assumption the curves are fitted with). A group smaller
+    than a node is priced by the profile's curve of that group size where it has one
+    (``efficiency.collective_regimes_subgroups``, measured with the node's groups calling at
+    once), else by the node's curve scaled by the ring's factors.
 
     ``blocking``: the plan's collectives hold the training thread (FSDP2 on CPU,
     ``plan.details["blocking_collectives"]``). A collective the profile has a
@@ -338,6 +341,7 @@ class CommCosts:
         # all_gather/reduce_scatter are slower than its all_reduce); 1 when absent.
         self._factor = {c: f.value for c, f in eff.collective_bandwidth_factors.items()}
         self._regimes = eff.collective_regimes_intra
+        self._subgroups = eff.collective_regimes_subgroups
         # Where the host maps large buffers fresh (its page-fault cost is priced), the regime
         # curves step at its mmap threshold for collectives with a whole-message temporary
         # (simdl.collectives.regimes, "The allocator's step"); None on GPU memory.
@@ -364,13 +368,22 @@ class CommCosts:
     def alpha(self, scope: str) -> float:
         return self.cluster.group_latency(scope)
 
-    def curve(self, collective: str, scope: str):
-        """The regime curve that prices ``collective`` over ``scope``, or None. Curves are
-        measured between the ranks of one node: they apply to 'intra', and to 'world' on a
-        single node."""
-        if self._regimes is None or not (scope == "intra" or (scope == "world" and self.cluster.nodes == 1)):
+    def curve(self, collective: str, scope: str, size: int | None = None):
+        """(the regime model, its curve) that prices ``collective`` over ``size`` ranks of
+        ``scope``, or None. Curves are measured between the ranks of one node: they apply to
+        'intra', and to 'world' on a single node. A group smaller than a node takes the curve
+        measured at its size, if the profile has one."""
+        if not (scope == "intra" or (scope == "world" and self.cluster.nodes == 1)):
             return None
-        return self._regimes.curve(collective)
+        if size is not None and size < self.cluster.gpus_per_node:
+            model = self._subgroups.get(size)
+            c = model.curve(collective) if model is not None else None
+            if c is not None:
+                return model, c
+        if self._regimes is None:
+            return None
+        c = self._regimes.curve(collective)
+        return (self._regimes, c) if c is not None else None
 
     def parts(self, collective: str, nbytes: float, size: int, scope: str) -> tuple[float, float, float, str]:
         """(overhead s, alpha s per step, bus bandwidth bytes/s, algorithm 'ring'|'tree') of one
@@ -378,9 +391,10 @@ class CommCosts:
         key = (collective, nbytes, size, scope)
         p = self._parts.get(key)
         if p is None:
-            curve = self.curve(collective, scope)
-            if curve is not None:
-                scale = self.cluster.group_bandwidth(scope) / self._regimes.link_bandwidth
+            found = self.curve(collective, scope, size)
+            if found is not None:
+                model, curve = found
+                scale = self.cluster.group_bandwidth(scope) / model.link_bandwidth
                 o, alpha, bw = curve.parts(nbytes, size, scale, self._temp_threshold)
                 p = (o, alpha, bw, "ring")
             else:

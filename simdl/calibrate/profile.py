@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import datetime
 import os
+import re
 import statistics
 import tempfile
 from pathlib import Path
@@ -94,6 +95,25 @@ def _regimes_section(per: dict, tag: str, prov: dict, link_GB_per_s: float) -> d
     return {"kind": "calibrated", "source": source, "link_GB_per_s": link_GB_per_s,
             "collectives": {c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]}
                             for c, r in fits.items()}}
+
+
+def _subgroup_sections(coll: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any]:
+    """``efficiency.collective_regimes_subgroups``: the regime curves of the calibration's
+    ``sub<d>`` scopes (groups of d consecutive ranks of a node, all of the node's groups
+    calling at once: calibration/collectives.py), by group size."""
+    out: dict[str, Any] = {}
+    for scope in sorted(coll, key=lambda sc: (len(sc), sc)):
+        m = re.fullmatch(r"sub(\d+)", scope)
+        if not m:
+            continue
+        section = _regimes_section(coll[scope].get("per_collective", {}), tag, prov, link_GB_per_s)
+        if section:
+            d = int(m.group(1))
+            groups = int(prov["ranks_per_node"] or d) // d
+            section["source"] = (f"groups of {d} consecutive ranks, the node's {groups} groups calling at once; "
+                                 + section["source"])
+            out[str(d)] = section
+    return out
 
 
 def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
@@ -412,6 +432,10 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
         eff.pop("collective_regimes_intra", None)
         if regimes:
             eff["collective_regimes_intra"] = regimes
+        eff.pop("collective_regimes_subgroups", None)
+        subgroups = _subgroup_sections(coll, tag, prov, float(f"{link_bw / 1e9:.4g}"))
+        if subgroups:
+            eff["collective_regimes_subgroups"] = subgroups
         eff["collective_latency_intra_us"] = _val(joint["alpha_s"] * 1e6, f"{tag}: joint fit alpha per ring step; {fitq}")
         eff["collective_overhead_us"] = _val(joint["overhead_s"] * 1e6, f"{tag}: joint fit fixed cost per call; {fitq}")
 

@@ -244,7 +244,9 @@ def format_report(report: dict, profile: dict) -> str:
                          f"{_ratio(t['transfer_over_idle']):>13}  {_ratio(t['model_over_in_call']):>15}")
     lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items() if "value" in v)
                  + ("; collective_regimes_intra for " + ", ".join(eff["collective_regimes_intra"]["collectives"])
-                    if "collective_regimes_intra" in eff else ""))
+                    if "collective_regimes_intra" in eff else "")
+                 + "".join(f"; collective_regimes_subgroups[{d}] for " + ", ".join(sec["collectives"])
+                           for d, sec in eff.get("collective_regimes_subgroups", {}).items()))
     return "\n".join(lines)
 
 

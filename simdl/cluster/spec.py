@@ -439,6 +439,7 @@ _EFF_KEYS = ("matmul", "memory_bandwidth", "kernel_launch_us", "collective_bandw
              "collective_overhead_us", "comm_compute_interference",
              *(f"collective_bandwidth_factor_{c}" for c in ("all_gather", "reduce_scatter", "broadcast", "send_recv")),
              *(f"matmul_{p}" for p in PRECISIONS), "matmul_call_overhead_us", "collective_regimes_intra",
+             "collective_regimes_subgroups",
              "stream_bandwidth", "stream_call_overhead_us", "copy_bandwidth", "copy_in_step_factor",
              "collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
              "collective_load_overhead_us", "fsdp_unit_overhead_us", "compute_jitter",
@@ -476,6 +477,14 @@ class Efficiency:
     # bandwidth changes with message size). Where a collective has a curve it replaces
     # bandwidth x factor, latency and overhead above (simdl.collectives.regimes).
     collective_regimes_intra: RegimeModel | None = None
+    # Optional regime curves of groups smaller than a node, by group size (int -> RegimeModel):
+    # measured with every such group of the node calling at once, as FSDP2's hybrid shard
+    # and replicate groups do (calibration/collectives.py, scopes sub<d>). Where a size has
+    # a curve for a collective it replaces collective_regimes_intra's for that group size:
+    # on a CPU host the concurrent groups share cores and memory, and gloo's all-gather
+    # copies the whole output whatever the group, so a 2-rank group costs more than the
+    # node's curve scaled by the ring's factors says (benchmarks/gloo_group_size_cpu.py).
+    collective_regimes_subgroups: FrozenMap = field(default_factory=FrozenMap)
     # Optional fraction of the memory bandwidth that large streaming tensor ops reach (the
     # optimizer step, FSDP's copy-in/copy-out, DDP's bucket copies): they move whole
     # parameter-sized tensors, unlike the activation traffic of a table row that
@@ -611,6 +620,9 @@ class Efficiency:
         _put(out, "conv_weight_grad_bandwidth", self.conv_weight_grad_bandwidth)
         if self.collective_regimes_intra is not None:
             out["collective_regimes_intra"] = regimes_to_dict(self.collective_regimes_intra)
+        if self.collective_regimes_subgroups:
+            out["collective_regimes_subgroups"] = {str(d): regimes_to_dict(m)
+                                                   for d, m in sorted(self.collective_regimes_subgroups.items())}
         return out
 
 
@@ -677,6 +689,22 @@ def _parse_regimes(raw: Any, where: str) -> RegimeModel:
                                  f"regimes[{i - 1}]'s end ({out[i - 1].hi_step_bytes:g}): ordered, disjoint ranges")
         curves.append(RegimeCurve(name, _number(c, "overhead_us", w) * 1e-6, tuple(out)))
     return RegimeModel(tuple(curves), link, kind, source.strip())
+
+
+def _parse_subgroup_regimes(raw: Any, where: str) -> FrozenMap:
+    """``collective_regimes_subgroups``: {group size: a ``collective_regimes_intra``-shaped
+    section}; null or absent: none."""
+    if raw is None:
+        return FrozenMap()
+    if not isinstance(raw, Mapping):
+        raise SimdlError(f"{where} must be a mapping group size -> regimes section, got {raw!r}")
+    out = {}
+    for key, section in raw.items():
+        d = int(key) if isinstance(key, int) or (isinstance(key, str) and key.isdigit()) else None
+        if isinstance(key, bool) or d is None or d < 2:
+            raise SimdlError(f"{where}: group size {key!r}; accepted: an integer >= 2 (ranks per group)")
+        out[d] = _parse_regimes(section, f"{where}: {key}")
+    return FrozenMap(out)
 
 
 def regimes_to_dict(model: RegimeModel) -> dict[str, Any]:
@@ -959,6 +987,8 @@ def _parse_efficiency(raw: Mapping[str, Any], where: str, multi_node: bool) -> E
         # null: none (a preset that ``extends`` a calibrated one can drop its regimes this way).
         collective_regimes_intra=(_parse_regimes(raw["collective_regimes_intra"], f"{where}: collective_regimes_intra")
                                   if raw.get("collective_regimes_intra") is not None else None),
+        collective_regimes_subgroups=_parse_subgroup_regimes(raw.get("collective_regimes_subgroups"),
+                                                             f"{where}: collective_regimes_subgroups"),
     )
     return eff
 
