@@ -13,7 +13,8 @@ the whole stage: on the shared 2-core VM this was written on, a small call eithe
 -- all chunks of a size measured back to back can land in it (7 such chunks in a row
 scattered by 20-50 %, up to 10x, between three repeats). The fit takes the 25th percentile
 of all chunks of a size (simdl/calibrate/fit.py, ``_collective_points``).
-Defaults: 7 passes x 2 chunks (about 5 minutes for 33 sizes x 5 collectives at 2 ranks);
+Defaults: 7 passes x 2 chunks (about 5 minutes for 33 sizes x 5 collectives at 2 ranks; 12.5
+minutes at 4 ranks with the sub2 groups, 2026-11-28 on the 2-core EPYC VM);
 ``--quick``: 3 passes x 2 chunks, one size per octave, up to 64 MB.
 Bytes are counted as nccl-tests counts them: the whole buffer for all_reduce/broadcast,
 the gathered output for all_gather, the input for reduce_scatter, the message for
