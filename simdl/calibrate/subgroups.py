@@ -35,17 +35,16 @@ from . import fit as F
 from .profile import _Dumper, _regimes_section
 from .records import load_stage
 
-COLLECTIVES = ("all_gather", "reduce_scatter", "all_reduce")
 
-
-def transfer_sections(stage_dir: Path, profile: dict[str, Any], label: str) -> tuple[dict[str, Any], dict]:
-    """(``collective_regimes_subgroups`` sections, a summary of the ratios) for ``profile``
-    (its raw YAML dict) from the stage in ``stage_dir``."""
+def transfer_sections(stage_dir: Path, profile: dict[str, Any]) -> tuple[dict[str, Any], dict, str]:
+    """(``collective_regimes_subgroups`` sections, the median ratio per collective, the
+    stage's label) for ``profile`` (its raw YAML dict) from the stage in ``stage_dir``."""
     stage_dir = Path(stage_dir)
     st = load_stage(stage_dir.parent, stage_dir.name)
     if not st.measurements:
         raise SimdlError(f"{stage_dir}: no collective measurements (rank*.jsonl of calibration/collectives.py)")
     h0 = next(iter(st.headers.values()), {})
+    label = f"collectives stage {stage_dir} ({h0.get('date', '?')}, {h0.get('host', '?')})"
     world = int(h0.get("world") or 0)
     per_node = int(profile.get("gpus_per_node") or 0)
     if world != per_node:
@@ -70,7 +69,7 @@ def transfer_sections(stage_dir: Path, profile: dict[str, Any], label: str) -> t
         pts = []
         for p in F._collective_points(st, scope):
             c = p["collective"]
-            if c not in COLLECTIVES or node.curve(c) is None or today.curve(c) is None:
+            if node.curve(c) is None or today.curve(c) is None:
                 continue
             r = node.curve(c).time(p["bytes"], world, 1.0, thr) / today.curve(c).time(p["bytes"], world, 1.0, thr)
             ratios.setdefault(c, []).append(r)
@@ -91,7 +90,7 @@ def transfer_sections(stage_dir: Path, profile: dict[str, Any], label: str) -> t
     if not out:
         raise SimdlError(f"{stage_dir}: no sub-node groups measured (scopes sub<d>: run calibration/collectives.py "
                          "with 4 or more ranks per node)")
-    return out, {c: statistics.median(v) for c, v in ratios.items()}
+    return out, {c: statistics.median(v) for c, v in ratios.items()}, label
 
 
 def add_to_profile(stage_dir: Path, profile_path: Path, out_path: Path | None = None) -> tuple[Path, dict]:
@@ -102,10 +101,7 @@ def add_to_profile(stage_dir: Path, profile_path: Path, out_path: Path | None = 
     raw = yaml.safe_load(text)
     if not isinstance(raw, dict):
         raise SimdlError(f"{profile_path}: not a cluster profile (a YAML mapping)")
-    st_dir = Path(stage_dir)
-    h0 = next(iter(load_stage(st_dir.parent, st_dir.name).headers.values()), {})
-    label = f"collectives stage {st_dir} ({h0.get('date', '?')}, {h0.get('host', '?')})"
-    sections, ratios = transfer_sections(st_dir, raw, label)
+    sections, ratios, label = transfer_sections(Path(stage_dir), raw)
     raw.setdefault("efficiency", {})["collective_regimes_subgroups"] = sections
     lines = text.splitlines()
     header = lines[: next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))]
