@@ -20,7 +20,9 @@ one GPU -- compete as they do in training):
   (page-fault cost).
 
 Times are device-synchronised (CUDA) around each timed region; the fastest of the repeats
-for whole steps and microbenchmarks, medians for rows.
+for microbenchmarks, medians for rows; every whole step is recorded, with the fastest
+(``step_fwd_s``, ``step_bwd_s``), and the fitter rescales the rows to the repeat
+``simdl.calibrate.compute.STEP_ANCHOR`` picks (the median one since 2026-11-28).
 
 Run: torchrun --nproc-per-node 2 calibration/compute.py --out runs/x/compute
 """
@@ -194,8 +196,8 @@ def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int, rows: 
         f, b, _ = model_step(model, x, y, None, ctx.sync)
         plain_f.append(f)
         plain_b.append(b)
-    # The fastest unhooked step (timeit's rule: other processes only ever add time); the
-    # per-row medians are rescaled to it by the fitter.
+    # Every unhooked step is kept, and the fastest (timeit's rule) named; the fitter rescales
+    # the per-row medians to the repeat simdl.calibrate.compute.STEP_ANCHOR picks.
     best = min(range(repeats), key=lambda i: plain_f[i] + plain_b[i])
     whole = {"model": name, "dataset": dataset, "input_shape": list(shape), "batch": batch,
              "repeats": repeats, "step_fwd_s": plain_f[best], "step_bwd_s": plain_b[best],
@@ -322,8 +324,9 @@ def _stream_micro(quick: bool, out: list) -> None:
 
 
 def probe(ctx, spec: str, repeats: int) -> None:
-    """The same whole steps as the compute stage measures (same build, warm-up and
-    fastest-of-repeats rule), for the machine's speed now against when it was calibrated."""
+    """The same whole steps as the compute stage measures (same build, warm-up and repeats;
+    validate/probe.py books them as the fitter does), for the machine's speed now against
+    when it was calibrated."""
     for item in spec.split(";"):
         name, dataset, batches = item.rsplit(":", 2)
         for b in batches.split(","):

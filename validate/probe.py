@@ -9,8 +9,8 @@ So before and after each run, :mod:`validate.run` re-measures one point the prof
 compute stage measured: the run's own model on its dataset, at the calibrated batch size
 nearest the run's (calibration measured other batch sizes than validation runs, so this is
 never the run's configuration), on as many ranks sharing the device as calibration had,
-with ``calibration/compute.py --probe`` (the same model build, warm-up and fastest-of-repeats
-rule as the compute stage). The record keeps both times and their ratio, ``speed_ratio`` =
+with ``calibration/compute.py --probe`` (the same model build, warm-up and repeats as the
+compute stage, and the same repeat booked: ``simdl.calibrate.compute.anchored_step``). The record keeps both times and their ratio, ``speed_ratio`` =
 step now / step at calibration (above 1: the machine is slower than its profile).
 
 The prediction does not use it: it is made before the probe runs, blind. The report shows
@@ -37,13 +37,14 @@ import sys
 import time
 from pathlib import Path
 
+from simdl.calibrate.compute import anchored_step
 from simdl.calibrate.records import read_jsonl  # skips the torn last line a killed rank leaves
 
 from . import watch
 from .experiments import RunSpec
 
 # calibration/compute.py's default for a full (not --quick) compute stage; the probe uses the
-# same number so that "the fastest of N" means the same thing on both sides.
+# same number so that "the median (or fastest) of N" means the same thing on both sides.
 REPEATS = 5
 SCRIPT = Path(__file__).resolve().parent.parent / "calibration" / "compute.py"
 
@@ -72,7 +73,9 @@ def probe_point(cluster_path: str, run: RunSpec) -> dict:
 
 def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
     """Run the probe (torchrun, ``point['ranks']`` ranks); ``{step_s, per_rank_s, wall_s}``,
-    the mean over ranks of each rank's fastest step as the compute stage books it, or
+    the mean over ranks of each rank's step as the compute stage books it
+    (:func:`simdl.calibrate.compute.anchored_step`: the median of the repeats since
+    2026-11-28, the fastest before), or
     ``{error}``."""
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.jsonl"):
@@ -92,7 +95,7 @@ def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
     for f in sorted(out.glob("rank*.jsonl")):
         recs = [r for r in read_jsonl(f) if r.get("type") == "measurement" and r.get("kind") == "probe"]
         if recs:
-            per_rank.append(recs[-1]["step_fwd_s"] + recs[-1]["step_bwd_s"])
+            per_rank.append(sum(anchored_step(recs[-1])))
     if rc != 0 or len(per_rank) != point["ranks"]:
         return {"error": f"probe exited with {rc}, {len(per_rank)} of {point['ranks']} ranks measured; "
                          f"see {out / 'log.txt'}", "wall_s": wall}

@@ -29,7 +29,7 @@ import numpy as np
 from ..analytic.costs import GLIBC_MMAP_THRESHOLD_MAX
 from ..collectives.cost import bus_bytes_factor as bus_factor
 from .collectives import fit_with_holdout, regimes_with_holdout
-from .compute import MicroFit, RooflineFit, make_run
+from .compute import STEP_ANCHOR, MicroFit, RooflineFit, make_run
 from .ps import PSFit
 from .stream import fit_stream, page_fault_cost
 from .records import StageRecords, load_run
@@ -283,6 +283,7 @@ def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
         report["batches"] = {m: sorted({r.batch for r in runs[m]}) for m in runs}
     micro = [r for m in st.measurements.values() for r in m.values() if r.get("kind") == "micro"]
     report["measured_rows"] = measured_rows(st)
+    report["step_anchor"] = STEP_ANCHOR
     report["stream"] = fit_stream(_micro_medians(st, "stream"), "sgd_momentum")
     report["copy"] = fit_stream(_micro_medians(st, "stream"), "copy")
     report["page_fault"] = page_fault_cost(_micro_medians(st, "fault_fresh"), _micro_medians(st, "fault_reuse"))

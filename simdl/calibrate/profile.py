@@ -25,6 +25,7 @@ from ..cluster.host import device_file_for
 from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from ..errors import SimdlError
 from . import fit as F
+from .compute import STEP_ANCHOR
 from .records import STAGES
 from .jitter import StepJitterFit, local_step_series
 from .overlap import StrategyStepFit
@@ -546,7 +547,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             "file": None, "kind": "calibrated",
             "source": f"{tag}: per-row forward/backward times of "
                       + "; ".join(f"{r['model']} ({r['dataset']}) b{','.join(map(str, r['batches']))}" for r in rows)
-                      + f", {per_node} ranks measuring at once",
+                      + f", {per_node} ranks measuring at once, each model's rows rescaled to its "
+                      + f"{STEP_ANCHOR} unhooked step (simdl.calibrate.compute.STEP_ANCHOR)",
             "data": {"schema": "simdl-compute-profile/1", "precision": "fp32",
                      "ranks_sharing_device": per_node if shared else 1,
                      "source": f"simdl calibrate run {run_dir.name} ({prov['stage_dates'].get('compute', prov['date'])})",
