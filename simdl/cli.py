@@ -33,6 +33,17 @@ def _number(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
 
 
+def _wait_seconds(text: str) -> float:
+    """--wait-quiet: finite seconds >= 0, or -1 for "do not measure"."""
+    try:
+        v = float(text)
+    except ValueError:
+        v = float("nan")
+    if not (v == -1 or 0 <= v < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number of seconds >= 0, or -1 (do not measure)")
+    return v
+
+
 def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     from .strategies.config import ALGORITHMS, SHARDINGS, STRATEGY_NAMES
     from .workload.workload import OPTIMIZERS, PRECISIONS
@@ -176,7 +187,7 @@ def _cmd_calibrate(a: argparse.Namespace) -> int:
 
     try:
         if a.resume:
-            resume(a.resume, output=a.output)
+            resume(a.resume, output=a.output, wait_quiet_s=a.wait_quiet)
             return 0
         if a.nproc_per_node is None:
             raise SimdlError("simdl calibrate: give --nproc-per-node P (ranks per node), or --resume RUN_DIR")
@@ -185,7 +196,7 @@ def _cmd_calibrate(a: argparse.Namespace) -> int:
             name=a.name, gpu=a.gpu, stages=_stages(a.stages), profile_models=a.profile_models,
             collective_passes=a.collective_passes, nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
             rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id, master_addr=a.master_addr, master_port=a.master_port)
-        calibrate(settings, new_run_dir(a.run_root))
+        calibrate(settings, new_run_dir(a.run_root), wait_quiet_s=a.wait_quiet)
         return 0
     except StageFailed as e:
         print(f"simdl: calibration stopped: {e}", file=sys.stderr)
@@ -231,6 +242,10 @@ def _add_calibrate_parser(sub) -> None:
                         "time on a noisy host, in proportion more time (within the collectives' budget share)")
     k.add_argument("--run-root", default="runs", help="where run directories go (default runs/, git-ignored)")
     k.add_argument("--resume", default=None, metavar="RUN_DIR", help="continue an interrupted run")
+    k.add_argument("--wait-quiet", type=_wait_seconds, default=120.0, metavar="SECONDS",
+                   help="before measuring, wait up to this long while other processes keep more than a quarter of "
+                        "a core busy, then start anyway (the profile records how busy the machine was before and "
+                        "during each stage); default 120, 0: measure without waiting, -1: do not measure")
     k.set_defaults(func=_cmd_calibrate)
 
 

@@ -110,3 +110,11 @@ def test_console_script_runs_without_torch():
         "assert rc == 0 and not bad, bad"
     )
     subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.parametrize("bad", ["-0.5", "nan", "inf", "soon"])
+def test_calibrate_bad_wait_quiet_is_one_line_exit_2(bad, capsys):
+    code, out, err = run(["calibrate", "--nproc-per-node", "2", "--wait-quiet", bad], capsys)
+    assert code == 2 and out == ""
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and repr(bad) in lines[0] and "-1 (do not measure)" in lines[0], err

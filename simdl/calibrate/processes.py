@@ -16,14 +16,15 @@ import signal
 import subprocess
 
 
-def descendants(pid: int, proc: str = "/proc") -> list[int]:
-    """Every live descendant of ``pid``, from the parent field of /proc/<pid>/stat ([] where
-    /proc cannot be read)."""
-    children: dict[int, list[int]] = {}
+def proc_stats(proc: str = "/proc") -> list[tuple[int, str, list[str]]]:
+    """(pid, command name, the fields after it) of every process's /proc/<pid>/stat ([] where
+    /proc cannot be read). The fields start at ``state``: [1] is the parent pid, [11] and [12]
+    utime and stime in clock ticks (proc(5))."""
     try:
         names = os.listdir(proc)
     except OSError:
         return []
+    out = []
     for name in names:
         if not name.isdigit():
             continue
@@ -33,8 +34,16 @@ def descendants(pid: int, proc: str = "/proc") -> list[int]:
         except OSError:
             continue  # exited meanwhile
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-        ppid = int(stat[stat.rindex(")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(name))
+        out.append((int(name), stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()))
+    return out
+
+
+def descendants(pid: int, proc: str = "/proc") -> list[int]:
+    """Every live descendant of ``pid``, from the parent field of /proc/<pid>/stat ([] where
+    /proc cannot be read)."""
+    children: dict[int, list[int]] = {}
+    for child, _, fields in proc_stats(proc):
+        children.setdefault(int(fields[1]), []).append(child)
     out, todo = [], [pid]
     while todo:
         for child in children.get(todo.pop(), []):

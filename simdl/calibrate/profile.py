@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import datetime
+import json
 import os
 import re
 import statistics
@@ -149,8 +150,50 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "loadavg_1min_at_stage_starts_incl_own_ranks": [round(x, 2) for x in loads],
         "loadavg_before": settings.get("loadavg_before", []),
         "machine_busy": _busy(settings, loads, h0),
+        # What other processes took of the CPU during each stage (simdl.calibrate.host_load;
+        # runs from 2026-11-29 on): the last attempt of each stage, in cores on average.
+        **({"others_cores_by_stage": by_stage} if (by_stage := _others_by_stage(run_dir, stages)) else {}),
         "settings": settings,
     }
+
+
+def _busy_note(prov: dict) -> str:
+    """The profile notes' sentence on how busy the machine was (:func:`_busy`)."""
+    before = prov.get("loadavg_before") or []
+    loads = ", ".join(str(b["loadavg"][0]) for b in before)
+    others = [(b.get("host_cpu") or {}).get("others_cores") for b in before]
+    if before and all(o is not None for o in others):
+        said = (f"other processes used {', '.join(f'{o:.2f}' for o in others)} cores over the seconds before the "
+                f"ranks started (simdl.calibrate.host_load; 1-min load average {loads})")
+        text = (f" The machine was busy when calibration started: {said}; timings include contention."
+                if prov["machine_busy"] else f" The machine was otherwise idle when calibration started: {said}.")
+    elif before:
+        text = (" Other processes were using the machine when calibration started (1-min load average "
+                "above 0.5 before the ranks started): timings include contention." if prov["machine_busy"]
+                else f" The machine was otherwise idle when calibration started (1-min load average {loads} "
+                     "before the ranks started).")
+    else:
+        text = ""
+    from .host_load import BUSY_CORES
+
+    busy = {k: v for k, v in (prov.get("others_cores_by_stage") or {}).items() if v > BUSY_CORES}
+    if busy:
+        text += (" Other processes took CPU during the measurements: "
+                 + ", ".join(f"{v:.2f} cores on average during the {k} stage" for k, v in busy.items())
+                 + "; those stages' timings include that contention.")
+    return text
+
+
+def _others_by_stage(run_dir: Path, stages) -> dict[str, float]:
+    out = {}
+    for name in stages:
+        try:
+            attempts = json.loads((Path(run_dir) / name / "host_cpu.json").read_text())
+        except (OSError, ValueError):
+            continue
+        if attempts and attempts[-1].get("others_cores") is not None:
+            out[name] = attempts[-1]["others_cores"]
+    return out
 
 
 def _dates(prov: dict) -> str:
@@ -163,7 +206,14 @@ def _dates(prov: dict) -> str:
 
 
 def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
-    """Other processes used half a core or more when the measurements started."""
+    """Other processes were busy when the measurements started: they kept more than a quarter
+    of a core busy (simdl.calibrate.host_load, measured since 2026-11-29), or, in runs before
+    that, the 1-minute load average was above 0.5 (which lags a minute behind)."""
+    from .host_load import BUSY_CORES
+
+    measured = [(b.get("host_cpu") or {}).get("others_cores") for b in settings.get("loadavg_before", [])]
+    if measured and all(m is not None for m in measured):
+        return max(measured) > BUSY_CORES
     before = [b["loadavg"][0] for b in settings.get("loadavg_before", [])]
     if before:
         return max(before) > 0.5
@@ -757,11 +807,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     threads = f" Each rank ran {prov['threads_per_rank']} thread(s)" + (f" ({prov['threads_note']})" if prov["threads_note"] else "") + "."
     profile["notes"] = (f"Written by `simdl calibrate` from {run_dir}. Values of kind 'calibrated' were fitted to "
                         f"measurements of this machine; others come from the base preset '{base.get('name', '?')}'."
-                        + kept_note + threads + (" Other processes were using the machine when calibration started (1-min load average "
-                                     "above 0.5 before the ranks started): timings include contention." if prov["machine_busy"]
-                                     else " The machine was otherwise idle when calibration started (1-min load average "
-                                     f"{', '.join(str(b['loadavg'][0]) for b in prov['loadavg_before'])} before the ranks started)."
-                                     if prov["loadavg_before"] else ""))
+                        + kept_note + threads + _busy_note(prov))
     profile["calibration"] = _summary(report)
     base_cal = base.get("calibration") or {}
     if kept_from:

@@ -72,7 +72,10 @@ def format_report(report: dict, profile: dict) -> str:
                  f"({', '.join(prov['devices'])}, {prov['backend']}, torch {prov['versions'].get('torch')})"
                  + ("; other processes were busy when it started" if prov.get("machine_busy") else "")
                  + (f"; load before: {', '.join(str(b['loadavg'][0]) for b in prov.get('loadavg_before', []))}"
-                    if prov.get("loadavg_before") else ""))
+                    if prov.get("loadavg_before") else "")
+                 + (f"; other processes' cores by stage: "
+                    + ", ".join(f"{k} {v:.2f}" for k, v in prov["others_cores_by_stage"].items())
+                    if prov.get("others_cores_by_stage") else ""))
     eff = profile["efficiency"]
     for scope, c in report.get("collectives", {}).items():
         j = c.get("joint")

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SimdlError
+from . import host_load
 from .processes import kill_tree
 from .records import STAGES, load_stage
 
@@ -231,7 +232,24 @@ def _kept(stage_dir: Path) -> str:
             f"done by every rank ({per}) in {stage_dir}")
 
 
-def run_stage(settings: dict, run_dir: Path, stage: str) -> None:
+def _record_host_cpu(stage_dir: Path, share: "host_load.CpuShare | None") -> dict | None:
+    """Append what other processes took of the CPU during this attempt at the stage to
+    ``<stage>/host_cpu.json`` (one entry per attempt: a resumed stage runs again)."""
+    if share is None:
+        return None
+    path = stage_dir / "host_cpu.json"
+    try:
+        attempts = json.loads(path.read_text()) if path.is_file() else []
+    except (OSError, ValueError):
+        attempts = []
+    entry = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"), **share.to_dict()}
+    path.write_text(json.dumps(attempts + [entry], indent=1) + "\n")
+    return entry
+
+
+def run_stage(settings: dict, run_dir: Path, stage: str) -> dict | None:
+    """Run one stage's torchrun; returns what other processes took of the CPU meanwhile
+    (:mod:`.host_load`; None where it cannot be read)."""
     stage_dir = run_dir / stage
     stage_dir.mkdir(parents=True, exist_ok=True)
     cmd = _torchrun_cmd(settings, stage, stage_dir)
@@ -241,9 +259,11 @@ def run_stage(settings: dict, run_dir: Path, stage: str) -> None:
     with open(log_path, "a", encoding="utf-8") as log, Progress(stage, stage_dir):
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
+        meter = host_load.CpuMeter()
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         try:
             code = proc.wait(timeout=timeout)
+            share = _record_host_cpu(stage_dir, meter.stop())
         except subprocess.TimeoutExpired:
             kill_tree(proc, grace_s=10.0)
             raise StageFailed(f"stage {stage} did not finish within {timeout:.0f} s (a rank hung?); torchrun "
@@ -254,16 +274,23 @@ def run_stage(settings: dict, run_dir: Path, stage: str) -> None:
     if code != 0 or not (stage_dir / "DONE").exists():
         reason = _failure_reason(log_path.read_text(encoding="utf-8", errors="replace"))
         raise StageFailed(f"stage {stage} failed: {reason}; {_kept(stage_dir)}")
+    return share
 
 
-def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout) -> dict:
-    """Run (or resume) the stages, fit and write the profile. Returns the fit report."""
+def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout, wait_quiet_s: float = 120.0) -> dict:
+    """Run (or resume) the stages, fit and write the profile. Returns the fit report.
+
+    ``wait_quiet_s``: before the first stage, wait up to this long while other processes keep
+    more than a quarter of a core busy (:func:`.host_load.wait_for_quiet`), then start anyway;
+    0 measures without waiting, < 0 does not measure."""
     run_dir = Path(run_dir)
     if any(not (run_dir / st / "DONE").exists() for st in settings["stages"]):
-        # Load of the machine before this run's ranks start (theirs would count in later readings).
+        # What others take of the CPU before this run's ranks start (the load average counts
+        # our own ranks once they run, and lags a minute behind: simdl.calibrate.host_load).
+        quiet = host_load.wait_for_quiet(wait_quiet_s, what="calibrating", out=out) if wait_quiet_s >= 0 else None
         settings.setdefault("loadavg_before", []).append(
             {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "loadavg": [round(x, 2) for x in os.getloadavg()]})
+             "loadavg": [round(x, 2) for x in os.getloadavg()], **({"host_cpu": quiet} if quiet else {})})
     (run_dir / "run.json").write_text(json.dumps(settings, indent=2) + "\n")
     t0 = time.monotonic()
     print(f"calibration run directory: {run_dir}", file=out)
@@ -272,7 +299,11 @@ def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout) -> dict:
             print(f"{stage:<12} done (skipped)", file=out)
             continue
         try:
-            run_stage(settings, run_dir, stage)
+            share = run_stage(settings, run_dir, stage)
+            if share and share["others_cores"] > host_load.BUSY_CORES:
+                print(f"warning: other processes used {share['others_cores']:.2f} cores on average during the "
+                      f"{stage} stage: its timings include that contention (recorded in the profile)",
+                      file=out, flush=True)
         except StageFailed as e:
             raise StageFailed(f"{e}; continue with: simdl calibrate --resume {run_dir}") from None
     return fit_and_write(settings, run_dir, out=out, elapsed=time.monotonic() - t0)
@@ -297,7 +328,7 @@ def fit_and_write(settings: dict, run_dir: Path, *, out=sys.stdout, elapsed: flo
     return report
 
 
-def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout) -> dict:
+def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout, wait_quiet_s: float = 120.0) -> dict:
     run_dir = Path(run_dir)
     path = run_dir / "run.json"
     if not path.is_file():
@@ -305,7 +336,7 @@ def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout) -> dict:
     settings = json.loads(path.read_text())
     if output:
         settings["output"] = output
-    return calibrate(settings, run_dir, out=out)
+    return calibrate(settings, run_dir, out=out, wait_quiet_s=wait_quiet_s)
 
 
 def _jsonable(x):

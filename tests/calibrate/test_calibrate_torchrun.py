@@ -37,7 +37,7 @@ def test_quick_calibration_end_to_end(tmp_path):
     # The stage now measures the fit models' rows before those microbenchmarks, and the
     # assertions below check that a fit came out of it.
     p = subprocess.run([*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "60",
-                        "-o", str(out), "--run-root", str(tmp_path / "runs")],
+                        "-o", str(out), "--run-root", str(tmp_path / "runs"), "--wait-quiet", "0"],
                        capture_output=True, text=True, timeout=400, env=_env())
     elapsed = time.monotonic() - t0
     assert p.returncode == 0, p.stdout + p.stderr
@@ -45,6 +45,10 @@ def test_quick_calibration_end_to_end(tmp_path):
     spec = load_cluster(str(out))
     assert spec.efficiency.matmul.kind == "calibrated"
     assert spec.calibration["provenance"]["backend"] == "gloo"
+    # how busy the machine was, measured before and during every stage (simdl.calibrate.host_load)
+    prov = spec.calibration["provenance"]
+    assert prov["settings"]["loadavg_before"][0]["host_cpu"]["others_cores"] is not None
+    assert set(prov["others_cores_by_stage"]) == set(prov["settings"]["stages"])
     # The fit models came before the microbenchmarks other than the launch and conv-call costs.
     (run_dir,) = (tmp_path / "runs").glob("calibrate-*")
     order = list(load_stage(run_dir, "compute").planned)
@@ -95,7 +99,7 @@ def _wait_for(predicate, timeout, proc):
 
 def test_killed_rank_leaves_a_partial_run_that_resume_completes(tmp_path):
     runs = tmp_path / "runs"
-    cmd = [*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "40",
+    cmd = [*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "40", "--wait-quiet", "0",
            "--stages", "collectives,compute", "--run-root", str(runs), "-o", str(tmp_path / "p.yaml")]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
@@ -121,7 +125,7 @@ def test_killed_rank_leaves_a_partial_run_that_resume_completes(tmp_path):
     assert kept
     assert (run_dir / "collectives" / "DONE").exists()
 
-    p = subprocess.run([*SIMDL, "calibrate", "--resume", str(run_dir)], capture_output=True, text=True,
+    p = subprocess.run([*SIMDL, "calibrate", "--resume", str(run_dir), "--wait-quiet", "0"], capture_output=True, text=True,
                        timeout=400, env=_env())
     assert p.returncode == 0, p.stdout + p.stderr
     assert "collectives  done (skipped)" in p.stdout

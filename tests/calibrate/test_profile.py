@@ -229,3 +229,31 @@ def test_a_stage_measured_again_later_is_dated_on_its_own_in_the_sources(tmp_pat
     assert prov["stage_dates"]["compute"] == HEADER["date"] == prov["date"]  # the earliest
     src = profile["efficiency"]["matmul"]["source"]
     assert "collectives 2026-01-02T09:00:00+00:00" in src and f"compute {HEADER['date']}" in src
+
+
+def test_how_busy_the_machine_was_is_measured_not_read_off_the_load_average(tmp_path):
+    """The 1-min load average lags: a quiet machine a minute after a job stopped read 1.43
+    (2026-11-29). Where the run measured others' CPU (simdl.calibrate.host_load), that decides;
+    each stage's share lands in the provenance and, when busy, in the notes."""
+    run = make_run_dir(tmp_path)
+    settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
+    settings["loadavg_before"] = [{"date": "2026-01-01", "loadavg": [1.43, 0.46, 0.17],
+                                   "host_cpu": {"others_cores": 0.03, "busiest": [], "quiet": True}}]
+    (run / "compute" / "host_cpu.json").write_text(json.dumps([{"others_cores": 0.9}, {"others_cores": 0.01}]))
+    (run / "collectives" / "host_cpu.json").write_text(json.dumps([{"others_cores": 0.6}]))
+    profile, _ = build_profile(run, settings, name="synthetic")
+    prov = profile["calibration"]["provenance"]
+    assert prov["machine_busy"] is False  # the load average alone would have said busy
+    assert prov["others_cores_by_stage"] == {"collectives": 0.6, "compute": 0.01}  # the last attempt
+    notes = profile["notes"]
+    assert "otherwise idle when calibration started: other processes used 0.03 cores" in notes
+    assert "0.60 cores on average during the collectives stage" in notes and "compute stage" not in notes
+    settings["loadavg_before"][0]["host_cpu"]["others_cores"] = 0.97
+    profile, _ = build_profile(run, settings, name="synthetic")
+    assert profile["calibration"]["provenance"]["machine_busy"] is True
+    assert "busy when calibration started: other processes used 0.97 cores" in profile["notes"]
+    # runs from before the measurement keep the load-average rule
+    del settings["loadavg_before"][0]["host_cpu"]
+    settings["loadavg_before"][0]["loadavg"] = [0.2, 0.1, 0.1]
+    profile, _ = build_profile(run, settings, name="synthetic")
+    assert profile["calibration"]["provenance"]["machine_busy"] is False
