@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, NamedTuple
 
+from simdl.calibrate import host_load
+
 from . import probe as machine_probe
 from . import watch
 from .experiments import CORES, PROFILES, RunSpec, experiments
@@ -275,6 +277,7 @@ class Launched(NamedTuple):
     wall_s: float
     stopped: str = ""  # why the runner killed it (validate.watch): time or host memory; "" if it ended
     min_available_bytes: int | None = None  # the host's lowest MemAvailable while it ran
+    cpu: dict | None = None  # what other processes took of the CPU meanwhile (simdl.calibrate.host_load)
 
 
 def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None,
@@ -295,10 +298,16 @@ def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None,
     with open(workdir / "log.txt", "w") as log:
         log.write(" ".join(cmd) + "\n")
         log.flush()
+        # torchrun reaps its ranks and this process reaps torchrun, so their CPU is "own" by the
+        # time the meter stops; a rank the runner had to kill may be reaped by init instead and
+        # then counts as another's (such a run is failed anyway).
+        meter = host_load.CpuMeter()
         w = watch.run_watched(cmd, stdout=log, env=env, timeout_s=timeout_s, min_available=min_available)
+        share = meter.stop()
         if w.stopped:
             log.write(f"\npython -m validate.run: stopped the run: {w.stopped}\n")
-    return Launched(w.returncode, " ".join(cmd), time.perf_counter() - t, w.stopped, w.min_available_bytes)
+    return Launched(w.returncode, " ".join(cmd), time.perf_counter() - t, w.stopped, w.min_available_bytes,
+                    share.to_dict() if share else None)
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\n", re.S)
@@ -448,7 +457,8 @@ def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, 
 
 def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
             engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None,
-            host_mismatch: str = "", probe: bool = False, min_available: int = 0) -> dict:
+            host_mismatch: str = "", probe: bool = False, min_available: int = 0,
+            wait_quiet_s: float = -1.0) -> dict:
     workdir = root / run.run_id
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
@@ -473,6 +483,10 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     rec["predicted"] = predict_run(run, cluster_path, engines)  # before the run: blind to it
+    if wait_quiet_s >= 0:
+        # Others' CPU before and during the run (simdl.calibrate.host_load): on 2 cores, one
+        # other job slows a run by a third, and the record must say so.
+        rec["host_cpu_before"] = host_load.wait_for_quiet(wait_quiet_s, what=f"starting {run.run_id}")
     point = machine_probe.probe_point(cluster_path, run) if probe else {}
     if point and "skipped" not in point:
         before = machine_probe.measure(point, workdir / "probe-before")
@@ -482,7 +496,7 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
         rec["machine_probe"] = point if "skipped" in point else \
             machine_probe.speed(point, before, machine_probe.measure(point, workdir / "probe-after"))
     rec.update(command=ran.command, wall_s=ran.wall_s, returncode=rc, workdir=str(workdir),
-               host_min_available_bytes=ran.min_available_bytes,
+               host_min_available_bytes=ran.min_available_bytes, host_cpu=ran.cpu,
                host_memory_floor_bytes=min_available or None)
     try:
         rec["measured"] = merge_ranks(run, workdir)
@@ -521,6 +535,11 @@ def main(argv=None) -> int:
                    help="stop a run when the host's MemAvailable falls below this many MiB (validate/watch.py: "
                         "no swap here, a run that outgrows RAM thrashes for many minutes); default "
                         "max(512, 3 %% of RAM); 0: no floor")
+    p.add_argument("--wait-quiet", type=float, default=120.0, metavar="SECONDS",
+                   help="before each run, wait up to this long while other processes keep more than a quarter "
+                        "of a core busy (simdl/calibrate/host_load.py); the run then starts anyway and its record "
+                        "says how busy the machine was before and during it; default 120, 0: measure without "
+                        "waiting, -1: do not measure")
     p.add_argument("--data-dir", default=None, help="directory with CIFAR-10/MNIST (torchvision layout)")
     p.add_argument("--engines", default=",".join(ENGINES), help="prediction engines, comma-separated")
     p.add_argument("--allow-other-host", action="store_true",
@@ -535,6 +554,10 @@ def main(argv=None) -> int:
     if a.min_free_mib is not None and not (0 <= a.min_free_mib < float("inf")):
         print(f"python -m validate.run: error: --min-free-mib {a.min_free_mib:g} must be a finite number of MiB >= 0 "
               "(0: no floor)", file=sys.stderr)
+        return 2
+    if not (-1 <= a.wait_quiet < float("inf")) or -1 < a.wait_quiet < 0:
+        print(f"python -m validate.run: error: --wait-quiet {a.wait_quiet:g} must be a finite number of seconds "
+              ">= 0, or -1 (do not measure)", file=sys.stderr)
         return 2
     floor = watch.default_floor() if a.min_free_mib is None else int(a.min_free_mib * watch.MiB)
     if a.cluster is None:
@@ -581,7 +604,7 @@ def main(argv=None) -> int:
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
         rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
-                      host_mismatch=other, probe=a.probe, min_available=floor)
+                      host_mismatch=other, probe=a.probe, min_available=floor, wait_quiet_s=a.wait_quiet)
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":
@@ -590,6 +613,9 @@ def main(argv=None) -> int:
             ratio = rec.get("machine_probe", {}).get("speed_ratio")
             if ratio:
                 msg += f"; machine {ratio:.3f} x its profile's step"
+            busy = host_load.busy_note(rec)
+            if busy:
+                msg += f"; warning: {busy}"
             if rec.get("teardown_error"):
                 msg += f"; warning: {rec['teardown_error']}"
         print(f"[{i}/{len(todo)}] {run.run_id}: {rec['status']} in {time.perf_counter() - t:.0f} s  {msg}",

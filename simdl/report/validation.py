@@ -15,6 +15,7 @@ import math
 import statistics
 from pathlib import Path
 
+from ..calibrate import host_load
 from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, summary
 
 # Goals of issue 6 on the local profile (fractions).
@@ -267,6 +268,19 @@ def _setup_section(records: list[dict]) -> list[str]:
         lines += [f"- **A rank failed while tearing down** ({len(torn)} of {len(records)} runs: "
                   + ", ".join(f"`{r['run_id']}`" for r in torn) + "): every rank had written its complete "
                   "record first, so the measurements are used; the runs' `teardown_error` says what failed."]
+    # validate.run measures, since 2026-11-29, what other processes took of the CPU before and
+    # during each run (simdl.calibrate.host_load): on 2 cores one other job slows a run by a third.
+    metered = [r for r in records if (r.get("host_cpu") or {}).get("others_cores") is not None]
+    busy = [(r, host_load.busy_note(r)) for r in records if host_load.busy_note(r)]
+    if busy:
+        lines += [f"- **Other processes were busy** ({len(busy)} of {len(records)} runs, more than "
+                  f"{host_load.BUSY_CORES:g} of a core on average): "
+                  + "; ".join(f"`{r['run_id']}`: {why}" for r, why in busy)
+                  + ". Their measured times include that contention; simdl's predictions do not."]
+    elif metered:
+        worst = max((r["host_cpu"]["others_cores"] for r in metered), default=0.0)
+        lines += [f"- Other processes' CPU, measured during {len(metered)} of {len(records)} runs: at most "
+                  f"{worst:.2f} cores on average (runs above {host_load.BUSY_CORES:g} would be listed here)."]
     over = [r for r in records if r.get("oversubscribed")]
     # validate/train.py records the RPC transport of each PS run (uv since 2026-11-23; the
     # default shm before, whose busy-polling reactor slowed oversubscribed runs).

@@ -199,6 +199,23 @@ def test_setup_counts_runs_kept_after_a_teardown_failure(results_file, tmp_path)
     assert "tearing down" not in build_report(path, tmp_path / "rep2").read_text()
 
 
+def test_setup_lists_runs_measured_while_other_processes_were_busy(results_file, tmp_path):
+    import json
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()][:3]
+    for r in recs:
+        r["host_cpu"], r["host_cpu_before"] = {"others_cores": 0.04}, {"others_cores": 0.01}
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    setup = build_report(path, tmp_path / "rep").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
+    assert "measured during 3 of 3 runs: at most 0.04 cores" in setup and "were busy" not in setup
+    recs[2]["host_cpu"]["others_cores"] = 0.97
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    setup = build_report(path, tmp_path / "rep2").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
+    assert (f"**Other processes were busy** (1 of 3 runs, more than 0.25 of a core on average): "
+            f"`{recs[2]['run_id']}`: other processes used 0.97 cores during the run.") in setup
+
+
 def test_split_table_compares_shares_of_the_step_and_skips_runs_without_groups(results_file):
     from simdl.report.validation import split_table
 

@@ -25,7 +25,8 @@ def test_smoke_profile_end_to_end(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "results.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-m", "validate.run", "--profile", "smoke", "-o", str(out), "--timeout", "300"],
+    subprocess.run([sys.executable, "-m", "validate.run", "--profile", "smoke", "-o", str(out), "--timeout", "300",
+                    "--wait-quiet", "0"],
                    cwd=ROOT, env=env, check=True, timeout=600)
     recs = read_results(out)
     assert len(recs) == 7
@@ -47,6 +48,11 @@ def test_smoke_profile_end_to_end(tmp_path):
         if r["spec"]["strategy"] in ("ddp", "fsdp"):
             assert 0 < m["profiled_step_s"] <= m["steady_step_times_s"][0] * 3
         assert r["cluster_profile"] and m["data"]
+        # what others took of the CPU (simdl.calibrate.host_load): the ranks, reaped by
+        # torchrun and torchrun by the runner, count as the run's own, at least half a core
+        cpu = r["host_cpu"]
+        assert cpu["own_cpu_s"] > 0.5 * cpu["wall_s"] > 0 and cpu["others_cores"] >= 0, cpu
+        assert r["host_cpu_before"]["others_cores"] is not None
     ps = [r for r in recs if r["spec"]["strategy"] == "ps-async"]
     assert ps and ps[0]["measured"]["staleness"]["n"] > 0
     assert ps[0]["measured"]["test_accuracy"] is not None

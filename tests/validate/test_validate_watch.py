@@ -68,6 +68,13 @@ def test_a_bad_memory_floor_is_a_one_line_error(bad, tmp_path, capsys):
     assert err.count("\n") == 0 and f"--min-free-mib {bad}" in err and ">= 0" in err
 
 
+@pytest.mark.parametrize("bad", ["-0.5", "nan", "inf", "-2"])
+def test_a_bad_wait_for_quiet_is_a_one_line_error(bad, tmp_path, capsys):
+    assert vrun.main(["--profile", "smoke", "-o", str(tmp_path / "r.jsonl"), "--wait-quiet", bad]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and f"--wait-quiet {float(bad):g}" in err and "-1 (do not measure)" in err
+
+
 def test_a_run_stopped_for_memory_is_recorded_failed_with_the_reason(tmp_path, monkeypatch):
     from validate.experiments import experiments
 
