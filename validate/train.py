@@ -310,6 +310,11 @@ class ParameterServer:
         self.round_count = 0
         self.round_versions: list[int] = []
         self.round_future = torch.futures.Future()
+        # ps-sync: per round, perf_counter seconds since t0: mean started, update started, done.
+        self.round_events: list[tuple[float, float, float]] = []
+        # ps-sync: the CPU seconds of each push's part of the sum (its thread's, not wall: on a
+        # shared host the two differ by the cores the thread did not get).
+        self.sum_cpu_s: list[float] = []
         self.ready_count = 0
         self.ready_future = torch.futures.Future()
 
@@ -361,19 +366,36 @@ class ParameterServer:
         with self.lock:
             taken = time.perf_counter() - self.t0
             if self.mode == "ps-sync":
+                cpu = time.thread_time()
+                # The sum lives across rounds, as the optimizer's momentum does: a fresh 537 MB
+                # sum per round (VGG16) faulted its pages in at up to 1.7 CPU-s on the
+                # Emerald Rapids VM, whose freed memory goes back to the host (free page
+                # reporting) -- 0.2 s when the pages were still mapped (2026-11-29, validate/README).
                 if self.round_sum is None:
-                    self.round_sum = [g.clone() for g in grads]
+                    self.round_sum = [torch.empty_like(g) for g in grads]
+                if self.round_count == 0:
+                    for s, g in zip(self.round_sum, grads):
+                        s.copy_(g)
                 else:
                     for s, g in zip(self.round_sum, grads):
                         s.add_(g)
                 self.round_count += 1
                 self.round_versions.append(version)
+                self.sum_cpu_s.append(time.thread_time() - cpu)
                 fut = self.round_future
+                # Where a sync round's server time goes: each push's share of the sum, then
+                # (the last push) the mean and the update. version: the one the round produces.
+                self.push_events.append((worker, arrived, taken, time.perf_counter() - self.t0,
+                                         self.version + 1))
                 if self.round_count == self.n:
                     self.staleness += [self.version - v for v in self.round_versions]
-                    self._apply([s.div_(self.n) for s in self.round_sum])
+                    t_mean = time.perf_counter() - self.t0
+                    mean = [s.div_(self.n) for s in self.round_sum]
+                    t_update = time.perf_counter() - self.t0
+                    self._apply(mean)
+                    self.round_events.append((t_mean, t_update, time.perf_counter() - self.t0))
                     release.append((fut, self.version))
-                    self.round_sum, self.round_count, self.round_versions = None, 0, []
+                    self.round_count, self.round_versions = 0, []
                     self.round_future = torch.futures.Future()
             else:
                 self.staleness.append(self.version - version)
@@ -449,6 +471,7 @@ def run_ps(run: RunSpec, out: Path) -> None:
                    staleness_log=[list(u) for u in s.update_log],
                    push_events=[list(e) for e in s.push_events], pull_events=[list(e) for e in s.pull_events],
                    events_t0=s.t0, held_pulls=[list(h) for h in s.held],
+                   round_events=[list(e) for e in s.round_events], sum_cpu_s=s.sum_cpu_s,
                    updates=s.version, update_time_s=measure.step_stats(s.update_s),
                    server_wall_s=time.perf_counter() - t, peak_rss_bytes=measure.peak_rss_bytes())
         _write(out, rank, rec)

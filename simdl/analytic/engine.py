@@ -207,20 +207,38 @@ def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> flo
     serve the pulls of those workers (one :func:`ps_snapshot_time` each).
 
     The update streams the optimizer's passes over the shard through host memory
-    (see simdl.strategies.optimizer_step); aggregation reads each received gradient once.
-    On a host whose allocator maps large buffers fresh (``host.page_fault_ns_per_byte``),
-    every received gradient tensor above the mmap threshold faults its pages in (unless the
-    transfer prices it, ``ps_servers.receive_fault_ns_per_byte``: ps_transfer_times), as
-    does ps-sync's running sum. Shards update in parallel on their own servers.
+    (see simdl.strategies.optimizer_step), and so does the mean of several gradients
+    (:func:`ps_aggregate_bytes`). On a host whose allocator maps large buffers fresh
+    (``host.page_fault_ns_per_byte``), every received gradient tensor above the mmap
+    threshold faults its pages in (unless the transfer prices it,
+    ``ps_servers.receive_fault_ns_per_byte``: ps_transfer_times); the sum is kept from round
+    to round and does not. Shards update in parallel on their own servers.
     """
-    nbytes = (plan.update_bytes + max(grads_aggregated - 1, 0) * plan.push_bytes) / plan.servers
+    nbytes = (plan.update_bytes + ps_aggregate_bytes(plan, grads_aggregated)) / plan.servers
     t = nbytes / cluster.ps_update_bandwidth()
     host = host_rates(cluster)
-    if host:
-        received = 0 if cluster.spec.ps_servers.receive_fault is not None else grads_aggregated
-        buffers = received + (1 if grads_aggregated > 1 else 0)  # receive buffers, the sum
-        t += buffers * _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
+    if host and cluster.spec.ps_servers.receive_fault is None:
+        t += grads_aggregated * _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
     return t + grads_aggregated * ps_snapshot_time(cluster, plan)
+
+
+def ps_aggregate_bytes(plan: PSPlan, grads_aggregated: int) -> float:
+    """Bytes all shards stream through memory to average ``grads_aggregated`` gradients into
+    one (0 for one gradient, which is applied as it arrived).
+
+    As validate/train.py's ps-sync server sums: the first gradient is copied into the sum
+    (read + write), each later one added to it (``add_``: read both, write one), and the sum
+    divided by their count (``div_``: read + write): 2 + 3 (k - 1) + 2 gradient sizes. The
+    update bandwidth that prices them was measured on the optimizer's own element-wise
+    passes (simdl.calibrate.ps). Before 2026-11-29 one read per added gradient was priced,
+    (k - 1) sizes. VGG16 at 4 workers on the Emerald Rapids (cpu-xeon-emr-x4, the server's
+    event log, runs/validate/s31): copy 0.08, add_ 3 x 0.07, div_ 0.04, 0.34 CPU-s in all;
+    priced 0.05 s before, 0.20 s now.
+    """
+    k = grads_aggregated
+    if k <= 1:
+        return 0.0
+    return (2 + 3 * (k - 1) + 2) * plan.push_bytes
 
 
 def ps_snapshot_time(cluster: Cluster, plan: PSPlan) -> float:

@@ -32,9 +32,28 @@ def test_server_time_counts_snapshots_and_page_faults_of_large_tensors(model, fa
     VGG16's first classifier weight (411 MB) is mapped fresh at every allocation."""
     w, alloc, plan = _plan(model)
     bw = alloc.ps_update_bandwidth()
-    streamed = (plan.update_bytes + plan.push_bytes + 2 * 2 * plan.pull_bytes) / bw  # 2 grads, 2 snapshots
+    # The mean of 2: copy the first (2 sizes), add the second (3), divide (2); 2 snapshots.
+    streamed = (plan.update_bytes + 7 * plan.push_bytes + 2 * 2 * plan.pull_bytes) / bw
     t = ps_update_time(alloc, plan, 2)
     assert t == pytest.approx(streamed) if not faults else t > 1.2 * streamed
+
+
+def test_sync_mean_streams_the_server_codes_passes():
+    """validate/train.py's ps-sync server copies the first gradient into its sum, adds the
+    other k - 1 and divides: 2 + 3 (k - 1) + 2 gradient sizes through memory, k snapshots
+    served; one gradient is applied as it arrived. The sum is kept across rounds, so only
+    the received buffers fault (VGG16's, on cpu-local)."""
+    from simdl.analytic.engine import ps_aggregate_bytes, ps_snapshot_time
+
+    for model in ("resnet50", "vgg16"):
+        _, alloc, plan = _plan(model, cluster="cpu-local-x4", gpus=4)
+        assert ps_aggregate_bytes(plan, 1) == 0
+        assert ps_aggregate_bytes(plan, 4) == 13 * plan.push_bytes
+        bw = alloc.ps_update_bandwidth()
+        one = ps_update_time(alloc, plan, 1) - ps_snapshot_time(alloc, plan)
+        four = ps_update_time(alloc, plan, 4) - 4 * ps_snapshot_time(alloc, plan)
+        # Three more received buffers' faults (if any) and the mean's passes.
+        assert four - one == pytest.approx(3 * (one - plan.update_bytes / bw) + 13 * plan.push_bytes / bw)
 
 
 def test_ps_on_a_shared_host_pays_for_the_server_with_compute():

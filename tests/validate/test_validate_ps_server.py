@@ -69,3 +69,27 @@ def test_ssp_server_logs_the_pulls_its_bound_held():
     w, c, arrived, released = s.held[0]
     assert 0.0 <= arrived <= released
     assert len(s.pull_events) == bound + 3  # every pull logged, the held one on its release
+
+
+def test_sync_round_applies_the_mean_from_a_sum_kept_across_rounds():
+    """ps-sync: each round's pushes are averaged into one buffer allocated once (a fresh one
+    per round faults its pages in again); the update is SGD on the mean, and the event log
+    times each push's part of the sum and the round's mean and update."""
+    s = _server(workers=2, mode="ps-sync")
+    s.opt = torch.optim.SGD(s.params, lr=1.0)  # plain SGD: p -= mean
+    before = [p.detach().clone() for p in s.params]
+    for rnd in range(2):
+        futs = [s.push(w, [torch.full_like(p, float(w + 1 + rnd)) for p in s.params], rnd, False)
+                for w in range(2)]
+        assert [f.wait() for f in futs] == [rnd + 1, rnd + 1]
+        if rnd == 0:
+            buffers = [t.data_ptr() for t in s.round_sum]
+    assert [t.data_ptr() for t in s.round_sum] == buffers
+    # Means 1.5 then 2.5: each parameter moved by -4.
+    for p, b in zip(s.params, before):
+        assert torch.allclose(p.detach(), b - 4.0)
+    assert s.staleness == [0, 0, 0, 0] and s.version == 2
+    assert [e[0] for e in s.push_events] == [0, 1, 0, 1] and len(s.round_events) == 2
+    assert len(s.sum_cpu_s) == 4 and all(c >= 0 for c in s.sum_cpu_s)
+    for t_mean, t_update, t_done in s.round_events:
+        assert t_mean <= t_update <= t_done
