@@ -287,6 +287,17 @@ def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, transfers:
     return (plan.workers * worker_cpu + server_per_round) / cores
 
 
+def ps_host_floor(cluster: Cluster, plan: PSPlan, compute: float) -> float:
+    """:func:`shared_host_bound` with the server's work per round of ``plan``'s strategy: one
+    update of the N gradients' mean (ps-sync), or N updates of one (async and SSP, a bound
+    of 0 included). Both engines floor a PS step at it; 0 where workers have devices of
+    their own."""
+    N = plan.workers
+    push1, pull1 = ps_transfer_times(cluster, plan, 1)
+    server = ps_update_time(cluster, plan, N) if plan.strategy == "ps-sync" else N * ps_update_time(cluster, plan, 1)
+    return shared_host_bound(cluster, plan, compute, push1 + pull1, server)
+
+
 def async_staleness(workers: int, think: float, apply: float, snapshot: float) -> float:
     """Mean staleness of an asynchronous update in steady state.
 
@@ -332,9 +343,7 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         # prices the holds it causes.)
         push, pull = ps_transfer_times(cluster, plan, N)
         update = N * ps_update_time(cluster, plan, 1) if barrier_ssp else ps_update_time(cluster, plan, N)
-        push1, pull1 = ps_transfer_times(cluster, plan, 1)
-        iteration = max(compute + push + update + pull,
-                        shared_host_bound(cluster, plan, compute, push1 + pull1, update))
+        iteration = max(compute + push + update + pull, ps_host_floor(cluster, plan, compute))
         s = (N - 1) / 2.0 if barrier_ssp else 0.0
         staleness = Staleness(mean=s, p50=s, p99=float(N - 1), max=float(N - 1)) if barrier_ssp else Staleness()
     else:
@@ -348,7 +357,7 @@ def _ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         update1 = ps_update_time(cluster, plan, 1)
         cycle = compute + push1 + update1 + pull1
         demand = max(plan.push_bytes / plan.servers / _server_bandwidth(cluster, plan), update1)
-        host = shared_host_bound(cluster, plan, compute, push1 + pull1, N * update1)
+        host = ps_host_floor(cluster, plan, compute)
         iteration = max(cycle, N * demand, host)
         push, pull, update = push1, pull1, update1
         snapshot = ps_snapshot_time(cluster, plan)

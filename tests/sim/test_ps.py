@@ -140,3 +140,28 @@ def test_ssp_bound_that_never_binds_holds_no_pull():
     asyn = predict("resnet50", "ps-async", 4, **kw)
     assert ssp.staleness.held_pulls == 0.0 and ssp.staleness.held_wait_s == 0.0
     assert ssp.iteration_time_s == pytest.approx(asyn.iteration_time_s, rel=1e-9)
+
+
+def test_shared_host_floors_the_simulated_step_at_its_cores():
+    """cpu-local-x4: 4 workers and the server share 2 cores. The timeline gives every process
+    a core, so the step is floored at the cores' bound, as the analytic engine's; workers with
+    GPUs of their own (a10g-ps) are not floored."""
+    from simdl.analytic.engine import ps_host_floor
+    from simdl.strategies import StrategyConfig, build_plan
+    from simdl.workload import workload as wl
+    from simdl.workload.library import load_workload
+
+    kw = dict(dataset="mnist", batch_size=32, train_samples=512, epochs=1, optimizer="momentum")
+    r = predict("vgg16", "ps-async", 4, cluster="cpu-local-x4", engine="sim", **kw)
+    a = predict("vgg16", "ps-async", 4, cluster="cpu-local-x4", engine="analytic", **kw)
+    cluster = allocate("cpu-local-x4", 4)
+    w = wl.Workload(table=load_workload("vgg16", "mnist"), batch_size=32, train_samples=512, epochs=1,
+                    optimizer="momentum", precision="fp32")
+    plan = build_plan(w, cluster, StrategyConfig(name="ps-async"))
+    floor = ps_host_floor(cluster, plan, a.compute_time_s)
+    assert floor > 0 and r.iteration_time_s >= floor * (1 - 1e-9)
+    assert any(n.startswith("shared host:") for n in r.notes) == (r.iteration_time_s == pytest.approx(floor))
+    g = predict("vgg16", "ps-async", 4, cluster="a10g-ps", engine="sim", **kw)
+    assert not any(n.startswith("shared host:") for n in g.notes)
+    gplan = build_plan(w, allocate("a10g-ps", 4), StrategyConfig(name="ps-async"))
+    assert ps_host_floor(allocate("a10g-ps", 4), gplan, 1.0) == 0
