@@ -1,0 +1,84 @@
+"""Per-process CPU over time on this host: which process burns the cores during a window of a
+validate run (for example a parameter server's receive of the last push of a round).
+
+``record OUT SECONDS``: every 50 ms, one line ``<CLOCK_MONOTONIC s> pid:comm:utime:stime ...``
+for every python process (utime and stime in clock ticks, /proc/<pid>/stat fields 14-15,
+proc(5)). CLOCK_MONOTONIC is the clock of validate/train.py's event logs (time.perf_counter
+on Linux), so its windows can be cut from the samples.
+
+``window FILE START END``: CPU seconds of each process between two CLOCK_MONOTONIC times.
+
+Started beside a run (``python benchmarks/proc_cpu_timeline.py record out.txt 100 &``) it
+costs about 0.01 cores. validate/results/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt is
+one such record (validate/README: "Where VGG16 PS sync's time goes").
+"""
+from __future__ import annotations
+
+import bisect
+import os
+import sys
+import time
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def sample() -> dict[str, tuple[str, int]]:
+    out = {}
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = open(f"/proc/{pid}/stat").read()
+        except OSError:
+            continue  # the process ended between listdir and open
+        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        if not comm.startswith("python"):
+            continue
+        f = stat[stat.rindex(")") + 2:].split()
+        out[pid] = (comm, int(f[11]) + int(f[12]))
+    return out
+
+
+def record(path: str, seconds: float) -> None:
+    end = time.monotonic() + seconds
+    with open(path, "w") as fh:
+        while time.monotonic() < end:
+            t = time.clock_gettime(time.CLOCK_MONOTONIC)
+            fh.write(f"{t:.3f} " + " ".join(f"{p}:{c}:{ticks}:0" for p, (c, ticks) in sample().items()) + "\n")
+            fh.flush()
+            time.sleep(0.05)
+
+
+def read(path: str) -> list[tuple[float, dict[str, int]]]:
+    rows = []
+    for line in open(path):
+        parts = line.split()
+        rows.append((float(parts[0]), {x.split(":")[0]: int(x.split(":")[-2]) + int(x.split(":")[-1])
+                                       for x in parts[1:]}))
+    return rows
+
+
+def window(rows, start: float, end: float) -> dict[str, float]:
+    times = [t for t, _ in rows]
+    i, j = bisect.bisect_left(times, start), bisect.bisect_right(times, end) - 1
+    if j <= i:
+        return {}
+    a, b = rows[i][1], rows[j][1]
+    # A process absent at the window's start began inside it: all its CPU is the window's.
+    return {p: (b[p] - a.get(p, 0)) / TICK for p in b if b[p] > a.get(p, 0)}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) == 3 and argv[0] == "record":
+        record(argv[1], float(argv[2]))
+        return 0
+    if len(argv) == 4 and argv[0] == "window":
+        for pid, s in sorted(window(read(argv[1]), float(argv[2]), float(argv[3])).items(), key=lambda x: -x[1]):
+            print(f"{pid}\t{s:.2f} CPU-s")
+        return 0
+    print("usage: proc_cpu_timeline.py record OUT SECONDS | window FILE START END", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
