@@ -135,8 +135,17 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         durations = [_compute_time(t, rows, rates) for t in plan.worker_tasks]
         # One value per aggregation count, asked for at every applied update.
         update_time = lru_cache(maxsize=None)(lambda k: ps_update_time(cluster, plan, k))
+        cores = None
+        if cluster.spec.shared_device and cluster.nodes == 1:
+            # The workers and the server are processes of one host and share its cores
+            # (simdl.sim.cores).
+            from .cores import SharedCores
+
+            k = int(cluster.spec.host.cpu_cores.value)
+            cores = SharedCores(env, k, min(1.0, k / plan.workers))
         run = run_ps(env, net, router, plan, cluster, durations, hetero, iterations, loader_workers,
-                     batch_time, update_time, free_comm, on_iteration_end, ps_snapshot_time(cluster, plan))
+                     batch_time, update_time, free_comm, on_iteration_end, ps_snapshot_time(cluster, plan),
+                     cores=cores)
         classes = [(w,) for w in range(plan.workers)]
         ends = run.iteration_end
     else:

@@ -28,6 +28,10 @@ applied one after another; the cost of one is the analytic model's
   per pull are the result's ``staleness.held_pulls`` / ``held_wait_s``, which validate
   compares with the pulls the real server held.
 
+On a shared host (cpu-local) the workers' computes and the server's work share the host's
+cores (simdl.sim.cores): a compute runs faster while other workers wait for the server, an
+update slower while they compute.
+
 Whether workers drift apart depends on how their step times vary: the engine draws them
 from the profile's measured ``efficiency.compute_jitter`` (simdl.sim.stragglers). Workers
 with identical, deterministic steps fall into lockstep convoys, which real ones do not.
@@ -66,9 +70,12 @@ class _Shard:
 
 def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: int,
            loader_workers: int, batch_time: float, update_time, free_comm: bool = False,
-           on_iteration_end=None, snapshot_time: float = 0.0) -> PSRun:
+           on_iteration_end=None, snapshot_time: float = 0.0, cores=None) -> PSRun:
     """Start the worker processes; ``update_time(k)`` = server seconds for k aggregated
-    gradients and their workers' pulls, ``snapshot_time`` = the seconds of one pull."""
+    gradients and their workers' pulls, ``snapshot_time`` = the seconds of one pull;
+    ``cores``: a :class:`simdl.sim.cores.SharedCores` the workers' computes and the server's
+    work share (processes of one host), or None (workers with devices of their own, servers
+    with their own CPUs)."""
     from ..analytic.engine import ps_transfer_extras
 
     N, S = plan.workers, plan.servers
@@ -105,6 +112,10 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
         # server's copy of a pull's answer): each process its own, after the bytes arrive.
         return env.process(_then_wait(flow, extra))
 
+    def server_work(seconds: float):
+        # The server is a process of the workers' host when they share its cores.
+        return cores.serve(seconds) if cores is not None else env.timeout(seconds)
+
     def _then_wait(event, seconds):
         yield event
         yield env.timeout(seconds)
@@ -122,7 +133,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             if shard.arrived[it] == N:
                 with shard.cpu.request() as req:
                     yield req
-                    yield env.timeout(update_time(N))
+                    yield server_work(update_time(N))
                 shard.version += 1
                 ready.succeed()
             yield ready
@@ -131,7 +142,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
                 yield req
                 run.staleness.append(shard.version - pulled_version)
                 run.staleness_it.append(it)
-                yield env.timeout(max(update_time(1) - snapshot_time, 0.0))
+                yield server_work(max(update_time(1) - snapshot_time, 0.0))
                 shard.version += 1
             if shard.index == 0:
                 tick(w)
@@ -148,7 +159,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             with shard.cpu.request() as req:
                 yield req
                 version = shard.version
-                yield env.timeout(snapshot_time)
+                yield server_work(snapshot_time)
             t0 = env.now
             yield transfer(server, gpu, plan.pull_bytes / S)
             if shard.index == 0:
@@ -176,7 +187,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
                 start = env.now
                 d = durations[k] * factor * float(draws[k])
                 if d > 0:
-                    yield env.timeout(d)
+                    yield cores.compute(d) if cores is not None else env.timeout(d)
                 run.records.append(TaskRecord(w, it, k, start, env.now, task.stream, task.name, task.phase, False))
             procs = [env.process(exchange(w, it, shards[s], versions[s])) for s in range(S)]
             result = yield env.all_of(procs)
