@@ -191,8 +191,9 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     host_floor = 0.0
     if is_ps:
         # Workers and server on one host's cores (cpu-local: validate runs them as processes
-        # of one machine): the timeline gives each process a core of its own, so the step is
-        # floored at the cores' operational bound, as the analytic engine's
+        # of one machine): the timeline shares the cores between the computes and the
+        # server's work (simdl.sim.cores) but leaves out the CPU the transfers take, so the
+        # step is floored at the cores' operational bound, as the analytic engine's
         # (simdl.analytic.engine.ps_host_floor). Without it VGG16 async on cpu-xeon-emr-x4
         # was predicted 3.45 s against 4.09 s measured (-16 %, validate/results/xeon-emr-x4.jsonl).
         from ..analytic.engine import ps_host_floor
@@ -201,8 +202,8 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         if host_floor > iteration:
             notes = tuple(notes) + (
                 f"shared host: the workers' and the server's CPU on {cluster.spec.host.cpu_cores.value:g} cores "
-                f"floor the step at {host_floor:.4g} s (the timeline's {iteration:.4g} s gives every process "
-                f"a core; its staleness is the timeline's)",)
+                f"floor the step at {host_floor:.4g} s (the timeline's {iteration:.4g} s leaves out the CPU "
+                f"the transfers take; its staleness is the timeline's)",)
             iteration = host_floor
     compute, comm_busy, any_busy = mean(comp), mean(commb), mean(anyb)
     interference = cluster.spec.efficiency.comm_compute_interference
