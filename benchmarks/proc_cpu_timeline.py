@@ -22,6 +22,12 @@ import time
 TICK = os.sysconf("SC_CLK_TCK")
 
 
+
+def _fail(message: str):
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"proc_cpu_timeline: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
 def sample() -> dict[str, tuple[str, int]]:
     out = {}
     for pid in os.listdir("/proc"):
@@ -68,12 +74,24 @@ def window(rows, start: float, end: float) -> dict[str, float]:
     return {p: (b[p] - a.get(p, 0)) / TICK for p in b if b[p] > a.get(p, 0)}
 
 
+def _seconds(text: str, what: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        _fail(f"{what} {text!r} is not a number of seconds")
+
+
 def main(argv: list[str]) -> int:
     if len(argv) == 3 and argv[0] == "record":
-        record(argv[1], float(argv[2]))
+        record(argv[1], _seconds(argv[2], "SECONDS"))
         return 0
     if len(argv) == 4 and argv[0] == "window":
-        for pid, s in sorted(window(read(argv[1]), float(argv[2]), float(argv[3])).items(), key=lambda x: -x[1]):
+        start, end = _seconds(argv[2], "START"), _seconds(argv[3], "END")
+        try:
+            rows = read(argv[1])
+        except OSError as e:
+            _fail(f"cannot read {argv[1]!r}: {e.strerror}")
+        for pid, s in sorted(window(rows, start, end).items(), key=lambda x: -x[1]):
             print(f"{pid}\t{s:.2f} CPU-s")
         return 0
     print("usage: proc_cpu_timeline.py record OUT SECONDS | window FILE START END", file=sys.stderr)

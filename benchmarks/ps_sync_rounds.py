@@ -30,11 +30,21 @@ import sys
 from pathlib import Path
 
 
+
+def _fail(message: str):
+    """Bad input: one line on stderr, exit status 2."""
+    print(f"ps_sync_rounds: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
 def analyse(workdir: Path, warmup: int = 2) -> dict:
     ranks = {int(p.stem[4:]): json.loads(p.read_text()) for p in workdir.glob("rank*.json")}
+    if 0 not in ranks or len(ranks) < 2:
+        _fail(f"{workdir}: no rank0.json and worker rank files (expected a validate "
+                         f"run's directory)")
     server = ranks[0]
     if "round_events" not in server:
-        raise SystemExit(f"{workdir}: no round log (a ps-sync run made before 2026-11-29, or not ps-sync)")
+        _fail(f"{workdir}: no round log (a ps-sync run made before 2026-11-29, or not "
+                         f"ps-sync)")
     t0 = server["events_t0"]
     n = len(ranks) - 1
     rpc = {r - 1: [[t - t0 for t in step] for step in ranks[r]["rpc_times"]] for r in ranks if r}
@@ -84,9 +94,9 @@ def main(argv: list[str]) -> int:
         return 2
     cols = ("period", "first_cpu", "first_wall", "add_cpu", "mean", "update", "pull_spread", "call_spread",
             "last_arrival", "last_to_end")
+    results = [(arg, analyse(Path(arg))) for arg in argv]  # bad input fails before any output
     print("run | rounds | " + " | ".join(cols) + "  (seconds, medians over the steady rounds)")
-    for arg in argv:
-        a = analyse(Path(arg))
+    for arg, a in results:
         print(f"{Path(arg).parent.name}/{Path(arg).name[:24]} | {a['rounds']} | "
               + " | ".join(f"{a[c]:.3f}" for c in cols))
         for span, busy in a.get("last_push_cpu", []):
