@@ -8,9 +8,11 @@ on Linux), so its windows can be cut from the samples.
 
 ``window FILE START END``: CPU seconds of each process between two CLOCK_MONOTONIC times.
 
-Started beside a run (``python benchmarks/proc_cpu_timeline.py record out.txt 100 &``) it
-costs about 0.01 cores. validate/results/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt is
-one such record (validate/README: "Where VGG16 PS sync's time goes").
+Started beside a run (``python benchmarks/proc_cpu_timeline.py record out.txt 100 &``), it
+counts among the run's other processes: the run that carried
+validate/results/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt recorded 0.055 cores of
+others' CPU, this sampler included (its ``host_cpu``; validate/README: "Where VGG16 PS sync's
+time goes").
 """
 from __future__ import annotations
 
@@ -19,8 +21,7 @@ import os
 import sys
 import time
 
-TICK = os.sysconf("SC_CLK_TCK")
-
+TICK = os.sysconf("SC_CLK_TCK")  # clock ticks per second of /proc/<pid>/stat's times
 
 
 def _fail(message: str):
@@ -28,7 +29,9 @@ def _fail(message: str):
     print(f"proc_cpu_timeline: {message}", file=sys.stderr)
     raise SystemExit(2)
 
-def sample() -> dict[str, tuple[str, int]]:
+
+def sample() -> dict[str, tuple[str, int, int]]:
+    """pid -> (comm, utime, stime) of every python process."""
     out = {}
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -41,7 +44,7 @@ def sample() -> dict[str, tuple[str, int]]:
         if not comm.startswith("python"):
             continue
         f = stat[stat.rindex(")") + 2:].split()
-        out[pid] = (comm, int(f[11]) + int(f[12]))
+        out[pid] = (comm, int(f[11]), int(f[12]))
     return out
 
 
@@ -50,7 +53,7 @@ def record(path: str, seconds: float) -> None:
     with open(path, "w") as fh:
         while time.monotonic() < end:
             t = time.clock_gettime(time.CLOCK_MONOTONIC)
-            fh.write(f"{t:.3f} " + " ".join(f"{p}:{c}:{ticks}:0" for p, (c, ticks) in sample().items()) + "\n")
+            fh.write(f"{t:.3f} " + " ".join(f"{p}:{c}:{u}:{k}" for p, (c, u, k) in sample().items()) + "\n")
             fh.flush()
             time.sleep(0.05)
 

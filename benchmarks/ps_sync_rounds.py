@@ -30,21 +30,19 @@ import sys
 from pathlib import Path
 
 
-
 def _fail(message: str):
     """Bad input: one line on stderr, exit status 2."""
     print(f"ps_sync_rounds: {message}", file=sys.stderr)
     raise SystemExit(2)
 
+
 def analyse(workdir: Path, warmup: int = 2) -> dict:
     ranks = {int(p.stem[4:]): json.loads(p.read_text()) for p in workdir.glob("rank*.json")}
     if 0 not in ranks or len(ranks) < 2:
-        _fail(f"{workdir}: no rank0.json and worker rank files (expected a validate "
-                         f"run's directory)")
+        _fail(f"{workdir}: no rank0.json and worker rank files (expected a validate run's directory)")
     server = ranks[0]
     if "round_events" not in server:
-        _fail(f"{workdir}: no round log (a ps-sync run made before 2026-11-29, or not "
-                         f"ps-sync)")
+        _fail(f"{workdir}: no round log (a ps-sync run made before 2026-11-29, or not ps-sync)")
     t0 = server["events_t0"]
     n = len(ranks) - 1
     rpc = {r - 1: [[t - t0 for t in step] for step in ranks[r]["rpc_times"]] for r in ranks if r}
@@ -54,6 +52,7 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
     steady = range(warmup + 1, len(rounds))  # after the profiled step
     out: dict[str, list[float]] = {k: [] for k in ("period", "first_cpu", "first_wall", "add_cpu", "mean", "update",
                                                    "pull_spread", "call_spread", "last_arrival", "last_to_end")}
+    last_push: list[tuple[float, float]] = []  # per steady round: the last push's call and arrival
     for k in steady:
         out["period"].append(rounds[k][2] - rounds[k - 1][2])
         mine = list(zip(pushes[k * n:(k + 1) * n], cpu[k * n:(k + 1) * n]))
@@ -70,6 +69,7 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
         out["call_spread"].append(calls[-1][0] - calls[0][0])
         last_call, last_w = calls[-1]
         arrival = next(e[1] for e, _ in mine if e[0] == last_w)
+        last_push.append((last_call, arrival))
         out["last_arrival"].append(arrival - last_call)
         out["last_to_end"].append(rounds[k][2] - last_call)
     res = {k: statistics.median(v) if v else float("nan") for k, v in out.items()} | {"rounds": len(steady)}
@@ -79,9 +79,7 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
 
         rows = read(str(cpu_log))
         res["last_push_cpu"] = []
-        for k in steady:
-            last_call, last_w = max((rpc[w][k][2], w) for w in rpc)
-            arrival = next(e[1] for e in pushes[k * n:(k + 1) * n] if e[0] == last_w)
+        for last_call, arrival in last_push:
             busy = window(rows, last_call + t0, arrival + t0)
             res["last_push_cpu"].append((round(arrival - last_call, 2), {p: round(c, 2) for p, c in
                                          sorted(busy.items(), key=lambda x: -x[1])[:3]}))

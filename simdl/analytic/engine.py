@@ -232,9 +232,8 @@ def ps_aggregate_bytes(plan: PSPlan, grads_aggregated: int) -> float:
     update bandwidth that prices them was measured on the optimizer's own element-wise
     passes (simdl.calibrate.ps). Before 2026-11-29 one read per added gradient was priced,
     (k - 1) sizes. VGG16 at 4 workers on the Emerald Rapids (cpu-xeon-emr-x4, the server's
-    event log, validate/results/xeon-emr-x4-sync-s31.jsonl): copy 0.08, add_ 3 x 0.07, div_
-    0.04, 0.34 CPU-s in all;
-    priced 0.05 s before, 0.20 s now.
+    event log, validate/results/xeon-emr-x4-sync-events/): copy 0.08, add_ 3 x 0.07, div_
+    0.04, 0.34 CPU-s in all; priced 0.05 s before, 0.20 s now.
     """
     k = grads_aggregated
     if k <= 1:

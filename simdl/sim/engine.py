@@ -188,7 +188,6 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         return sum(x * k for x, k in zip(xs, weights)) / wsum
 
     iteration = mean(periods) if is_ps else (t_end - t_start) / measured
-    host_floor = 0.0
     if is_ps:
         # Workers and server on one host's cores (cpu-local: validate runs them as processes
         # of one machine): the timeline shares the cores between the computes and the
