@@ -368,6 +368,16 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
     m = {
         "step_time_s": measure.step_stats(steady),
         "steady_step_times_s": steady,
+        # every step from the first, warm-up and profiled ones included (PS: per worker; SPMD:
+        # the slowest rank per step): what the training time is made of; absent before 2026-11-29
+        **({"all_step_times_s": ([r["step_times_s"] for r in trainers] if run.is_ps else
+                                 [max(r["step_times_s"][i] for r in trainers)
+                                  for i in range(min(len(r["step_times_s"]) for r in trainers))])}
+           if all(r.get("step_times_s") for r in trainers) else {}),
+        # how long each rank's torch.profiler took to stop after the profiled steps (outside
+        # every timed step; inside the training time)
+        **({"profiler_stop_s": [r["profiler_stop_s"] for r in trainers]}
+           if all(r.get("profiler_stop_s") is not None for r in trainers) else {}),
         "epoch_times_s": epochs,
         "total_time_s": max(r["train_time_s"] for r in trainers),
         "steps_per_rank": first["steps"],

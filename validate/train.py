@@ -190,7 +190,9 @@ def run_spmd(run: RunSpec, out: Path) -> None:
                 if device.type == "cuda":
                     rec["cuda_max_memory_allocated"] = float(torch.cuda.max_memory_allocated(device))
             if profiling and profiled is not None and step >= last_profiled:
+                t_stop = time.perf_counter()
                 prof.stop()
+                rec["profiler_stop_s"] = time.perf_counter() - t_stop
                 profiling = False
             losses.append(float(loss.detach()))
             step += 1
@@ -534,7 +536,9 @@ def run_ps(run: RunSpec, out: Path) -> None:
             if is_profiled:
                 profiled = (step, dt)
             if profiling and profiled is not None and step >= last_profiled:
+                t_stop = time.perf_counter()
                 prof.stop()
+                rec["profiler_stop_s"] = time.perf_counter() - t_stop
                 profiling = False
             clock += 1
             step += 1

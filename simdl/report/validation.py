@@ -660,6 +660,10 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
               "(2(n-1)/n for all-reduce, (n-1)/n for all-gather); gloo's own algorithms may move more.",
               "- The profiled step (one per run, after warm-up) is excluded from the step-time statistics; "
               "its profiler overhead is in the training time.",
+              "- The fixed warm-up does not always reach the steady state: a run whose first steady steps are "
+              "still slow (ViT under FSDP, whose step settles over several steps) has a median above its "
+              "settled step. The row 'step time, initial transient removed' cuts that start by the MSER rule "
+              "(no parameter) to show how much of an error it is; the goals are judged on the fixed rule.",
               "- Process RSS (`peak_rss_bytes` in the JSONL) includes the profiler's own buffers and is not compared.", ""]
     lines += runs_table(records)
     if paper:

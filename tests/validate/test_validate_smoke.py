@@ -47,6 +47,13 @@ def test_smoke_profile_end_to_end(tmp_path):
         assert math.isclose(sum(a["step_split_s"].values()), a["iteration_time_s"], rel_tol=1e-9)
         if r["spec"]["strategy"] in ("ddp", "fsdp"):
             assert 0 < m["profiled_step_s"] <= m["steady_step_times_s"][0] * 3
+            # every step, warm-up included, in the training time with the profiler's stop
+            assert len(m["all_step_times_s"]) == m["steps_per_rank"]
+            # (the slowest rank per step: a little above any one rank's own sum, never twice it)
+            assert sum(m["all_step_times_s"]) <= m["total_time_s"] * 1.1
+            assert len(m["profiler_stop_s"]) == r["spec"]["ranks"] and min(m["profiler_stop_s"]) >= 0
+        else:
+            assert [len(w) for w in m["all_step_times_s"]] == [m["steps_per_rank"]] * r["spec"]["ranks"]
         assert r["cluster_profile"] and m["data"]
         # what others took of the CPU (simdl.calibrate.host_load): the ranks, reaped by
         # torchrun and torchrun by the runner, count as the run's own, at least half a core
