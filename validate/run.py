@@ -339,6 +339,29 @@ def _rank_failure(log: Path) -> str:
     return f" ({'; '.join(parts)})" if parts else ""
 
 
+def profiling_overhead(run: RunSpec, m: dict) -> float | None:
+    """Seconds the harness's own profiling added to the training time of a merged record
+    ``m``: the profiled steps' excess over the run's median steady step, and the profiler's
+    stop. A user's training has neither, and simdl does not predict them. SPMD ranks share
+    each step (``all_step_times_s`` is the slowest rank's), so the window is the profiled
+    step and the memory steps after it (validate/train.py), plus the slowest stop. A PS
+    worker profiles its step ``warmup_steps`` alone, and the slowest worker's addition is
+    taken (sync waits for it; async runs end with their last worker). None for runs that did
+    not record every step (before 2026-11-29)."""
+    from . import measure
+
+    steps, stops = m.get("all_step_times_s"), m.get("profiler_stop_s")
+    if not steps or not stops or not m.get("steady_step_times_s"):
+        return None
+    w = run.warmup_steps
+    if run.is_ps:
+        return max(max(s[w] - statistics.median(s[w + 1:]), 0.0) + stop
+                   for s, stop in zip(steps, stops) if len(s) > w + 1)
+    base = statistics.median(m["steady_step_times_s"])
+    window = range(w, min(w + measure.MEMORY_STEPS, len(steps)))
+    return sum(max(steps[i] - base, 0.0) for i in window) + max(stops)
+
+
 def merge_ranks(run: RunSpec, workdir: Path) -> dict:
     """One measured record from the ranks' files (see validate/measure.py for each figure)."""
     from . import measure
@@ -411,6 +434,9 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         "device": first.get("device"),
         "transport": first.get("transport", first.get("backend")),
     }
+    overhead = profiling_overhead(run, m)
+    if overhead is not None:
+        m["profiling_overhead_s"] = overhead
     if server:
         m["staleness"] = server[0]["staleness"]
         if server[0].get("staleness_steady"):

@@ -664,6 +664,10 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
               "still slow (ViT under FSDP, whose step settles over several steps) has a median above its "
               "settled step. The row 'step time, initial transient removed' cuts that start by the MSER rule "
               "(no parameter) to show how much of an error it is; the goals are judged on the fixed rule.",
+              "- The training time holds the harness's profiled steps and the profiler's stop, which a user's "
+              "training does not have and simdl does not predict. Runs since 2026-11-29 record what they added, "
+              "and the row 'training time without the harness's profiling' takes it out. The warm-up steps stay "
+              "in that row, and simdl does not predict them either (the prediction is iterations x step).",
               "- Process RSS (`peak_rss_bytes` in the JSONL) includes the profiler's own buffers and is not compared.", ""]
     lines += runs_table(records)
     if paper:

@@ -94,3 +94,34 @@ def test_the_run_record_keeps_every_step_and_the_profilers_stop(tmp_path):
         (tmp_path / f"rank{k}.json").write_text(json.dumps(rec))
     m = vrun.merge_ranks(run, tmp_path)
     assert "all_step_times_s" not in m and "profiler_stop_s" not in m
+
+
+def test_the_harness_profiling_is_taken_out_of_the_training_time(tmp_path):
+    # steps 0-1 warm up, 2 is profiled, 3-4 profile memory (validate/train.py), 5- are steady
+    run = RunSpec("exp1", "vgg16", "cifar10", "ddp", 2, 8, 1, 64, 16)
+    t0 = [3.0, 2.0, 2.5, 1.5, 1.2, 1.0, 1.0, 1.0]
+    t1 = [2.5, 2.1, 2.4, 1.6, 1.0, 1.0, 1.0, 1.0]
+    (tmp_path / "rank0.json").write_text(json.dumps(_rank(0, t0, 0.8)))
+    (tmp_path / "rank1.json").write_text(json.dumps(_rank(1, t1, 0.9)))
+    m = vrun.merge_ranks(run, tmp_path)
+    # slowest rank per profiled step (2.5, 1.6, 1.2) over the steady median (1.0), and the
+    # slowest stop; the warm-up steps stay in: a user's training has them too
+    assert abs(m["profiling_overhead_s"] - ((1.5 + 0.6 + 0.2) + 0.9)) < 1e-9
+    rec = {"spec": {"strategy": "ddp", "ranks": 2}, "status": "ok", "measured": m,
+           "predicted": {"analytic": {"total_time_s": 10.0}}}
+    metric = METRIC_BY_KEY["total_time_unprofiled"]
+    assert abs(metric.measured(rec) - (m["total_time_s"] - m["profiling_overhead_s"])) < 1e-9
+    assert metric.applies(rec)
+    # runs from before every step was recorded are not compared, rather than compared wrongly
+    old = {"spec": {"strategy": "ddp", "ranks": 2}, "status": "ok", "measured": {"total_time_s": 12.0}}
+    assert not metric.applies(old)
+
+
+def test_a_ps_worker_profiles_one_step():
+    run = RunSpec("exp2", "resnet50", "mnist", "ps-async", 2, 32, 1, 64, 16)
+    fast = [1.2, 1.1, 3.0, 1.0, 1.0, 1.0]
+    slow = [1.2, 1.1, 2.0, 1.0, 1.0, 1.0]
+    m = {"all_step_times_s": [fast, slow], "steady_step_times_s": fast[3:] + slow[3:], "profiler_stop_s": [0.1, 0.5]}
+    assert abs(vrun.profiling_overhead(run, m) - 2.1) < 1e-9  # the worker that lost most: 2.0 + 0.1
+    del m["profiler_stop_s"]
+    assert vrun.profiling_overhead(run, m) is None
