@@ -76,13 +76,20 @@ def _rank(rank, times, stop):
             "memory_timeline": [], "profiler_stop_s": stop}
 
 
+DDP_RUN = RunSpec("exp1", "vgg16", "cifar10", "ddp", 2, 8, 1, 64, 16)
+
+
+def _merged(tmp_path, t0, t1, stops=(0.8, 0.9)):
+    """validate.run's record of a 2-rank DDP run whose ranks took ``t0`` and ``t1``."""
+    for k, (times, stop) in enumerate(zip((t0, t1), stops)):
+        (tmp_path / f"rank{k}.json").write_text(json.dumps(_rank(k, times, stop)))
+    return vrun.merge_ranks(DDP_RUN, tmp_path)
+
+
 def test_the_run_record_keeps_every_step_and_the_profilers_stop(tmp_path):
-    run = RunSpec("exp1", "vgg16", "cifar10", "ddp", 2, 8, 1, 64, 16)
     t0 = [3.0, 2.0, 2.5, 2.2, 2.2, 1.0, 1.0, 1.1]
     t1 = [2.5, 2.1, 2.4, 2.3, 2.1, 1.2, 0.9, 1.0]
-    (tmp_path / "rank0.json").write_text(json.dumps(_rank(0, t0, 0.8)))
-    (tmp_path / "rank1.json").write_text(json.dumps(_rank(1, t1, 0.9)))
-    m = vrun.merge_ranks(run, tmp_path)
+    m = _merged(tmp_path, t0, t1)
     # ranks step in lockstep: each step lasts as long as its slowest rank
     assert m["all_step_times_s"] == [max(a, b) for a, b in zip(t0, t1)]
     assert m["profiler_stop_s"] == [0.8, 0.9]
@@ -92,18 +99,13 @@ def test_the_run_record_keeps_every_step_and_the_profilers_stop(tmp_path):
         rec = _rank(k, t0, 0.8)
         del rec["step_times_s"], rec["profiler_stop_s"]
         (tmp_path / f"rank{k}.json").write_text(json.dumps(rec))
-    m = vrun.merge_ranks(run, tmp_path)
+    m = vrun.merge_ranks(DDP_RUN, tmp_path)
     assert "all_step_times_s" not in m and "profiler_stop_s" not in m
 
 
 def test_the_harness_profiling_is_taken_out_of_the_training_time(tmp_path):
     # steps 0-1 warm up, 2 is profiled, 3-4 profile memory (validate/train.py), 5- are steady
-    run = RunSpec("exp1", "vgg16", "cifar10", "ddp", 2, 8, 1, 64, 16)
-    t0 = [3.0, 2.0, 2.5, 1.5, 1.2, 1.0, 1.0, 1.0]
-    t1 = [2.5, 2.1, 2.4, 1.6, 1.0, 1.0, 1.0, 1.0]
-    (tmp_path / "rank0.json").write_text(json.dumps(_rank(0, t0, 0.8)))
-    (tmp_path / "rank1.json").write_text(json.dumps(_rank(1, t1, 0.9)))
-    m = vrun.merge_ranks(run, tmp_path)
+    m = _merged(tmp_path, [3.0, 2.0, 2.5, 1.5, 1.2, 1.0, 1.0, 1.0], [2.5, 2.1, 2.4, 1.6, 1.0, 1.0, 1.0, 1.0])
     # slowest rank per profiled step (2.5, 1.6, 1.2) over the steady median (1.0), and the
     # slowest stop; the warm-up steps stay in: a user's training has them too
     assert abs(m["profiling_overhead_s"] - ((1.5 + 0.6 + 0.2) + 0.9)) < 1e-9
