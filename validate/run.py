@@ -362,6 +362,12 @@ def profiling_overhead(run: RunSpec, m: dict) -> float | None:
     return sum(max(steps[i] - base, 0.0) for i in window) + max(stops)
 
 
+def _slowest_per_step(per_rank: Iterable[list[float]]) -> list[float]:
+    """Lockstep ranks' step times as one sequence: each step lasts as long as its slowest
+    rank, over the steps every rank has."""
+    return [max(step) for step in zip(*per_rank)]
+
+
 def merge_ranks(run: RunSpec, workdir: Path) -> dict:
     """One measured record from the ranks' files (see validate/measure.py for each figure)."""
     from . import measure
@@ -383,8 +389,7 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
     if run.is_ps:  # workers run independently: pool their iterations
         steady = [t for r in trainers for t in r["steady_step_times_s"]]
     else:  # ranks step in lockstep: a step lasts as long as its slowest rank
-        n = min(len(r["steady_step_times_s"]) for r in trainers)
-        steady = [max(r["steady_step_times_s"][i] for r in trainers) for i in range(n)]
+        steady = _slowest_per_step(r["steady_step_times_s"] for r in trainers)
     first = trainers[0]
     epochs = [max(r["epoch_times_s"][i] for r in trainers) for i in range(len(first["epoch_times_s"]))]
     acc = next((r["test_accuracy"] for r in trainers if r.get("test_accuracy") is not None), None)
@@ -394,8 +399,7 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         # every step from the first, warm-up and profiled ones included (PS: per worker; SPMD:
         # the slowest rank per step): what the training time is made of; absent before 2026-11-29
         **({"all_step_times_s": ([r["step_times_s"] for r in trainers] if run.is_ps else
-                                 [max(r["step_times_s"][i] for r in trainers)
-                                  for i in range(min(len(r["step_times_s"]) for r in trainers))])}
+                                 _slowest_per_step(r["step_times_s"] for r in trainers))}
            if all(r.get("step_times_s") for r in trainers) else {}),
         # how long each rank's torch.profiler took to stop after the profiled steps (outside
         # every timed step; inside the training time)
