@@ -70,3 +70,21 @@ def local_step_series(stage) -> list[dict]:
             if r.get("variant") == "local" and not r.get("skipped") and r.get("step_times_s"):
                 out.append({"label": f"{key}/rank{rank}", "step_times_s": r["step_times_s"]})
     return out
+
+
+# Above this spread a machine's own steps wander more than the accuracy simdl's validation
+# judges a step-time prediction by (issue 6: step-time MAPE at most 5 %), so one run cannot
+# show that accuracy. Measured: cpu-xeon-emr (sigma 0.013) gave 5.2 % in its first blind
+# sweep; cpu-xeon-emr-b (0.130) gave 6.4 % and 13.0 % in two blind sweeps of the same 24
+# runs two hours apart, whose step medians differed by a median 11 % (max 51 %) with no other
+# process busy (validate/README, "The same 24 runs again").
+NOISY_SIGMA = 0.05
+
+
+def noise_warning(sigma: float | None) -> str:
+    """'' for a quiet machine, else one sentence for calibration and validation reports."""
+    if sigma is None or not sigma > NOISY_SIGMA:
+        return ""
+    return (f"this machine's steps wander: compute jitter {sigma:.3f} (robust sd of log step time, "
+            f"simdl.calibrate.jitter) is above {NOISY_SIGMA:g}, so one run cannot check a prediction to better "
+            f"than about {100 * sigma:.0f} %; repeat the validation runs and pool them (`simdl report --repeats`)")

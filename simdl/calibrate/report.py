@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .jitter import noise_warning
+
 
 def _pct(x) -> str:
     return "n/a" if x is None else f"{x:+.1%}"
@@ -245,6 +247,9 @@ def format_report(report: dict, profile: dict) -> str:
             lines.append(f"    {key:<34} {t['calls']:5.0f} {t['in_call_s'] * 1e3:8.1f} {t['waiting_s'] * 1e3:8.1f} "
                          f"{t['transfer_s'] * 1e3:8.1f} {t['idle_s'] * 1e3:8.1f} {t['model_s'] * 1e3:8.1f}  "
                          f"{_ratio(t['transfer_over_idle']):>13}  {_ratio(t['model_over_in_call']):>15}")
+    why = noise_warning(((report.get("strategies") or {}).get("compute_jitter") or {}).get("sigma"))
+    if why:
+        lines.append(f"warning: {why}")
     lines.append("profile efficiency: " + ", ".join(f"{k}={v['value']}" for k, v in eff.items() if "value" in v)
                  + ("; collective_regimes_intra for " + ", ".join(eff["collective_regimes_intra"]["collectives"])
                     if "collective_regimes_intra" in eff else "")

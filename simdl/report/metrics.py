@@ -229,18 +229,49 @@ def _same_harness(a: dict, b: dict) -> bool:
             and ha.get("cpu_cores") == hb.get("cpu_cores"))
 
 
+# A validation record's fields that describe its measurement rather than its configuration
+# or prediction (validate/run.py writes them).
+_MEASUREMENT_KEYS = ("started", "finished", "measured", "host_cpu", "host_cpu_before", "wall_s", "workdir",
+                     "host_min_available_bytes", "host", "command", "returncode")
+
+
 def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     """``latest`` with its run-to-run varying figures pooled over the repeats in ``finished``
     (its finished attempts measured the same way as it): steady step times (median and
     spread of the pooled steps), training time (mean) and the steady-state staleness
     (pooled histogram of the attempts that logged it). Memory, bytes, the busy fraction
     and the test accuracy stay the latest attempt's;
-    ``measured.repeats`` keeps each repeat's own step median, training time and start."""
+    ``measured.repeats`` keeps each repeat's own step median, training time and start.
+    Repeats measured on a busy host are left out when a quiet one exists
+    (``measured.repeats_excluded``); if the latest is one of them, the latest quiet repeat's
+    measurement stands in for it."""
+    from ..calibrate.host_load import busy_note
+
     reps = [r for r in finished if _same_harness(r, latest)]
-    if len(reps) < 2:
+    # A repeat measured while other processes were busy (validate.run's host_cpu, more than
+    # host_load.BUSY_CORES) timed the contention too: with a quiet repeat of the same run
+    # beside it, it is left out of the pool, and listed.
+    busy = [r for r in reps if busy_note(r)]
+    if busy and len(busy) < len(reps):
+        reps = [r for r in reps if not busy_note(r)]
+    else:
+        busy = []
+    if len(reps) < 2 and not busy:
         return latest
     out = copy.deepcopy(latest)
+    if busy_note(latest) and busy:
+        # the record shown is the latest quiet repeat's measurement (the latest prediction stays)
+        for k in _MEASUREMENT_KEYS:
+            out.pop(k, None)
+            if k in reps[-1]:
+                out[k] = copy.deepcopy(reps[-1][k])
     m = out.setdefault("measured", {})
+    if busy:
+        m["repeats_excluded"] = [{"started": r.get("started"),
+                                  "step_median_s": ((r.get("measured") or {}).get("step_time_s") or {}).get("median"),
+                                  "why": busy_note(r)} for r in busy]
+    if len(reps) < 2:
+        return out
     ms = [r.get("measured") or {} for r in reps]
     steps = [t for x in ms for t in (x.get("steady_step_times_s") or [])]
     if steps:

@@ -16,6 +16,7 @@ import statistics
 from pathlib import Path
 
 from ..calibrate import host_load
+from ..calibrate.jitter import noise_warning
 from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, summary
 
 # Goals of issue 6 on the local profile (fractions).
@@ -173,6 +174,10 @@ def _calibration_section(records: list[dict]) -> list[str]:
             continue
         fitted = fitted or "kind: calibrated" in text
         raw = yaml.safe_load(text) or {}
+        sigma = (((raw.get("efficiency") or {}).get("compute_jitter")) or {}).get("value")
+        why = noise_warning(sigma if isinstance(sigma, (int, float)) else None)
+        if why:
+            lines.append(f"- **`{_rel(p)}`**: {why}.")
         calib = next((raw[k] for k in ("calibration", "provenance", "calibrated_from") if k in raw), None)
         if calib is not None:
             calibs.append(calib)
@@ -473,18 +478,42 @@ def repeats_table(records: list[dict]) -> list[str]:
              "median compared above, training time is the mean, steady-state staleness the pooled histogram "
              "(of the attempts that logged it). Memory, bytes, busy fraction and test accuracy are the latest "
              "attempt's; each repeat's accuracy is shown here (256 test images after one short epoch: mostly "
-             "noise). Spread = slowest / fastest repeat median - 1.",
+             "noise). Spread = slowest / fastest repeat median - 1. A repeat measured while other processes kept "
+             f"more than {host_load.BUSY_CORES:g} of a core busy is left out of the pool when a quiet repeat of the "
+             "run exists (listed as left out).",
              "", "| run | repeats (start: step median, test accuracy) | spread | pooled median | predicted |", "|---|---|---|---|---|"]
+    spreads, by_repeat, pooled_err = [], {}, []
     for r in reps:
         m = r["measured"]
         meds = [x["step_median_s"] for x in m["repeats"] if x.get("step_median_s")]
         each = ", ".join(f"{(x.get('started') or '?')[11:16]}: {_num(x['step_median_s'], 's')}"
                          + (f" (acc. {_pct(x['test_accuracy'])})" if x.get("test_accuracy") is not None else "")
                          for x in m["repeats"])
+        each += "".join(f"; left out {(x.get('started') or '?')[11:16]}: {_num(x.get('step_median_s'), 's')} "
+                        f"({x.get('why')})" for x in m.get("repeats_excluded") or [])
         pred = ((r.get("predicted") or {}).get("analytic") or {}).get("iteration_time_s")
-        lines.append(f"| `{r['run_id']}` | {each} | {_pct(max(meds) / min(meds) - 1) if meds else '-'} | "
+        if meds:
+            spreads.append(max(meds) / min(meds) - 1)
+        for k, x in enumerate(m["repeats"]):
+            e = rel_error(pred, x.get("step_median_s"))
+            if e is not None:
+                by_repeat.setdefault(k, []).append(abs(e))
+        e = rel_error(pred, m["step_time_s"].get("median"))
+        if e is not None:
+            pooled_err.append(abs(e))
+        lines.append(f"| `{r['run_id']}` | {each} | {_pct(spreads[-1]) if meds else '-'} | "
                      f"{_num(m['step_time_s']['median'], 's')} | {_num(pred, 's')} |")
     lines.append("")
+    if spreads:
+        # How far the machine moves a measurement against how far the prediction is from it:
+        # an error below the run-to-run spread cannot be told from noise.
+        lines.append(f"Spread between repeats, over the {len(spreads)} runs: median "
+                     f"{_pct(statistics.median(spreads))}, max {_pct(max(spreads))}.")
+    if by_repeat:
+        each = "; ".join(f"repeat {k + 1} alone {_pct(sum(v) / len(v))} ({len(v)} runs)" for k, v in sorted(by_repeat.items()))
+        lines.append(f"Step-time MAPE of these runs (analytic), each repeat's median against the prediction: {each}; "
+                     f"pooled {_pct(sum(pooled_err) / len(pooled_err)) if pooled_err else '-'}.")
+        lines.append("")
     return lines
 
 

@@ -377,6 +377,21 @@ def test_profile_models_option_parses_and_rejects_bad_input():
     assert "convnext_large:cifar10:24" in s["compute_models"] and s["strategy_models"]
 
 
+def test_a_noisy_machine_is_named_in_the_calibration_report():
+    from simdl.calibrate.jitter import NOISY_SIGMA, noise_warning
+    from simdl.calibrate.report import format_report
+
+    assert noise_warning(None) == "" and noise_warning(0.013) == "" and noise_warning(NOISY_SIGMA) == ""
+    why = noise_warning(0.1298)
+    assert "compute jitter 0.130" in why and "about 13 %" in why and "--repeats" in why
+    report = {"provenance": {"ranks": 2, "host": ["vm"], "devices": ["cpu"], "backend": "gloo", "versions": {}},
+              "strategies": {"compute_jitter": {"sigma": 0.1298}}}
+    profile = {"name": "p", "efficiency": {"compute_jitter": {"value": 0.1298}}}
+    assert f"warning: {why}" in format_report(report, profile).splitlines()
+    report["strategies"]["compute_jitter"]["sigma"] = 0.013
+    assert "warning" not in format_report(report, profile)
+
+
 def test_step_jitter_is_robust_to_stalled_steps_and_pools_series_about_their_own_levels():
     import math
 

@@ -82,6 +82,7 @@ def test_calibration_configs_and_overlap(results_file, tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     text = build_report(path, tmp_path / "rep").read_text()
     assert "uncalibrated" not in text and "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text
+    assert "steps wander" not in text  # the profile records no jitter
     # the smoke profile's PS runs use mnist_cnn at batch 48: flagged as overlapping
     assert "also measured: `exp2-mnist_cnn-ps-async" in text
     # Runs predicted with two profiles (2 and 4 ranks): both calibrations are listed and checked.
@@ -96,6 +97,10 @@ def test_calibration_configs_and_overlap(results_file, tmp_path):
     text = build_report(path, tmp_path / "rep2").read_text()
     assert "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text and "| compute | vgg16 | cifar10 | 24 | 4 | - |" in text
     assert f"`{recs[0]['run_id']}`" in text.split("also measured: ")[1].split("\n")[0]
+    # A profile of a machine whose steps wander more than the goal is named with that warning.
+    profile4.write_text(profile4.read_text() + "efficiency:\n  compute_jitter:\n    value: 0.1298\n    kind: calibrated\n")
+    text = build_report(path, tmp_path / "rep3").read_text()
+    assert "fitted4.yaml`**: this machine's steps wander: compute jitter 0.130" in text
 
 
 def test_calibration_configs_keep_each_dataset():
@@ -170,6 +175,47 @@ def test_repeated_runs_pool_their_steps_and_other_transports_do_not(tmp_path):
     p.write_text(json.dumps(rec([1.0, 2.0, 3.0], 10.0)) + "\n")
     (r,) = read_results(p)
     assert "repeats" not in r["measured"] and r["measured"]["step_time_s"] == {"median": 2.0}
+
+
+def test_a_repeat_measured_on_a_busy_host_is_left_out_beside_quiet_ones(tmp_path):
+    import json
+
+    from simdl.report.metrics import read_results
+    from simdl.report.validation import repeats_table
+
+    host = {"hostname": "vm", "cpu_cores": 2}
+
+    def rec(steps, started, others=0.0):
+        return {"run_id": "a", "status": "ok", "host": host, "started": started,
+                "host_cpu": {"others_cores": others},
+                "predicted": {"analytic": {"iteration_time_s": 2.0}},
+                "measured": {"steady_step_times_s": steps, "step_time_s": {"median": sorted(steps)[len(steps) // 2]},
+                             "total_time_s": 10.0, "transport": None, "busy_fraction": 0.5 if others else 0.9}}
+
+    p = tmp_path / "r.jsonl"
+    # busy first, then two quiet repeats: pooled over the quiet two
+    rows = (rec([9.0] * 3, "2026-11-29T10:00:00", 0.9), rec([1.0] * 3, "2026-11-29T11:00:00"),
+            rec([3.0] * 3, "2026-11-29T12:00:00"))
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (r,) = read_results(p)
+    m = r["measured"]
+    assert m["step_time_s"]["n"] == 6 and m["step_time_s"]["median"] == 2.0
+    assert [x["step_median_s"] for x in m["repeats"]] == [1.0, 3.0]
+    assert len(m["repeats_excluded"]) == 1 and "0.90 cores" in m["repeats_excluded"][0]["why"]
+    text = "\n".join(repeats_table([r]))
+    assert "left out 10:00: 9 s" in text and "median 200.0%, max 200.0%" in text
+    assert "repeat 1 alone 100.0%" in text and "repeat 2 alone 33.3%" in text and "pooled 0.0%" in text
+    # the latest busy, one quiet repeat before it: the quiet one's measurement stands for the run
+    rows = (rec([1.0] * 3, "2026-11-29T11:00:00"), rec([9.0] * 3, "2026-11-29T12:00:00", 0.9))
+    p.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (r,) = read_results(p)
+    assert r["measured"]["step_time_s"]["median"] == 1.0 and r["measured"]["busy_fraction"] == 0.9
+    assert r["host_cpu"]["others_cores"] == 0.0 and r["started"] == "2026-11-29T11:00:00"
+    assert len(r["measured"]["repeats_excluded"]) == 1 and "repeats" not in r["measured"]
+    # every repeat busy: nothing to prefer, all pooled as before
+    p.write_text("".join(json.dumps(r) + "\n" for r in (rec([1.0] * 3, "t2", 0.9), rec([3.0] * 3, "t3", 0.9))))
+    (r,) = read_results(p)
+    assert r["measured"]["step_time_s"]["n"] == 6 and "repeats_excluded" not in r["measured"]
 
 
 def test_setup_names_each_runs_processor_and_flags_another_hosts_profile(results_file, tmp_path):
