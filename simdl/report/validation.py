@@ -528,10 +528,15 @@ def drift_table(records: list[dict], engine: str = "analytic") -> list[str]:
         if not pr.get("speed_ratio") or (r.get("measured") or {}).get("repeats"):
             continue
         m = (r.get("measured") or {}).get("step_time_s", {}).get("median")
-        p = ((r.get("predicted") or {}).get(engine) or {}).get("iteration_time_s")
+        pred = (r.get("predicted") or {}).get(engine) or {}
+        p = pred.get("iteration_time_s")
         e, e_adj = rel_error(p, m), rel_error(p * pr["speed_ratio"] if p else None, m)
+        # The probe times a model's compute alone, so its ratio is scaled onto the prediction's
+        # compute (the workload rows, step_split_s) too, the rest of the step left as predicted.
+        c = (pred.get("step_split_s") or {}).get("compute")
+        p_c = p + c * (pr["speed_ratio"] - 1.0) if p and c is not None else None
         if e is not None and e_adj is not None:
-            rows.append((r, pr, m, p, e, e_adj))
+            rows.append((r, pr, m, p, e, e_adj, p_c, rel_error(p_c, m)))
     if not rows:
         return []
 
@@ -546,19 +551,25 @@ def drift_table(records: list[dict], engine: str = "analytic") -> list[str]:
              "same build, warm-up and fastest-of-5 rule) was measured again. Speed ratio = mean probe step / "
              "calibrated step: above 1, the machine was slower than when it was calibrated. The prediction was made "
              "before the probes and does not use them; 'x ratio' scales the whole predicted step by the ratio "
-             "(right only as far as the drift is the processor's and its memory's, not the links').",
+             "(right only as far as the drift is the processor's and its memory's, not the links'); 'compute x "
+             "ratio' scales only the prediction's compute (its `step_split_s` compute: the workload rows, what the "
+             "probe times) and leaves the rest of the step as predicted.",
              "",
              f"{len(rows)} runs, step time as predicted: {stats([x[4] for x in rows])}; prediction x ratio: "
-             f"{stats([x[5] for x in rows])}. Ratios {ratios[0]:.3f}-{ratios[-1]:.3f} "
-             f"(median {statistics.median(ratios):.3f}).", "",
-             "| run | probe | calibrated | before | after | ratio | measured step | predicted | error | x ratio | error |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for r, pr, m, p, e, e_adj in rows:
+             f"{stats([x[5] for x in rows])}"
+             + (f"; compute x ratio: {stats([x[7] for x in rows if x[7] is not None])}"
+                if any(x[7] is not None for x in rows) else "")
+             + f". Ratios {ratios[0]:.3f}-{ratios[-1]:.3f} (median {statistics.median(ratios):.3f}).", "",
+             "| run | probe | calibrated | before | after | ratio | measured step | predicted | error | x ratio | error "
+             "| compute x ratio | error |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r, pr, m, p, e, e_adj, p_c, e_c in rows:
         b, a = pr.get("before", {}).get("step_s"), pr.get("after", {}).get("step_s")
         lines.append(f"| `{r['run_id']}` | {pr['model']} b{pr['batch']} x{pr['ranks']} | "
                      f"{_num(pr['calibrated_step_s'], 's')} | {_num(b, 's')} | {_num(a, 's')} | "
                      f"{pr['speed_ratio']:.3f} | {_num(m, 's')} | {_num(p, 's')} | {_pct(e, signed=True)} | "
-                     f"{_num(p * pr['speed_ratio'], 's')} | {_pct(e_adj, signed=True)} |")
+                     f"{_num(p * pr['speed_ratio'], 's')} | {_pct(e_adj, signed=True)} | {_num(p_c, 's')} | "
+                     f"{_pct(e_c, signed=True)} |")
     lines.append("")
     return lines
 

@@ -49,7 +49,14 @@ def test_the_drift_table_scales_the_prediction_by_the_ratio():
     text = "\n".join(lines)
     # as predicted: -16.7 % and +11.1 %; x ratio: 1.2 / 1.2 = 0 % and 0.8 / 0.9 = -11.1 %
     assert "MAPE 13.9%, max 16.7%, bias -2.8%; prediction x ratio: MAPE 5.6%, max 11.1%, bias -5.6%" in text
-    assert "| 1.200 | 1.2 s | 1 s | -16.7% | 1.2 s | +0.0% |" in text
+    assert "| 1.200 | 1.2 s | 1 s | -16.7% | 1.2 s | +0.0% | - | - |" in text
+    assert "compute x ratio:" not in text  # no prediction split: nothing to scale
+    # The probe times compute alone: scaled onto the predicted compute (0.5 of 1.0 s) only,
+    # 1.0 + 0.5 x (1.2 - 1) = 1.1 s against 1.2 s measured, -8.3 %.
+    rec = _rec("a", 1.2, 1.0, 1.2)
+    rec["predicted"]["analytic"]["step_split_s"] = {"compute": 0.5, "copies": 0.2}
+    text = "\n".join(drift_table([rec]))
+    assert "| 1.2 s | +0.0% | 1.1 s | -8.3% |" in text and "compute x ratio: MAPE 8.3%" in text
     assert drift_table([{**_rec("c", 1.0, 1.0, 1.0), "machine_probe": {"skipped": "no compute profile"}}]) == []
 
 
