@@ -7,8 +7,10 @@ listed under ``config["assumed"]`` with where the default comes from.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from .calibrate.jitter import noise_warning
 from .errors import SimdlError, unknown
 from .result import Result
 
@@ -175,10 +177,24 @@ def predict(
     if engine == "analytic":
         from .analytic.engine import evaluate
 
-        return evaluate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo)
-    from .sim.engine import simulate  # issue 3
+        result = evaluate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo)
+    else:
+        from .sim.engine import simulate  # issue 3
 
-    return simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo, **engine_options)
+        result = simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo,
+                          **engine_options)
+    return _with_noise_note(result, spec)
+
+
+def _with_noise_note(result: Result, spec) -> Result:
+    """The result, with a note when its cluster profile measured a machine whose own steps
+    wander more than simdl's accuracy goal (simdl.calibrate.jitter.noise_warning): a user
+    comparing one run with the prediction should expect that much either way."""
+    cj = spec.efficiency.compute_jitter
+    why = noise_warning(cj.value if cj is not None else None)
+    if not why:
+        return result
+    return dataclasses.replace(result, notes=tuple(result.notes) + (f"cluster {spec.name}: {why}",))
 
 
 def _compute_source(alloc, workload) -> str:

@@ -37,6 +37,21 @@ def test_predict_json_has_every_documented_key(capsys):
     assert "batch_size" in cfg["assumed"] and "cluster" in cfg["assumed"]
 
 
+def test_a_noisy_machines_profile_says_so_in_the_prediction(capsys):
+    """cpu-xeon-emr-b's VM measured compute jitter 0.130 (above simdl.calibrate.jitter.NOISY_SIGMA);
+    cpu-xeon-emr's 0.013: only the first prediction carries the note, with either engine."""
+    for engine in ("analytic", "sim"):
+        code, out, err = run(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster",
+                              "cpu-xeon-emr-b", "--engine", engine, "--json"], capsys)
+        assert code == 0, err
+        assert any(n.startswith("cluster cpu-xeon-emr-b: this machine's steps wander: compute jitter 0.130")
+                   for n in json.loads(out)["notes"])
+    code, out, err = run(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster",
+                          "cpu-xeon-emr", "--json"], capsys)
+    assert code == 0, err
+    assert not any("wander" in n for n in json.loads(out)["notes"])
+
+
 def test_predict_human_output_has_units(capsys):
     code, out, _ = run(["predict", "--model", "resnet50", "--strategy", "ddp", "--gpus", "2"], capsys)
     assert code == 0
