@@ -251,15 +251,15 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     # A repeat measured while other processes were busy (validate.run's host_cpu, more than
     # host_load.BUSY_CORES) timed the contention too: with a quiet repeat of the same run
     # beside it, it is left out of the pool, and listed.
-    busy = [r for r in reps if busy_note(r)]
-    if busy and len(busy) < len(reps):
-        reps = [r for r in reps if not busy_note(r)]
-    else:
+    notes = [busy_note(r) for r in reps]
+    busy = [(r, why) for r, why in zip(reps, notes) if why]
+    if len(busy) == len(reps):  # none quiet: nothing to prefer
         busy = []
+    reps = [r for r, why in zip(reps, notes) if not (busy and why)]
     if len(reps) < 2 and not busy:
         return latest
     out = copy.deepcopy(latest)
-    if busy_note(latest) and busy:
+    if busy and busy_note(latest):
         # the record shown is the latest quiet repeat's measurement (the latest prediction stays)
         for k in _MEASUREMENT_KEYS:
             out.pop(k, None)
@@ -269,7 +269,7 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     if busy:
         m["repeats_excluded"] = [{"started": r.get("started"),
                                   "step_median_s": ((r.get("measured") or {}).get("step_time_s") or {}).get("median"),
-                                  "why": busy_note(r)} for r in busy]
+                                  "why": why} for r, why in busy]
     if len(reps) < 2:
         return out
     ms = [r.get("measured") or {} for r in reps]

@@ -510,8 +510,9 @@ def repeats_table(records: list[dict]) -> list[str]:
         lines.append(f"Spread between repeats, over the {len(spreads)} runs: median "
                      f"{_pct(statistics.median(spreads))}, max {_pct(max(spreads))}.")
     if by_repeat:
-        each = "; ".join(f"repeat {k + 1} alone {_pct(sum(v) / len(v))} ({len(v)} runs)" for k, v in sorted(by_repeat.items()))
-        lines.append(f"Step-time MAPE of these runs (analytic), each repeat's median against the prediction: {each}; "
+        per_repeat = "; ".join(f"repeat {k + 1} alone {_pct(sum(v) / len(v))} ({len(v)} runs)"
+                               for k, v in sorted(by_repeat.items()))
+        lines.append(f"Step-time MAPE of these runs (analytic), each repeat's median against the prediction: {per_repeat}; "
                      f"pooled {_pct(sum(pooled_err) / len(pooled_err)) if pooled_err else '-'}.")
         lines.append("")
     return lines
