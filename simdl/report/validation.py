@@ -467,6 +467,74 @@ def ordering_table(records: list[dict], engine: str) -> list[str]:
     return lines
 
 
+# Which run of a group the others are set against: the strategy a user would start from.
+RELATIVE_REFERENCE = ("ddp", "fsdp-none", "ps-sync")
+
+
+def relative_steps(records: list[dict], engine: str = "analytic") -> list[dict]:
+    """Each run's step time over its group's reference run (:data:`RELATIVE_REFERENCE`: the same
+    experiment, model, ranks and batch), measured and predicted, and the error of the predicted
+    ratio.
+
+    A sweep runs a model's strategies one after the other, minutes apart; a machine whose speed
+    drifts over hours (cpu-xeon-emr-b: the same run 11 % apart at the median two hours later,
+    validate/README) moves both runs of a pair alike, and the ratio keeps what the prediction
+    says about the strategies themselves: how much more one costs than the other. It is a check
+    beside the goals, not one of them.
+    """
+    metric = METRIC_BY_KEY["step_time"]
+    groups: dict[tuple, dict[str, tuple]] = {}
+    for r, m, p, _ in pairs(records, metric, engine):
+        sp = r["spec"]
+        groups.setdefault((sp["experiment"], _model(r), sp["ranks"], sp["batch_size"]), {})[r["label"]] = (r, m, p)
+    out = []
+    for k, runs in sorted(groups.items()):
+        ref = next((lab for lab in RELATIVE_REFERENCE if lab in runs), None)
+        if ref is None:
+            continue
+        r0, m0, p0 = runs[ref]
+        for lab, (r, m, p) in sorted(runs.items()):
+            if lab == ref:
+                continue
+            measured, predicted = m / m0, p / p0
+            out.append({"group": k, "label": lab, "reference": ref, "measured": measured, "predicted": predicted,
+                        "error": predicted / measured - 1.0, "apart_s": _apart_s(r, r0)})
+    return out
+
+
+def _apart_s(a: dict, b: dict) -> float | None:
+    """Seconds between two runs' starts (None when either is pooled from repeats or undated)."""
+    if any((x.get("measured") or {}).get("repeats") for x in (a, b)):
+        return None
+    try:
+        ta, tb = (_dt.datetime.fromisoformat(x["started"]) for x in (a, b))
+    except (KeyError, TypeError, ValueError):
+        return None
+    return abs((ta - tb).total_seconds())
+
+
+def relative_table(records: list[dict], engine: str = "analytic") -> list[str]:
+    rows = relative_steps(records, engine)
+    if not rows:
+        return []
+    errs = [abs(x["error"]) for x in rows]
+    lines = ["## Strategy against strategy: step time relative to the model's reference run", "",
+             f"Each run's step time over that of its group's reference run ({', '.join(RELATIVE_REFERENCE)}: the "
+             "first the group has), measured and predicted. The two runs of a pair ran minutes apart, so a drift "
+             "of the machine's speed over hours moves both alike; the ratio's error is what the prediction gets "
+             "wrong about the strategies themselves. A check beside the goals, not one of them.", "",
+             f"Ratio error over {len(rows)} pairs: MAPE {_pct(sum(errs) / len(errs))}, max {_pct(max(errs))}.", "",
+             "| experiment, model, ranks, batch | strategy / reference | measured | predicted | error | runs apart |",
+             "|---|---|---|---|---|---|"]
+    for x in rows:
+        g = x["group"]
+        apart = "-" if x["apart_s"] is None else f"{x['apart_s'] / 60:.0f} min"
+        lines.append(f"| {g[0]}, {g[1]}, {g[2]}, {g[3]} | {x['label']} / {x['reference']} | {x['measured']:.3f} | "
+                     f"{x['predicted']:.3f} | {_pct(x['error'], True)} | {apart} |")
+    lines.append("")
+    return lines
+
+
 def repeats_table(records: list[dict]) -> list[str]:
     """Runs made more than once the same way: each repeat's step median and the pooled one
     (simdl.report.metrics.pool_repeats), the run-to-run spread the errors above sit in."""
@@ -688,7 +756,8 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals(records)] + [""]
     lines += exp1_table(records, "analytic") + exp2_table(records, "analytic") + ssp_bound_table(records)
     lines += vit_table(records, "analytic")
-    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + split_table(records)
+    lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + relative_table(records)
+    lines += split_table(records)
     lines += repeats_table(records) + drift_table(records)
     names = figures.write_all(records, out, engines)
     if names:

@@ -405,3 +405,64 @@ def test_a_one_host_hybrid_run_is_named_with_its_mesh(make_record):
     assert "| fsdp-hybrid (2 x 2 mesh, one host) |" in rows and "| fsdp-full |" in rows
     v = RunSpec("vit", "vit_b_32", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
     assert "| hybrid (2 x 2 mesh, one host) | 4" in "\n".join(vit_table([make_record(v)], "analytic"))
+
+
+def _exp1_group(make_record, steps, started=("2026-11-29T15:00:00+00:00", "2026-11-29T15:06:00+00:00",
+                                             "2026-11-29T15:09:00+00:00")):
+    """VGG16 at 2 ranks under ddp, fsdp full and fsdp none: (measured, predicted) step per strategy."""
+    from validate.experiments import RunSpec
+
+    out = []
+    for (strategy, sharding), (m, p), t in zip((("ddp", "full"), ("fsdp", "full"), ("fsdp", "none")), steps, started):
+        r = make_record(RunSpec("exp1", "vgg16", "cifar10", strategy, 2, 32, 1, 1536, 256, sharding=sharding),
+                        step_m=m, step_p=p)
+        r["started"] = t
+        out.append(r)
+    return out
+
+
+def test_relative_steps_set_each_strategy_against_ddp(make_record):
+    from simdl.report.validation import relative_steps, relative_table
+
+    # Measured full = 2.5 x ddp, none = 1.5 x; predicted 2.75 x and 1.2 x: ratio errors +10 % and -20 %,
+    # whatever the absolute errors (ddp itself predicted 20 % high).
+    recs = _exp1_group(make_record, ((2.0, 2.4), (5.0, 6.6), (3.0, 2.88)))
+    rows = {x["label"]: x for x in relative_steps(recs)}
+    assert set(rows) == {"fsdp-full", "fsdp-none"} and all(x["reference"] == "ddp" for x in rows.values())
+    assert math.isclose(rows["fsdp-full"]["measured"], 2.5) and math.isclose(rows["fsdp-full"]["predicted"], 2.75)
+    assert math.isclose(rows["fsdp-full"]["error"], 0.10) and math.isclose(rows["fsdp-none"]["error"], -0.20)
+    assert rows["fsdp-full"]["apart_s"] == 360.0 and rows["fsdp-none"]["apart_s"] == 540.0
+    text = "\n".join(relative_table(recs))
+    assert "Ratio error over 2 pairs: MAPE 15.0%, max 20.0%." in text
+    assert "| exp1, vgg16, 2, 32 | fsdp-full / ddp | 2.500 | 2.750 | +10.0% | 6 min |" in text
+    # Without the reference run there is nothing to set the others against: no section.
+    assert relative_steps(recs[1:2]) == [] and relative_table(recs[1:2]) == []
+    # Without ddp, fsdp-none is the reference.
+    assert [(x["label"], x["reference"]) for x in relative_steps(recs[1:])] == [("fsdp-full", "fsdp-none")]
+
+
+def test_relative_steps_of_pooled_repeats_say_no_time_apart(make_record):
+    from simdl.report.validation import relative_steps
+
+    recs = _exp1_group(make_record, ((2.0, 2.4), (5.0, 6.6), (3.0, 2.88)))
+    recs[0]["measured"]["repeats"] = [{"started": "2026-11-29T13:00:00+00:00", "step_median_s": 2.1}]
+    assert all(x["apart_s"] is None for x in relative_steps(recs)[:1])
+
+
+def test_validate_relative_pools_sweeps_and_rejects_a_missing_file(make_record, tmp_path, capsys):
+    import json
+
+    from validate.relative import main
+
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    for path, steps in ((a, ((2.0, 2.4), (5.0, 6.6), (3.0, 2.88))), (b, ((2.0, 2.0), (5.0, 5.25), (3.0, 3.21)))):
+        path.write_text("".join(json.dumps(r) + "\n" for r in _exp1_group(make_record, steps)))
+    assert main([str(a), str(b)]) == 0
+    out = capsys.readouterr().out
+    # full / ddp: +10 % in a, +5 % in b (median +7.5 %, both upwards); none / ddp: -20 %, +7 %.
+    assert "| exp1, vgg16, 2, 32 | fsdp-full / ddp | 2 | +7.5% | 2/2 | +10 +5 |" in out
+    assert "| exp1, vgg16, 2, 32 | fsdp-none / ddp | 2 | -6.5% | 1/2 | -20 +7 |" in out
+    assert "All 4 pairs: ratio MAPE 10.5%, max 20.0%." in out
+    assert main([str(a), str(tmp_path / "nope.jsonl")]) == 2
+    err = capsys.readouterr().err
+    assert "nope.jsonl" in err and "not found" in err and "Traceback" not in err
