@@ -476,11 +476,11 @@ def relative_steps(records: list[dict], engine: str = "analytic") -> list[dict]:
     experiment, model, ranks and batch), measured and predicted, and the error of the predicted
     ratio.
 
-    A sweep runs a model's strategies one after the other, minutes apart; a machine whose speed
-    drifts over hours (cpu-xeon-emr-b: the same run 11 % apart at the median two hours later,
-    validate/README) moves both runs of a pair alike, and the ratio keeps what the prediction
-    says about the strategies themselves: how much more one costs than the other. It is a check
-    beside the goals, not one of them.
+    A sweep runs a model's strategies one after the other, minutes apart. A profile whose compute
+    times went stale over hours (cpu-xeon-emr-b: the same run 11 % apart at the median two hours
+    later, validate/README) errs alike on both runs of a pair, and the ratio keeps what the
+    prediction says about the strategies themselves: how much more one costs than the other.
+    The noise of one run against the next stays in it. A check beside the goals, not one of them.
     """
     metric = METRIC_BY_KEY["step_time"]
     groups: dict[tuple, dict[str, tuple]] = {}
@@ -520,9 +520,10 @@ def relative_table(records: list[dict], engine: str = "analytic") -> list[str]:
     errs = [abs(x["error"]) for x in rows]
     lines = ["## Strategy against strategy: step time relative to the model's reference run", "",
              f"Each run's step time over that of its group's reference run ({', '.join(RELATIVE_REFERENCE)}: the "
-             "first the group has), measured and predicted. The two runs of a pair ran minutes apart, so a drift "
-             "of the machine's speed over hours moves both alike; the ratio's error is what the prediction gets "
-             "wrong about the strategies themselves. A check beside the goals, not one of them.", "",
+             "first the group has), measured and predicted. The two runs of a pair ran minutes apart, so a profile "
+             "whose compute times went stale over hours errs alike on both and cancels out of the ratio; the "
+             "noise of one run against the next does not. A bias that keeps its sign over sweeps is the model's "
+             "(`python -m validate.relative` pools them). A check beside the goals, not one of them.", "",
              f"Ratio error over {len(rows)} pairs: MAPE {_pct(sum(errs) / len(errs))}, max {_pct(max(errs))}.", "",
              "| experiment, model, ranks, batch | strategy / reference | measured | predicted | error | runs apart |",
              "|---|---|---|---|---|---|"]
