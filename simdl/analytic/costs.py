@@ -147,9 +147,14 @@ class RowTimes:
     fwd_cum: np.ndarray
     bwd_cum: np.ndarray
 
+    def __post_init__(self) -> None:
+        # Python lists of the prefix sums: a plan sums ~100 segments per prediction, and
+        # indexing a list is several times cheaper than a numpy scalar (same float values).
+        object.__setattr__(self, "_cum", {"fwd": self.fwd_cum.tolist(), "bwd": self.bwd_cum.tolist()})
+
     def segment(self, start: int, stop: int, direction: str) -> float:
-        cum = self.fwd_cum if direction == "fwd" else self.bwd_cum
-        return float(cum[stop] - cum[start])
+        cum = self._cum["fwd" if direction == "fwd" else "bwd"]
+        return cum[stop] - cum[start]
 
 
 @lru_cache(maxsize=4096)

@@ -150,6 +150,9 @@ class Timeline:
         return self.levels().sum(axis=1)
 
 
+_PLAIN = (float, int, bool, np.float64, np.int64)
+
+
 class _Events:
     """Collects events with a float program-order key; sorted once at the end.
 
@@ -165,7 +168,9 @@ class _Events:
 
     def add(self, pos, cat, fixed=0.0, sharded=0.0, direction=NONE, row=-1, edge=0, label="") -> None:
         cols = (pos, cat, fixed, sharded, direction, row, edge)
-        if all(np.ndim(c) == 0 for c in cols):
+        # Plain Python numbers first: most events are (a unit's, the optimizer's), and
+        # np.ndim on each column was a quarter of a first-pass prediction's time.
+        if all(type(c) in _PLAIN for c in cols) or all(np.ndim(c) == 0 for c in cols):
             self.scalars.append(tuple(float(c) for c in cols))
             self.scalar_labels.append(label)
             return
