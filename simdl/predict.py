@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from .band import LEVEL, band, step_spread
 from .calibrate.jitter import noise_warning
 from .errors import SimdlError, unknown
 from .result import Result
@@ -183,7 +184,18 @@ def predict(
 
         result = simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo,
                           **engine_options)
-    return _with_noise_note(result, spec)
+    return _with_band(_with_noise_note(result, spec), spec)
+
+
+def _with_band(result: Result, spec) -> Result:
+    """The result with the band its step should fall in on this cluster (simdl.band), where
+    the profile's calibration says how far off its steps are; unchanged otherwise."""
+    spread = step_spread(spec)
+    if spread is None:
+        return result
+    config = dict(result.config, iteration_time_band=f"{100 * LEVEL:.0f} % of runs; from the {spread.describe()}")
+    return dataclasses.replace(result, iteration_time_band_s=band(result.iteration_time_s, spread.sigma),
+                               config=config)
 
 
 def _with_noise_note(result: Result, spec) -> Result:

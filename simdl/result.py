@@ -50,6 +50,9 @@ class Result:
     step_split_s: dict[str, float] = field(default_factory=dict)
     config: dict[str, Any] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    # Where a measured step should fall, LEVEL of the time (simdl.band): on a calibrated
+    # profile, from its held-out step errors and step jitter; None where the profile has none.
+    iteration_time_band_s: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -62,7 +65,10 @@ class Result:
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
         d = {k: v for k, v in self.to_dict().items()
-             if k not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes")}
+             if k not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
+                          "iteration_time_band_s")}
+        lo, hi = self.iteration_time_band_s or (None, None)
+        d["iteration_time_band_low_s"], d["iteration_time_band_high_s"] = lo, hi
         for k, v in self.step_split_s.items():
             d[f"step_{k}_s"] = v
         for k, v in self.memory_breakdown_bytes.items():

@@ -203,6 +203,7 @@ def summarise_result(r) -> dict:
         "gpu_utilization": r.gpu_utilization, "compute_time_s": r.compute_time_s, "comm_time_s": r.comm_time_s,
         "exposed_comm_time_s": r.exposed_comm_time_s, "comm_bytes_per_iteration": r.comm_bytes_per_iteration,
         "step_split_s": r.step_split_s,
+        "iteration_time_band_s": list(r.iteration_time_band_s) if r.iteration_time_band_s else None,
         "staleness": {"mean": r.staleness.mean, "p50": r.staleness.p50, "p99": r.staleness.p99,
                       "max": r.staleness.max,
                       **({"held_pulls": r.staleness.held_pulls, "held_wait_s": r.staleness.held_wait_s}

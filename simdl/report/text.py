@@ -22,6 +22,9 @@ def format_result(r: Result) -> str:
     row("iteration", format_seconds(r.iteration_time_s),
         f"compute {format_seconds(r.compute_time_s)}, communication {format_seconds(r.comm_time_s)}, "
         f"exposed {format_seconds(r.exposed_comm_time_s)}")
+    if r.iteration_time_band_s:
+        lo, hi = r.iteration_time_band_s
+        lines.append(f"    band: {format_seconds(lo)} to {format_seconds(hi)} ({c.get('iteration_time_band', '')})")
     if r.step_split_s:
         # where the step goes (simdl.analytic.engine.step_split), largest first; zeros left out
         parts = sorted(((v, k) for k, v in r.step_split_s.items() if v > 0), reverse=True)

@@ -77,6 +77,34 @@ def mape_table(records: list[dict], engine: str) -> list[str]:
     return lines
 
 
+def band_coverage(records: list[dict], engine: str = "analytic") -> dict:
+    """How many measured steps fell inside their prediction's band (Result.iteration_time_band_s,
+    simdl.band): ``{"inside", "runs", "without"}``, ``without`` the finished runs whose record
+    has no band (predicted before 2026-11-29, or with a profile that has no calibration)."""
+    metric = METRIC_BY_KEY["step_time"]
+    inside = runs = without = 0
+    for r, m, _, _ in pairs(records, metric, engine):
+        b = ((r.get("predicted") or {}).get(engine) or {}).get("iteration_time_band_s")
+        if not b:
+            without += 1
+            continue
+        runs += 1
+        inside += b[0] <= m <= b[1]
+    return {"inside": inside, "runs": runs, "without": without}
+
+
+def band_line(records: list[dict], engine: str) -> list[str]:
+    c = band_coverage(records, engine)
+    if not c["runs"]:
+        return []
+    from ..band import LEVEL
+
+    return [f"Measured step inside the predicted {100 * LEVEL:.0f} % band: {c['inside']} of {c['runs']} runs "
+            f"({100 * c['inside'] / c['runs']:.0f} %). The band comes from the profile's calibration (its held-out "
+            f"step errors and step jitter, simdl.band), not from these runs."
+            + (f" {c['without']} runs have no band (predicted before it existed)." if c["without"] else ""), ""]
+
+
 ORDER_TOLERANCE = 0.03  # measured differences below 3% are ties (run-to-run noise on a shared CPU)
 
 
@@ -747,7 +775,7 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
         lines += [f"The SimPy engine gave no prediction ({err}); only the analytic engine is compared.", ""]
     lines += _setup_section(records) + _calibration_section(records)
     for eng in engines:
-        lines += [f"## Accuracy per metric ({eng} engine)", ""] + mape_table(records, eng) + [""]
+        lines += [f"## Accuracy per metric ({eng} engine)", ""] + mape_table(records, eng) + [""] + band_line(records, eng)
     lines += ["## Goals (issue 6, on the local profile, configurations not used in calibration)", ""]
     if "local" not in profiles:
         lines += [f"This report is of the {', '.join(profiles)} profile: the goals are judged on `local`; "

@@ -466,3 +466,15 @@ def test_validate_relative_pools_sweeps_and_rejects_a_missing_file(make_record, 
     assert main([str(a), str(tmp_path / "nope.jsonl")]) == 2
     err = capsys.readouterr().err
     assert "nope.jsonl" in err and "not found" in err and "Traceback" not in err
+
+
+def test_band_coverage_counts_runs_inside_their_band_and_those_without_one(make_record):
+    from simdl.report.validation import band_coverage, band_line
+
+    recs = _exp1_group(make_record, ((2.0, 2.4), (5.0, 6.6), (3.0, 2.88)))
+    recs[0]["predicted"]["analytic"]["iteration_time_band_s"] = [1.9, 2.9]  # holds 2.0
+    recs[1]["predicted"]["analytic"]["iteration_time_band_s"] = [5.5, 7.9]  # misses 5.0
+    assert band_coverage(recs) == {"inside": 1, "runs": 2, "without": 1}
+    text = "\n".join(band_line(recs, "analytic"))
+    assert "inside the predicted 90 % band: 1 of 2 runs (50 %)" in text and "1 runs have no band" in text
+    assert band_line(recs[2:], "analytic") == []
