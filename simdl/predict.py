@@ -184,7 +184,14 @@ def predict(
 
         result = simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo,
                           **engine_options)
-    return _with_band(_with_noise_note(result, spec), spec)
+    run = None
+    if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
+        run, result = result, result.result
+    result = _with_band(_with_noise_note(result, spec), spec)
+    if run is not None:
+        run.result = result
+        return run
+    return result
 
 
 def _with_band(result: Result, spec) -> Result:

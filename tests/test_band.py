@@ -52,3 +52,19 @@ def test_predict_carries_the_band_of_a_calibrated_profile_and_none_for_a_preset(
     assert main(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["iteration_time_band_s"] is None and "iteration_time_band" not in d["config"]
+
+
+def test_the_simulators_run_keeps_its_type_with_the_band_and_note(tmp_path, capsys):
+    # simdl trace/plot ask predict for the SimRun; on a profile whose steps wander
+    # (cpu-xeon-emr-b) predict once treated it as a Result and raised (2026-11-29, 18:53-21:40).
+    import simdl
+    from simdl.sim.engine import SimRun
+
+    run = simdl.predict(model="resnet18", strategy="ddp", gpus=2, cluster="cpu-xeon-emr-b", engine="sim",
+                        return_run=True)
+    assert isinstance(run, SimRun) and run.result.iteration_time_band_s is not None
+    assert any("wander" in n for n in run.result.notes)
+    out = tmp_path / "t.json"
+    assert main(["trace", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "--cluster", "cpu-xeon-emr-b",
+                 "-o", str(out)]) == 0
+    assert out.is_file() and "wrote" in capsys.readouterr().out
