@@ -15,6 +15,7 @@ import math
 import statistics
 from pathlib import Path
 
+from ..band import LEVEL
 from ..calibrate import host_load
 from ..calibrate.jitter import noise_warning
 from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, summary
@@ -97,8 +98,6 @@ def band_line(records: list[dict], engine: str) -> list[str]:
     c = band_coverage(records, engine)
     if not c["runs"]:
         return []
-    from ..band import LEVEL
-
     return [f"Measured step inside the predicted {100 * LEVEL:.0f} % band: {c['inside']} of {c['runs']} runs "
             f"({100 * c['inside'] / c['runs']:.0f} %). The band comes from the profile's calibration (its held-out "
             f"step errors and step jitter, simdl.band), not from these runs."

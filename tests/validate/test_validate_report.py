@@ -446,7 +446,9 @@ def test_relative_steps_of_pooled_repeats_say_no_time_apart(make_record):
 
     recs = _exp1_group(make_record, ((2.0, 2.4), (5.0, 6.6), (3.0, 2.88)))
     recs[0]["measured"]["repeats"] = [{"started": "2026-11-29T13:00:00+00:00", "step_median_s": 2.1}]
-    assert all(x["apart_s"] is None for x in relative_steps(recs)[:1])
+    # Both pairs are set against the pooled ddp run: neither has a time apart.
+    rows = relative_steps(recs)
+    assert len(rows) == 2 and all(x["apart_s"] is None for x in rows)
 
 
 def test_validate_relative_pools_sweeps_and_rejects_a_missing_file(make_record, tmp_path, capsys):
