@@ -348,6 +348,7 @@ def fit_ps(st: StageRecords) -> dict[str, Any] | None:
            "quality": est.quality_, "bytes_range": list(est.bytes_range_)}
     if est.transport_ == "rpc":
         out["rpc_workers"] = est.workers_
+        out["server_side_measured"] = est.server_side_measured_
         out["rpc_samples"] = {"alone": alone, "together": together}
     return out
 

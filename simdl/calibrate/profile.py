@@ -619,11 +619,16 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             alone = (f"{tag}: one worker's pushes and pulls, the others idle, {how}: t = latency + bytes / B_worker "
                      f"+ fresh x receive_fault (x2 for a pull) + pull bytes x response_copy, fresh = bytes above the "
                      f"mmap threshold (32 MiB), simdl.calibrate.ps; R2 {qa['r2']}, max |rel err| {qa['max_abs_rel_error']}")
-            ps_section["nic_Gb_per_s"] = _val(
-                ps["bandwidth_GB_per_s"] * 8, f"{tag}: server side of the PS link: {ps['rpc_workers'][0]} workers "
-                f"push at once, then pull at once (per repeat the slowest one's time = latency + workers x bytes "
-                f"/ B + the one-worker fit's fault and copy terms; no slower than one worker's link), {how}; "
-                f"R2 {qt['r2']}, max |rel err| {qt['max_abs_rel_error']}")
+            if ps.get("server_side_measured", True):
+                server_src = (f"{tag}: server side of the PS link: {ps['rpc_workers'][0]} workers push at once, then "
+                              f"pull at once (per repeat the slowest one's time = latency + workers x bytes / B + the "
+                              f"one-worker fit's fault and copy terms; no slower than one worker's link), {how}; "
+                              f"R2 {qt['r2']}, max |rel err| {qt['max_abs_rel_error']}")
+            else:
+                server_src = (f"{tag}: server side of the PS link not measured (one worker: nothing to share the "
+                              f"server with), taken as one worker's link, so N workers at once take N times one "
+                              f"worker's transfer, as the 4-rank calibrations measured it (simdl.calibrate.ps); {how}")
+            ps_section["nic_Gb_per_s"] = _val(ps["bandwidth_GB_per_s"] * 8, server_src)
             ps_section["worker_link_Gb_per_s"] = _val(ps["worker_bandwidth_GB_per_s"] * 8, alone)
             ps_section["latency_us"] = _val(ps["latency_us"], alone)
             ps_section["receive_fault_ns_per_byte"] = _val(ps["receive_fault_ns_per_byte"], alone)

@@ -74,7 +74,9 @@ class PSFit:
     ``receive_fault_s_per_byte_`` (phi), ``response_copy_s_per_byte_`` (kappa; both None
     without RPC records),
     ``update_bandwidth_B_per_s_``, ``pingpong_`` (latency, bandwidth of the ping-pong),
-    ``transport_`` ("rpc" or "process group"), ``quality_``."""
+    ``transport_`` ("rpc" or "process group"), ``quality_``; ``server_side_measured_``: whether
+    the RPC records had more than one worker at once (else the server side is the worker's
+    link, not a fit)."""
 
     def __init__(self, *, loss: str = "soft_l1", mmap_threshold: float = GLIBC_MMAP_THRESHOLD_MAX):
         self.loss = loss
@@ -95,6 +97,7 @@ class PSFit:
         self.quality_ = {"roundtrip": ping.quality_}
         self.bytes_range_ = ping.bytes_range_
         self.transport_ = "process group"
+        self.server_side_measured_ = False
         # (bytes, seconds, is_pull, workers at once)
         alone = [(float(r["bytes"]), r[k], float(k == "pull_time_s"), 1.0)
                  for r in rpc_alone for k in ("push_time_s", "pull_time_s") if r.get(k)]
@@ -113,11 +116,24 @@ class PSFit:
             self.residuals_ = (pred - t) / t
             mt, tt, pt, c = (np.array(v) for v in zip(*together))
             extra = np.where(mt > self.mmap_threshold, mt, 0.0) * (1.0 + pt) * phi + mt * pt * kappa
-            lat_t, inv_s = _nonneg_linear(np.column_stack([np.ones_like(mt), c * mt]), np.maximum(tt - extra, 1e-9),
-                                          self.loss)
-            # The incast cannot beat one worker alone: a server side faster than the worker
-            # link would only mean the c flows overlapped completely.
-            self.bandwidth_B_per_s_ = max(float(1.0 / max(inv_s, 1e-15)), self.worker_bandwidth_B_per_s_)
+            self.server_side_measured_ = bool((c > 1).any())
+            if self.server_side_measured_:
+                lat_t, inv_s = _nonneg_linear(np.column_stack([np.ones_like(mt), c * mt]),
+                                              np.maximum(tt - extra, 1e-9), self.loss)
+                # The incast cannot beat one worker alone: a server side faster than the worker
+                # link would only mean the c flows overlapped completely.
+                self.bandwidth_B_per_s_ = max(float(1.0 / max(inv_s, 1e-15)), self.worker_bandwidth_B_per_s_)
+            else:
+                # One worker "at once" (a 2-rank calibration: one server, one worker) is the
+                # alone measurement again: nothing separates a server side from the worker's
+                # link, and the free fit ran off to its bound (cpu-epyc-zen5's first fit,
+                # 2026-12-01: 8,000,000 Gb/s, which prices a 4-worker incast as free). Take the
+                # worker's link, as every 4-rank calibration has measured it: their fitted
+                # server side sat at that floor (cpu-local-x4 33.4, cpu-epyc-x4 26.5, cpu-xeon-emr-x4
+                # 41.4 Gb/s),
+                # so c workers at once take c times one worker's transfer.
+                self.bandwidth_B_per_s_ = self.worker_bandwidth_B_per_s_
+                lat_t = float(np.median(tt - extra - c * mt / self.bandwidth_B_per_s_))
             pred_t = lat_t + c * mt / self.bandwidth_B_per_s_ + extra
             self.quality_ = {"roundtrip": ping.quality_, "rpc_alone": summary(t, pred),
                              "rpc_together": summary(tt, pred_t)}

@@ -151,8 +151,11 @@ def format_report(report: dict, profile: dict) -> str:
             qa, qt = ps["quality"]["rpc_alone"], ps["quality"]["rpc_together"]
             lines.append(f"parameter server (rpc): latency {ps['latency_us']:.1f} us  one worker "
                          f"{ps['worker_bandwidth_GB_per_s']:.3f} GB/s (R2 {qa['r2']}, max|err| {_apct(qa['max_abs_rel_error'])})  "
-                         f"server side, {ps['rpc_workers'][0]} at once {ps['bandwidth_GB_per_s']:.3f} GB/s "
-                         f"(R2 {qt['r2']}, max|err| {_apct(qt['max_abs_rel_error'])})  fresh receive buffers "
+                         + (f"server side, {ps['rpc_workers'][0]} at once {ps['bandwidth_GB_per_s']:.3f} GB/s "
+                            f"(R2 {qt['r2']}, max|err| {_apct(qt['max_abs_rel_error'])})"
+                            if ps.get("server_side_measured", True) else
+                            "server side not measured (one worker), taken as the worker's link")
+                         + f"  fresh receive buffers "
                          f"{ps['receive_fault_ns_per_byte']:.3f} ns/B  answer copy {ps['response_copy_ns_per_byte']:.3f} ns/B  {upd}")
             pp = ps["pingpong"]
             lines.append(f"  ping-pong ({pp['bytes_range'][0]}-{pp['bytes_range'][1]} B, process group): latency "

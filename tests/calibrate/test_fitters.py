@@ -211,6 +211,27 @@ def test_ps_fit_over_rpc_separates_link_faults_copy_and_the_server_side():
     assert old.bandwidth_B_per_s_ == pytest.approx(4e9, rel=0.02)
 
 
+def test_ps_fit_with_one_worker_at_once_takes_the_worker_link_for_the_server_side():
+    # A 2-rank calibration has one server and one worker: its "all at once" records are the
+    # alone ones again, and a free fit of the server side runs off to its bound (cpu-epyc-zen5,
+    # 2026-12-01: 8,000,000 Gb/s). The server side is then the worker's link, marked unmeasured.
+    lat, bw1 = 300e-6, 2e9
+    rts = [{"bytes": m, "time_s": 2 * (50e-6 + m / 4e9)} for m in SIZES]
+    rpc = [2**20 * k for k in (1, 4, 16, 64, 256)]
+    # The together pass runs a little faster than the alone one, as on the VM.
+    alone = [{"bytes": m, "push_time_s": lat + m / bw1, "pull_time_s": lat + m / bw1} for m in rpc]
+    together = [{"bytes": m, "workers": 1, "push_time_s": 0.9 * (lat + m / bw1),
+                 "pull_time_s": 0.9 * (lat + m / bw1)} for m in rpc]
+    est = PSFit().fit(rts, (), alone, together)
+    assert est.transport_ == "rpc" and est.workers_ == [1]
+    assert not est.server_side_measured_
+    assert est.bandwidth_B_per_s_ == pytest.approx(est.worker_bandwidth_B_per_s_)
+    assert est.bandwidth_B_per_s_ == pytest.approx(bw1, rel=0.02)
+    # With three workers at once the server side is fitted, as before.
+    three = [dict(r, workers=3) for r in together]
+    assert PSFit().fit(rts, (), alone, three).server_side_measured_
+
+
 def test_jsonl_reader_skips_a_torn_last_line(tmp_path):
     p = tmp_path / "rank1.jsonl"
     p.write_text('{"type": "header"}\n{"type": "measurement", "key": "a"}\n{"type": "measurem')
