@@ -257,3 +257,26 @@ def test_how_busy_the_machine_was_is_measured_not_read_off_the_load_average(tmp_
     settings["loadavg_before"][0]["loadavg"] = [0.2, 0.1, 0.1]
     profile, _ = build_profile(run, settings, name="synthetic")
     assert profile["calibration"]["provenance"]["machine_busy"] is False
+
+
+def test_a_two_rank_rpc_calibration_records_that_the_server_side_was_not_measured(tmp_path):
+    # One server and one worker: the "every worker at once" records are one worker again, so
+    # the profile takes the worker's link for the server side and says so, in prose and as data.
+    run = make_run_dir(tmp_path)
+    lat, bw = 900e-6, 3.0e9
+    sizes = [2**20 * 4**i for i in range(5)]
+    rpc = [{"type": "measurement", "key": f"rpc_{kind}/{m}", "kind": f"ps_rpc_{kind}", "bytes": m,
+            "push_s": [lat + m / bw] * 3, "pull_s": [lat + m / bw] * 3}
+           for kind in ("alone", "together") for m in sizes]
+    stage = load_stage(run, "ps")
+    for rank, role in ((0, "server"), (1, "worker")):
+        old = list(stage.measurements[rank].values())
+        _write(run / "ps", rank, old + [dict(r, role=role) for r in rpc])
+    profile, report = build_profile(run, make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None),
+                                    name="synthetic")
+    cal = profile["calibration"]["ps"]
+    assert cal["transport"] == "rpc" and cal["rpc_workers"] == [1] and cal["server_side_measured"] is False
+    link = profile["ps_servers"]
+    assert link["nic_Gb_per_s"]["value"] == link["worker_link_Gb_per_s"]["value"]
+    assert link["worker_link_Gb_per_s"]["value"] == pytest.approx(bw * 8 / 1e9, rel=0.1)
+    assert "not measured" in link["nic_Gb_per_s"]["source"]
