@@ -896,8 +896,8 @@ def _summary(report: dict) -> dict:
         if report["ps"].get("transport") == "rpc":
             # Whether the server side was fitted or is the worker's link (one worker at once,
             # simdl.calibrate.ps.PSFit), as data a reader or a check can test, not only as prose.
-            out["ps"]["rpc_workers"] = report["ps"].get("rpc_workers")
-            out["ps"]["server_side_measured"] = report["ps"].get("server_side_measured", True)
+            out["ps"]["rpc_workers"] = report["ps"]["rpc_workers"]
+            out["ps"]["server_side_measured"] = report["ps"]["server_side_measured"]
     if report.get("strategies", {}).get("fit"):
         o = report["strategies"]["fit"]
         out["strategy_fit"] = {"params": o["params"], "points": o["points"], "held_out": o["held_out"],
