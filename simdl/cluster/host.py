@@ -169,14 +169,28 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
     preferably one with one rank per device slot (``cpu-local``, not its ``-x4`` sibling,
     which validation picks by rank count); a ``-x<N>`` profile when it is the only one of
     this processor (its N slots serve runs of N ranks or fewer); None when no shipped profile
-    was measured on this processor. ``device`` and ``caches`` as in :func:`host_mismatch`."""
+    was measured on this processor. Among several of one kind, the latest calibration
+    (``calibration.provenance.date``): the host's speed drifts by tens of percent between days
+    (validate/README, "The same processor a week earlier"), so the newest describes it best.
+    ``device`` and ``caches`` as in :func:`host_mismatch`."""
     import re
 
     from .spec import CLUSTER_DIR, load_cluster
 
-    paths = sorted(CLUSTER_DIR.glob("cpu-*.yaml"), key=lambda p: (bool(re.search(r"-x\d+$", p.stem)), p.stem))
-    for path in paths:
+    matches = []
+    for path in CLUSTER_DIR.glob("cpu-*.yaml"):
         spec = load_cluster(str(path))
         if profile_devices(spec) and host_mismatch(spec, device, caches) is None:
-            return path.stem
-    return None
+            multi_rank = bool(re.search(r"-x\d+$", path.stem))
+            matches.append((multi_rank, profile_date(spec), path.stem))
+    matches.sort(key=lambda m: m[2])
+    matches.sort(key=lambda m: m[1], reverse=True)  # stable: newest first, then by name
+    matches.sort(key=lambda m: m[0])                # one rank per slot first
+    return matches[0][2] if matches else None
+
+
+def profile_date(spec) -> str:
+    """When a calibrated profile's run started (``calibration.provenance.date``, ISO 8601 in
+    UTC as ``simdl calibrate`` writes it); empty when it does not say."""
+    prov = ((getattr(spec, "calibration", None) or {}).get("provenance") or {})
+    return str(prov.get("date") or "")

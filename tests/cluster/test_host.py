@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from simdl.cluster import load_cluster
-from simdl.cluster.host import cache_sizes, cpu_identity, cpu_model, host_mismatch, profile_devices
+from simdl.cluster.host import cache_sizes, cpu_identity, cpu_model, host_mismatch, profile_caches, profile_devices
 
 
 def test_cpu_model_reads_cpuinfo(tmp_path):
@@ -60,9 +60,42 @@ def test_presets_and_gpu_profiles_are_not_checked():
 def test_preset_for_this_host_picks_the_profile_of_this_processor():
     from simdl.cluster.host import preset_for_this_host
 
-    intel = profile_devices(load_cluster("cpu-local"))[0]
-    assert preset_for_this_host(intel) == "cpu-local"  # not its 4-rank sibling cpu-local-x4
+    spec = load_cluster("cpu-local")
+    intel, caches = profile_devices(spec)[0], profile_caches(spec)
+    assert preset_for_this_host(intel, caches) == "cpu-local"  # not its 4-rank sibling cpu-local-x4
     assert preset_for_this_host("cpu: A Processor Nobody Calibrated") is None
+
+
+def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_path, monkeypatch):
+    """Two 2-rank profiles of one processor (the Zen 4 EPYC's cpu-epyc of 2026-11-25 and a
+    recalibration): the newer is the default, whatever the names; a 4-rank one only when it
+    is the only kind."""
+    import shutil
+
+    import yaml
+
+    import simdl.cluster.spec as spec_mod
+    from simdl.cluster.host import preset_for_this_host
+
+    src = spec_mod.CLUSTER_DIR / "cpu-epyc.yaml"
+    raw = yaml.safe_load(src.read_text())
+    shutil.copy(spec_mod.CLUSTER_DIR / "cpu-epyc.compute.json", tmp_path)
+
+    def ship(name: str, date: str, slots: int = 2) -> None:
+        d = {**raw, "name": name, "gpus_per_node": slots}
+        d["calibration"] = {**raw["calibration"], "provenance": {**raw["calibration"]["provenance"], "date": date}}
+        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
+
+    monkeypatch.setattr(spec_mod, "CLUSTER_DIR", tmp_path)
+    ship("cpu-b-new-x4", "2026-12-03T00:00:00+00:00", slots=4)
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-b-new-x4"
+    ship("cpu-z-old", "2026-11-25T20:02:51+00:00")
+    ship("cpu-a-new", "2026-12-02T06:32:07+00:00")
+    ship("cpu-m-older", "2026-11-20T00:00:00+00:00")
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-a-new"
+    ship("cpu-a-new", "2026-11-01T00:00:00+00:00")
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-z-old"
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) is None
 
 
 def test_named_cpu_device_files_are_cpus_and_calibration_picks_them_by_model_name():
