@@ -89,12 +89,10 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
     monkeypatch.setattr(spec_mod, "CLUSTER_DIR", tmp_path)
     ship("cpu-b-new-x4", "2026-12-03T00:00:00+00:00", slots=4)
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-b-new-x4"
-    ship("cpu-z-old", "2026-11-25T20:02:51+00:00")
-    ship("cpu-a-new", "2026-12-02T06:32:07+00:00")
+    ship("cpu-a-old", "2026-11-25T20:02:51+00:00")
+    ship("cpu-z-new", "2026-12-02T06:32:07+00:00")
     ship("cpu-m-older", "2026-11-20T00:00:00+00:00")
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-a-new"
-    ship("cpu-a-new", "2026-11-01T00:00:00+00:00")
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-z-old"
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-z-new"  # not first by name
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) is None
 
 
@@ -117,9 +115,11 @@ def test_calibration_picks_the_device_file_of_one_named_processor_by_its_caches(
     assert gpu_file_for("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K", "L3": "32768K"}) == "cpu-epyc"
     # Their peaks differ by 2x (AVX2 against AVX-512): the reason to tell them apart.
     assert load_gpu("cpu-epyc").peak("fp32") / load_gpu("cpu-epyc-milan").peak("fp32") > 2.0
-    # Caches no file lists (cpu-epyc's own calibration, L1d 32K / L2 1024K): the first file of
-    # that name, as before device files had a host block; an unknown CPU: the generic file.
-    assert gpu_file_for("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc"
+    # The Zen 4 of cpu-epyc's own calibration (L1d 32K / L2 1024K), which has had its own file
+    # since 2026-12-02; caches no file lists: the first file of that name, as before device
+    # files had a host block; an unknown CPU: the generic file.
+    assert gpu_file_for("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc-zen4"
+    assert gpu_file_for("cpu: AMD EPYC", {"L1d": "64K", "L2": "2048K"}) == "cpu-epyc"
     assert gpu_file_for("cpu: Some Other CPU", EPYC_L2_512K) == "cpu"
     # Every shipped host CPU file says which processor it is.
     from simdl.cluster.spec import gpu_names, is_cpu_device_name
@@ -164,7 +164,8 @@ def test_host_mismatch_compares_caches_when_both_sides_record_them():
 def test_preset_for_this_host_tells_processors_of_one_name_apart():
     from simdl.cluster.host import preset_for_this_host
 
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc"
+    # The Zen 4 has cpu-epyc (2026-11-25) and cpu-epyc-zen4 (2026-12-02): the newer.
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc-zen4"
     # The Zen 3 has a 2-rank profile (cpu-epyc-milan) and a 4-rank one (cpu-epyc-x4): the
     # 2-rank one is preferred, and validate.run finds the other for 4-rank runs by provenance.
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-milan"
