@@ -103,19 +103,22 @@ def cpu_fingerprint() -> dict[str, Any]:
             "identity": cpu_identity()}
 
 
+def _provenance(spec) -> dict:
+    """A calibrated profile's ``calibration.provenance`` (empty for a preset)."""
+    return (getattr(spec, "calibration", None) or {}).get("provenance") or {}
+
+
 def profile_devices(spec) -> list[str]:
     """Device names a calibrated profile was measured on (``calibration.provenance.devices``);
     empty for a preset built from published figures."""
-    prov = ((getattr(spec, "calibration", None) or {}).get("provenance") or {})
-    devs = prov.get("devices") or []
+    devs = _provenance(spec).get("devices") or []
     return [str(d) for d in (devs if isinstance(devs, list) else [devs])]
 
 
 def profile_caches(spec) -> dict[str, str]:
     """Cache sizes of the processor a calibrated profile was measured on
     (``calibration.provenance.cpu_caches``); empty when it does not record them."""
-    prov = ((getattr(spec, "calibration", None) or {}).get("provenance") or {})
-    caches = prov.get("cpu_caches") or {}
+    caches = _provenance(spec).get("cpu_caches") or {}
     return {str(k): str(v) for k, v in caches.items()} if isinstance(caches, dict) else {}
 
 
@@ -192,5 +195,4 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
 def profile_date(spec) -> str:
     """When a calibrated profile's run started (``calibration.provenance.date``, ISO 8601 in
     UTC as ``simdl calibrate`` writes it); empty when it does not say."""
-    prov = ((getattr(spec, "calibration", None) or {}).get("provenance") or {})
-    return str(prov.get("date") or "")
+    return str(_provenance(spec).get("date") or "")
