@@ -1,8 +1,10 @@
 """Probe (not part of calibration): where in a steady FSDP2 step does glibc's heap grow
 (fresh pages: faults) and shrink (trimmed back to the OS)?
 
-    torchrun --nproc-per-node=2 benchmarks/fsdp2_heap_trim_cpu.py RUN_ID_PREFIX OUT_DIR [STEPS]
-    e.g. RUN_ID_PREFIX = vit-vit_b_32-fsdp-none-r2-b32 (a run of validate's local matrix)
+    torchrun --nproc-per-node=2 benchmarks/fsdp2_heap_trim_cpu.py RUN OUT_DIR [STEPS]
+    RUN: a run of validate's local matrix by run-id prefix (vit-vit_b_32-fsdp-none-r2-b32),
+    or MODEL:DATASET:BATCH:SHARDING for any zoo model, e.g. a calibration model that no
+    validation run uses (convnext_tiny:cifar10:32:none)
 
 Builds and wraps the run's model as validate/train.py does (FSDP2, gloo, one thread per
 rank), trains STEPS steps (default 8) on one generated batch, and records at every FSDP
@@ -52,13 +54,30 @@ _libc.sbrk.restype = ctypes.c_void_p
 _libc.sbrk.argtypes = [ctypes.c_long]
 
 
+def _on_grad(args, fn) -> None:
+    x = args[0] if args and isinstance(args[0], torch.Tensor) else None
+    if x is not None and x.requires_grad:
+        x.register_hook(lambda g: fn())
+
+
+def _run(spec: str, experiments):
+    """The RunSpec of a local-matrix run id prefix, or of MODEL:DATASET:BATCH:SHARDING."""
+    parts = spec.split(":")
+    if len(parts) == 4:
+        from validate.experiments import RunSpec
+
+        model, dataset, batch, sharding = parts
+        return RunSpec("probe", model, dataset, "fsdp", 2, int(batch), 1, 0, 0, sharding=sharding)
+    return next(r for r in experiments("local") if r.run_id.startswith(spec))
+
+
 def main() -> None:
     from validate import train
     from validate.experiments import experiments
 
     prefix, out = sys.argv[1], Path(sys.argv[2])
     steps = int(sys.argv[3]) if len(sys.argv) > 3 else 8
-    run = next(r for r in experiments("local") if r.run_id.startswith(prefix))
+    run = _run(prefix, experiments)
     torch.set_num_threads(1)  # one core per rank, as validate/train.py runs
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -73,7 +92,9 @@ def main() -> None:
     for name, m in model.named_modules():
         if m is not model and type(m).__name__ in types:
             m.register_forward_pre_hook(lambda mod, a, n=name: mark(f"forward {n}"))
-            m.register_full_backward_hook(lambda mod, gi, go, n=name: mark(f"backward {n}"))
+            # A hook on the unit's input fires when its gradient is computed, where a full
+            # backward hook would (it refuses units whose first op is in place: VGG's ReLUs).
+            m.register_forward_pre_hook(lambda mod, a, n=name: _on_grad(a, lambda: mark(f"backward {n}")))
     model = train._wrap_spmd(run, model, device, world)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn((run.batch_size,) + tuple(shape))
