@@ -114,7 +114,7 @@ def setup(args: argparse.Namespace, stage: str) -> Ctx:
         "local_rank": local_rank, "local_world": local_world, "node": ctx.node, "nodes": nodes,
         "host": socket.gethostname(), "device": device_name(device), "backend": backend,
         "threads": ctx.threads, "cpu_count": os.cpu_count(), "cpu_caches": cache_sizes(),
-        "cpu_identity": cpu_identity(),
+        "cpu_identity": cpu_identity(), "allocator_env": allocator_env(),
         "threads_note": ("torch.set_num_threads(1): ranks per node >= cores" if not use_cuda and
                          local_world >= (os.cpu_count() or 1) else ""),
         "versions": _versions(), "loadavg": list(os.getloadavg()),
@@ -150,7 +150,7 @@ class RankLog:
 
 
 from simdl.calibrate.records import read_jsonl  # noqa: E402  (a torn last line is skipped)
-from simdl.cluster.host import cache_sizes, cpu_device_name, cpu_identity  # noqa: E402
+from simdl.cluster.host import allocator_env, cache_sizes, cpu_device_name, cpu_identity  # noqa: E402
 
 
 def agreed_done(ctx: Ctx) -> set[str]:

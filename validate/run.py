@@ -462,13 +462,13 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
 def host_info() -> dict:
     import torch
 
-    from simdl.cluster.host import cpu_fingerprint
+    from simdl.cluster.host import allocator_env, cpu_fingerprint
 
     fp = cpu_fingerprint()
     return {"hostname": platform.node(), "cpu_cores": CORES, "torch": torch.__version__,
             "python": platform.python_version(), "machine": platform.machine(),
             "cuda": torch.cuda.is_available(), "cpu_model": fp["cpu_model"], "cpu_caches": fp["caches"],
-            "cpu_identity": fp["identity"]}
+            "cpu_identity": fp["identity"], "allocator_env": allocator_env()}
 
 
 def profile_host_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:

@@ -145,6 +145,8 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         **({"cpu_caches": h0["cpu_caches"]} if h0.get("cpu_caches") else {}),
         # Family/model/stepping and ISA flags (runs from 2026-11-26 on): which processor exactly.
         **({"cpu_identity": h0["cpu_identity"]} if h0.get("cpu_identity") else {}),
+        # glibc malloc settings the ranks ran with (runs from 2026-12-02 on; empty: defaults).
+        **({"allocator_env": h0["allocator_env"]} if h0.get("allocator_env") else {}),
         # Readings at stage starts include this run's own ranks (up to one per core); the
         # reading taken before any rank started is the one that says whether others were busy.
         "loadavg_1min_at_stage_starts_incl_own_ranks": [round(x, 2) for x in loads],
@@ -204,6 +206,21 @@ def _dates(prov: dict) -> str:
         return str(prov["date"])
     return ", ".join(f"{stage} {d}" for stage, d in sorted(sd.items(), key=lambda kv: kv[1]))
 
+
+
+# mallopt(3) environment variables and the host keys they set (bytes in the environment).
+_ALLOCATOR_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": "mmap_threshold_MiB", "MALLOC_TRIM_THRESHOLD_": "trim_threshold_MiB"}
+
+
+def _allocator_thresholds(env: dict[str, str], run: str) -> dict[str, Any]:
+    """The host's mmap and trim thresholds where the ranks ran with them set (a setting fixes
+    the threshold and turns glibc's dynamic adjustment off: mallopt(3))."""
+    out: dict[str, Any] = {}
+    for var, key in _ALLOCATOR_THRESHOLDS.items():
+        if var in env:
+            out[key] = {"value": round(int(env[var]) / 2**20, 6), "kind": "framework",
+                        "source": f"the ranks' environment in run {run}: {var}={env[var]} (mallopt(3))"}
+    return out
 
 def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
     """Other processes were busy when the measurements started: they kept more than a quarter
@@ -590,6 +607,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             "value": 32, "kind": "framework",
             "source": "glibc malloc: DEFAULT_MMAP_THRESHOLD_MAX = 4 MiB x sizeof(long) on 64-bit (malloc/malloc.c, "
                       "mallopt(3)); the dynamic threshold rises to it, so larger buffers are mmapped at every allocation"}
+        host_extra.update(_allocator_thresholds(prov.get("allocator_env") or {}, run_dir.name))
     rows = comp.get("measured_rows") if comp else None
     compute_profile = None
     if rows:

@@ -38,7 +38,12 @@ def mmap_threshold(cluster: Cluster) -> float | None:
 
 
 def trim_threshold(cluster: Cluster) -> float | None:
-    """Bytes of free heap top at which glibc trims the heap: twice the mmap threshold, as
-    the dynamic adjustment sets it (module docstring); None where no faults are priced."""
+    """Bytes of free heap top at which glibc trims the heap: the profile's
+    ``host.trim_threshold_MiB`` (ranks run with MALLOC_TRIM_THRESHOLD_), else twice the mmap
+    threshold, as the dynamic adjustment sets it (module docstring); None where no faults
+    are priced."""
     m = mmap_threshold(cluster)
-    return None if m is None else 2.0 * m
+    if m is None:
+        return None
+    given = cluster.spec.host.trim_threshold_bytes
+    return given.value if given else 2.0 * m

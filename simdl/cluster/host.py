@@ -72,6 +72,20 @@ def cache_sizes(cache_dir: Path = CACHE_DIR) -> dict[str, str]:
 ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16", "amx_tile")
 
 
+# glibc malloc's environment settings (mallopt(3): MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_,
+# ...; GLIBC_TUNABLES glibc.malloc.*). They decide whether an FSDP2 step on CPU faults its
+# gradients in again every step (simdl.strategies.fsdp._refault_limit), which moved ViT
+# FSDP none steps by 0.4-1.1 s on the Zen 4 (benchmarks/fsdp2_refault_cost_cpu.py), so a
+# run records them.
+ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES")
+
+
+def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The C allocator's settings in the environment (empty: glibc's defaults)."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in sorted(env.items()) if k.startswith(ALLOCATOR_ENV_PREFIXES)}
+
+
 def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, Any]:
     """Vendor, family, model and stepping of the first processor in ``/proc/cpuinfo`` and the
     :data:`ISA_FLAGS` it lists; empty where the file is missing (not Linux). The model name

@@ -746,7 +746,8 @@ class MemoryOverheads:
         return out
 
 
-_HOST_KEYS = ("cpu_cores", "dataloader_sample_us", "page_fault_ns_per_byte", "mmap_threshold_MiB")
+_HOST_KEYS = ("cpu_cores", "dataloader_sample_us", "page_fault_ns_per_byte", "mmap_threshold_MiB",
+              "trim_threshold_MiB")
 
 
 @dataclass(frozen=True)
@@ -761,6 +762,10 @@ class Host:
     # GPUs keep freed blocks in PyTorch's caching allocator: absent = 0.
     page_fault_per_byte: Sourced | None = None
     mmap_threshold_bytes: Sourced | None = None
+    # Free bytes at the heap's top at which glibc gives them back (absent: twice the mmap
+    # threshold, glibc's dynamic setting; simdl.cluster.allocator.trim_threshold). Set where
+    # the ranks ran with MALLOC_TRIM_THRESHOLD_ (simdl.cluster.host.allocator_env).
+    trim_threshold_bytes: Sourced | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -768,6 +773,7 @@ class Host:
         _put(out, "dataloader_sample_us", self.dataloader_sample)
         _put(out, "page_fault_ns_per_byte", self.page_fault_per_byte)
         _put(out, "mmap_threshold_MiB", self.mmap_threshold_bytes)
+        _put(out, "trim_threshold_MiB", self.trim_threshold_bytes)
         return out
 
 
@@ -1028,7 +1034,8 @@ def _parse_host(raw: Mapping[str, Any], where: str) -> Host:
     return Host(cpu_cores=_sourced_count(raw, "cpu_cores", where),
                 dataloader_sample=_nonneg(raw, "dataloader_sample_us", where),
                 page_fault_per_byte=_nonneg(raw, "page_fault_ns_per_byte", where, required=False),
-                mmap_threshold_bytes=_positive(raw, "mmap_threshold_MiB", where, required=False))
+                mmap_threshold_bytes=_positive(raw, "mmap_threshold_MiB", where, required=False),
+                trim_threshold_bytes=_positive(raw, "trim_threshold_MiB", where, required=False))
 
 
 def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:

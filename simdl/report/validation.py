@@ -279,6 +279,10 @@ def calibration_configs(calib: dict) -> list[dict]:
     return out
 
 
+def _env_text(r: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in ((r.get("host") or {}).get("allocator_env") or {}).items())
+
+
 def _setup_section(records: list[dict]) -> list[str]:
     hosts = {(r.get("host") or {}).get("hostname", "?"): r.get("host") or {} for r in records}
     lines = ["## Setup", ""]
@@ -289,6 +293,13 @@ def _setup_section(records: list[dict]) -> list[str]:
         lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores ({', '.join(cpus)}), "
                      f"torch {h.get('torch', '?')}, CUDA {'yes' if h.get('cuda') else 'no'}, "
                      f"Python {h.get('python', '?')}")
+    # glibc malloc settings (recorded since 2026-12-02; simdl.cluster.host.allocator_env): they
+    # decide whether FSDP2's CPU steps fault their gradients in again every step.
+    envs = sorted({_env_text(r) for r in records})
+    if any(envs):
+        lines.append("- C allocator settings of the ranks: " + "; ".join(
+            f"`{e}` ({sum(1 for r in records if _env_text(r) == e)} runs)" if e
+            else f"glibc's defaults ({sum(1 for r in records if not _env_text(r))} runs)" for e in envs))
     other = sorted({r["host_mismatch"] for r in records if r.get("host_mismatch")})
     if other:
         n = sum(1 for r in records if r.get("host_mismatch"))

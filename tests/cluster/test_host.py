@@ -170,3 +170,11 @@ def test_preset_for_this_host_tells_processors_of_one_name_apart():
     # 2-rank one is preferred, and validate.run finds the other for 4-rank runs by provenance.
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-milan"
     assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}) is None
+
+
+def test_allocator_env_keeps_only_the_c_allocators_settings():
+    from simdl.cluster.host import allocator_env
+
+    env = {"MALLOC_TRIM_THRESHOLD_": "1", "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1", "PATH": "/bin"}
+    assert allocator_env(env) == {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1", "MALLOC_TRIM_THRESHOLD_": "1"}
+    assert allocator_env({"HOME": "/root"}) == {}

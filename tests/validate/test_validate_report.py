@@ -245,6 +245,19 @@ def test_setup_counts_runs_kept_after_a_teardown_failure(results_file, tmp_path)
     assert "tearing down" not in build_report(path, tmp_path / "rep2").read_text()
 
 
+def test_setup_names_the_allocator_settings_runs_were_measured_with(results_file, tmp_path):
+    import json
+
+    recs = [json.loads(line) for line in results_file.read_text().splitlines()][:2]
+    recs[0]["host"]["allocator_env"] = {"MALLOC_TRIM_THRESHOLD_": "68719476736"}
+    path = tmp_path / "r.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    setup = build_report(path, tmp_path / "rep").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
+    assert "`MALLOC_TRIM_THRESHOLD_=68719476736` (1 runs)" in setup and "glibc's defaults (1 runs)" in setup
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs[1:]))
+    assert "allocator settings" not in build_report(path, tmp_path / "rep2").read_text()
+
+
 def test_setup_lists_runs_measured_while_other_processes_were_busy(results_file, tmp_path):
     import json
 
