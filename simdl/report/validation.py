@@ -199,8 +199,15 @@ def _calibration_section(records: list[dict]) -> list[str]:
             text = Path(p).read_text()
         except OSError:
             continue
-        fitted = fitted or "kind: calibrated" in text
         raw = yaml.safe_load(text) or {}
+        if raw.get("extends"):
+            # A variant of a shipped profile (e.g. for ranks run with other malloc settings)
+            # holds only what it changes: judge the merged profile.
+            from simdl.cluster.spec import _raw_cluster
+
+            raw = _raw_cluster(Path(p))
+            text = yaml.safe_dump(raw)
+        fitted = fitted or "kind: calibrated" in text
         sigma = (((raw.get("efficiency") or {}).get("compute_jitter")) or {}).get("value")
         why = noise_warning(sigma if isinstance(sigma, (int, float)) else None)
         if why:

@@ -76,3 +76,29 @@ def test_a_refaulting_copy_costs_its_bytes_at_the_hosts_page_fault_rate():
     # the fault time is a copy's, so it scales with the copy factor like the copy itself
     assert added == pytest.approx(t.refaults * rates.page_fault_per_byte * rates.copy_factor)
     assert rates.page_fault_per_byte == pytest.approx(0.5967e-9)  # cpu-epyc-milan's calibration (2026-11-27)
+
+
+def test_a_profile_whose_ranks_never_trim_the_heap_refaults_nothing(tmp_path):
+    # Ranks run with MALLOC_TRIM_THRESHOLD_ far above any step's heap: the profile says so
+    # (host.trim_threshold_MiB) and the gradients stay mapped; mapped buffers are unchanged.
+    path = tmp_path / "keep.yaml"
+    path.write_text("name: keep\nextends: cpu-epyc-milan\nhost:\n  trim_threshold_MiB:\n"
+                    "    value: 65536\n    kind: framework\n    source: MALLOC_TRIM_THRESHOLD_=68719476736\n")
+    from simdl.cluster import load_cluster
+
+    keep = allocate(load_cluster(str(path)), 2)
+    assert trim_threshold(keep) == 65536 * MiB and mmap_threshold(keep) == 32 * MiB
+    _, _, plan = _plan(load_cluster(str(path)))
+    _, _, base = _plan("cpu-epyc-milan")
+    assert sum(t.refaults for t in base.tasks) > 0
+    assert all(t.refaults == 0 for t in plan.tasks)
+    assert [t.allocs for t in plan.tasks] == [t.allocs for t in base.tasks]
+
+
+def test_calibration_takes_the_thresholds_from_the_ranks_environment():
+    from simdl.calibrate.profile import _allocator_thresholds
+
+    got = _allocator_thresholds({"MALLOC_TRIM_THRESHOLD_": "68719476736", "MALLOC_MMAP_THRESHOLD_": "33554432"}, "r")
+    assert got["trim_threshold_MiB"]["value"] == 65536 and got["mmap_threshold_MiB"]["value"] == 32
+    assert "MALLOC_TRIM_THRESHOLD_=68719476736" in got["trim_threshold_MiB"]["source"]
+    assert _allocator_thresholds({}, "r") == {}
