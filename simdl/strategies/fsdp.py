@@ -104,6 +104,20 @@ def _refault_limit(cluster: Cluster, grad_bytes: list[float]) -> float:
     return mmap_threshold(cluster)  # larger ones are mapped: simdl.analytic.costs.mapped_bytes
 
 
+def _refault_note(tasks: list[Task]) -> tuple[str, ...]:
+    """A warning where the plan prices gradients that glibc's heap trimming faults in again:
+    the charge (bytes x the idle fill rate) under-prices what trimming cost on the Zen 4 and
+    the cost moves with the heap's history (benchmarks/fsdp2_refault_cost_cpu.py, 2026-12-02:
+    1.9-7x the charge; the same ConvNeXt-L step 6.06 s in one run, 8.43 s in another)."""
+    refault = sum(t.refaults for t in tasks)
+    if not refault:
+        return ()
+    return (f"glibc heap trimming: {refault / 1e6:.0f} MB of gradients per rank fault in again every step; "
+            "measured on CPU ranks it cost 1.9-7x the price used here and varied between runs "
+            "(benchmarks/fsdp2_refault_cost_cpu.py); ranks run with MALLOC_TRIM_THRESHOLD_ above the "
+            "step's heap (and a profile with host.trim_threshold_MiB) do not pay it",)
+
+
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
     table = workload.table
     sharding = config.sharding
@@ -290,7 +304,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         groups=groups,
         world_size=world,
         data_parallel=world,
-        notes=(units.note,),
+        notes=(units.note,) + _refault_note(tasks),
         details={
             "units": len(units.units),
             "wrap": config.wrap,

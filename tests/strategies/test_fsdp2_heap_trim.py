@@ -102,3 +102,12 @@ def test_calibration_takes_the_thresholds_from_the_ranks_environment():
     assert got["trim_threshold_MiB"]["value"] == 65536 and got["mmap_threshold_MiB"]["value"] == 32
     assert "MALLOC_TRIM_THRESHOLD_=68719476736" in got["trim_threshold_MiB"]["source"]
     assert _allocator_thresholds({}, "r") == {}
+
+
+def test_a_plan_that_refaults_says_so_and_one_that_does_not_is_silent(tmp_path):
+    _, _, plan = _plan("cpu-epyc-milan")
+    note = [n for n in plan.notes if n.startswith("glibc heap trimming")]
+    mb = sum(t.refaults for t in plan.tasks) / 1e6
+    assert len(note) == 1 and f"{mb:.0f} MB" in note[0] and "MALLOC_TRIM_THRESHOLD_" in note[0]
+    _, _, gpu = _plan("a100-80gb-nvlink")
+    assert not any(n.startswith("glibc") for n in gpu.notes)
