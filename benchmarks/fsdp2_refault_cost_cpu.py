@@ -14,7 +14,7 @@ PROFILE: the bytes its plan refaults (``Task.refaults``, simdl.strategies.fsdp
 ``_refault_limit``) and what it charges for them (x ``host.page_fault_ns_per_byte``).
 Results go to runs/refault/<RUN>/ (the probe's per-rank traces) and are printed.
 
-Run on the 2-core VM (AMD EPYC Zen 4, family 25 model 17), 2026-12-02, 11:55-12:35 UTC,
+Run on the 2-core VM (AMD EPYC Zen 4, family 25 model 17), 2026-12-02, 11:23-11:40 UTC,
 profile cpu-epyc-zen4 (fill rate 0.464 ns/B); the first four are calibration models, the
 last three validation models (run here as a diagnosis, not fitted on):
 
