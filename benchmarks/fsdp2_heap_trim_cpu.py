@@ -6,6 +6,10 @@
     or MODEL:DATASET:BATCH:SHARDING for any zoo model, e.g. a calibration model that no
     validation run uses (convnext_tiny:cifar10:32:none)
 
+Since 2026-12-02 a unit's backward is marked when its input's gradient is computed (a
+tensor hook, not a full backward hook, which VGG's in-place ReLUs refuse): the same point,
+but the first unit, whose input is the image, has no backward mark.
+
 Builds and wraps the run's model as validate/train.py does (FSDP2, gloo, one thread per
 rank), trains STEPS steps (default 8) on one generated batch, and records at every FSDP
 unit's forward and backward hooks, after backward, after the optimizer step and after

@@ -25,6 +25,7 @@ import yaml
 from ..cluster.host import device_file_for
 from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from ..errors import SimdlError
+from ..units import MiB
 from . import fit as F
 from .compute import STEP_ANCHOR
 from .records import STAGES
@@ -207,7 +208,6 @@ def _dates(prov: dict) -> str:
     return ", ".join(f"{stage} {d}" for stage, d in sorted(sd.items(), key=lambda kv: kv[1]))
 
 
-
 # mallopt(3) environment variables and the host keys they set (bytes in the environment).
 _ALLOCATOR_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": "mmap_threshold_MiB", "MALLOC_TRIM_THRESHOLD_": "trim_threshold_MiB"}
 
@@ -218,9 +218,10 @@ def _allocator_thresholds(env: dict[str, str], run: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for var, key in _ALLOCATOR_THRESHOLDS.items():
         if var in env:
-            out[key] = {"value": round(int(env[var]) / 2**20, 6), "kind": "framework",
+            out[key] = {"value": round(int(env[var]) / MiB, 6), "kind": "framework",
                         "source": f"the ranks' environment in run {run}: {var}={env[var]} (mallopt(3))"}
     return out
+
 
 def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
     """Other processes were busy when the measurements started: they kept more than a quarter

@@ -302,11 +302,13 @@ def _setup_section(records: list[dict]) -> list[str]:
                      f"Python {h.get('python', '?')}")
     # glibc malloc settings (recorded since 2026-12-02; simdl.cluster.host.allocator_env): they
     # decide whether FSDP2's CPU steps fault their gradients in again every step.
-    envs = sorted({_env_text(r) for r in records})
+    from collections import Counter
+
+    envs = Counter(_env_text(r) for r in records)
     if any(envs):
-        lines.append("- C allocator settings of the ranks: " + "; ".join(
-            f"`{e}` ({sum(1 for r in records if _env_text(r) == e)} runs)" if e
-            else f"glibc's defaults ({sum(1 for r in records if not _env_text(r))} runs)" for e in envs))
+        named = {e: f"`{e}`" if e else "glibc's defaults" for e in envs}
+        lines.append("- C allocator settings of the ranks: "
+                     + "; ".join(f"{named[e]} ({n} runs)" for e, n in sorted(envs.items())))
     other = sorted({r["host_mismatch"] for r in records if r.get("host_mismatch")})
     if other:
         n = sum(1 for r in records if r.get("host_mismatch"))
