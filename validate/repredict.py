@@ -19,7 +19,7 @@ from .run import _sha256, append_result, predict_run, profile_for_ranks, read_re
 
 def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analytic", "sim")) -> list[dict]:
     from simdl.cluster import load_cluster
-    from simdl.cluster.host import cpu_label, host_mismatch
+    from simdl.cluster.host import allocator_mismatch, cpu_label, host_mismatch
 
     out = []
     for rec in records:
@@ -38,6 +38,12 @@ def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analyt
         new.pop("host_mismatch", None)
         if why:
             new["host_mismatch"] = why
+        # The ranks' malloc settings (recorded since 2026-12-02) against the profile's.
+        new.pop("allocator_mismatch", None)
+        if "allocator_env" in host:
+            malloc = allocator_mismatch(load_cluster(path), host["allocator_env"] or {})
+            if malloc:
+                new["allocator_mismatch"] = malloc
         out.append(new)
     return out
 

@@ -485,6 +485,23 @@ def profile_host_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[s
     return out
 
 
+def profile_allocator_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:
+    """Which of the sweep's profiles were timed under other malloc settings than the ranks
+    will run with (they inherit this process's environment): glibc's heap trimming moved the
+    same runs by 20-40 % on the Zen 4 (simdl.cluster.host.allocator_mismatch). A warning and a
+    label, not a refusal: predicting heap-kept runs with a default-glibc profile is how the
+    size of the effect was measured (validate/README)."""
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import allocator_mismatch
+
+    out = []
+    for path, _, _ in profiles.values():
+        why = allocator_mismatch(load_cluster(path))
+        if why and why not in out:
+            out.append(why)
+    return out
+
+
 def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, tuple[str, str, str]]:
     """Per rank count: (profile path, note, digest of what predictions read from it:
     :func:`_sha256`), resolved once when a sweep
@@ -499,7 +516,7 @@ def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, 
 def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
             engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None,
             host_mismatch: str = "", probe: bool = False, min_available: int = 0,
-            wait_quiet_s: float = -1.0) -> dict:
+            wait_quiet_s: float = -1.0, allocator_mismatch: str = "") -> dict:
     workdir = root / run.run_id
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
@@ -521,6 +538,7 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
         "cluster_profile": cluster_path, "cluster_profile_sha256": sha,
         "cluster_profile_note": profile_note,
         **({"host_mismatch": host_mismatch} if host_mismatch else {}),
+        **({"allocator_mismatch": allocator_mismatch} if allocator_mismatch else {}),
         "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
     }
     rec["predicted"] = predict_run(run, cluster_path, engines)  # before the run: blind to it
@@ -642,10 +660,15 @@ def main(argv=None) -> int:
         return 2
     if other:
         print(f"warning: {other}; the runs are labelled host_mismatch", file=sys.stderr, flush=True)
+    malloc = "; ".join(profile_allocator_mismatches(profiles))
+    if malloc:
+        print(f"warning: {malloc}; the runs are labelled allocator_mismatch (calibrate under the "
+              "ranks' malloc settings to predict them)", file=sys.stderr, flush=True)
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
         rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
-                      host_mismatch=other, probe=a.probe, min_available=floor, wait_quiet_s=a.wait_quiet)
+                      host_mismatch=other, probe=a.probe, min_available=floor, wait_quiet_s=a.wait_quiet,
+                      allocator_mismatch=malloc)
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":

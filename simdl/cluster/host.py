@@ -181,15 +181,19 @@ def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
     return chosen[0].name if chosen else "cpu"
 
 
-def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None) -> str | None:
+def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None,
+                         environ: dict[str, str] | None = None) -> str | None:
     """The shipped CPU preset calibrated on this host's processor (:func:`host_mismatch`),
-    preferably one with one rank per device slot (``cpu-local``, not its ``-x4`` sibling,
-    which validation picks by rank count); a ``-x<N>`` profile when it is the only one of
-    this processor (its N slots serve runs of N ranks or fewer); None when no shipped profile
-    was measured on this processor. Among several of one kind, the latest calibration
-    (``calibration.provenance.date``): the host's speed drifts by tens of percent between days
-    (validate/README, "The same processor a week earlier"), so the newest describes it best.
-    ``device`` and ``caches`` as in :func:`host_mismatch`."""
+    preferably one calibrated under this process's malloc settings (:func:`allocator_mismatch`:
+    on the Zen 4 the same runs took up to 40 % less time with glibc's heap kept than with its
+    defaults), then one with one rank per device slot (``cpu-local``, not its
+    ``-x4`` sibling, which validation picks by rank count); a ``-x<N>`` profile when it is
+    the only one of this processor (its N slots serve runs of N ranks or fewer); None when no
+    shipped profile was measured on this processor. Among several of one kind, the latest
+    calibration (``calibration.provenance.date``): the host's speed drifts by tens of percent
+    between days (validate/README, "The same processor a week earlier"), so the newest
+    describes it best. ``device`` and ``caches`` as in :func:`host_mismatch`; ``environ``
+    (default ``os.environ``) as in :func:`allocator_env`."""
     import re
 
     from .spec import CLUSTER_DIR, load_cluster
@@ -199,11 +203,35 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
         spec = load_cluster(str(path))
         if profile_devices(spec) and host_mismatch(spec, device, caches) is None:
             multi_rank = bool(re.search(r"-x\d+$", path.stem))
-            matches.append((multi_rank, profile_date(spec), path.stem))
-    matches.sort(key=lambda m: m[2])
-    matches.sort(key=lambda m: m[1], reverse=True)  # stable: newest first, then by name
-    matches.sort(key=lambda m: m[0])                # one rank per slot first
-    return matches[0][2] if matches else None
+            other_malloc = allocator_mismatch(spec, environ) is not None
+            matches.append((other_malloc, multi_rank, profile_date(spec), path.stem))
+    matches.sort(key=lambda m: m[3])
+    matches.sort(key=lambda m: m[2], reverse=True)  # stable: newest first, then by name
+    matches.sort(key=lambda m: m[:2])               # this malloc setting, then one rank per slot
+    return matches[0][3] if matches else None
+
+
+def profile_allocator_env(spec) -> dict[str, str]:
+    """The malloc settings a calibrated profile's ranks ran with (``calibration.provenance.
+    allocator_env``; runs from 2026-12-02 on record it, empty means glibc's defaults)."""
+    return {str(k): str(v) for k, v in (_provenance(spec).get("allocator_env") or {}).items()}
+
+
+def allocator_mismatch(spec, environ: dict[str, str] | None = None) -> str | None:
+    """Why ``spec``'s compute times were measured under other malloc settings than
+    ``environ``'s (default ``os.environ``), or None when they agree or the profile is not a
+    calibrated CPU profile. The settings moved the same run on the Zen 4 by 20-40 %: glibc's
+    heap trimming re-faults FSDP's gradients every step and slows DDP's steps as well
+    (validate/README, "The ViT FSDP none gap is glibc's heap trimming")."""
+    if not [d for d in profile_devices(spec) if d.startswith("cpu:")]:
+        return None
+    theirs, here = profile_allocator_env(spec), allocator_env(environ)
+    if theirs == here:
+        return None
+
+    def text(env: dict[str, str]) -> str:
+        return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "glibc's default malloc settings"
+    return f"profile {spec.name} was timed with {text(theirs)}; these ranks with {text(here)}"
 
 
 def profile_date(spec) -> str:

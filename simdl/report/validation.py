@@ -309,6 +309,12 @@ def _setup_section(records: list[dict]) -> list[str]:
         named = {e: f"`{e}`" if e else "glibc's defaults" for e in envs}
         lines.append("- C allocator settings of the ranks: "
                      + "; ".join(f"{named[e]} ({n} runs)" for e, n in sorted(envs.items())))
+    malloc = sorted({r["allocator_mismatch"] for r in records if r.get("allocator_mismatch")})
+    if malloc:
+        n = sum(1 for r in records if r.get("allocator_mismatch"))
+        lines.append(f"- **Predicted with a profile timed under other malloc settings** ({n} of {len(records)} "
+                     "runs): " + "; ".join(malloc) + ". glibc's heap trimming moved the same runs by 20-40 % "
+                     "on the Zen 4 (validate/README), so their errors include it.")
     other = sorted({r["host_mismatch"] for r in records if r.get("host_mismatch")})
     if other:
         n = sum(1 for r in records if r.get("host_mismatch"))

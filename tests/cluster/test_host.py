@@ -81,9 +81,11 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
     raw = yaml.safe_load(src.read_text())
     shutil.copy(spec_mod.CLUSTER_DIR / "cpu-epyc.compute.json", tmp_path)
 
-    def ship(name: str, date: str, slots: int = 2) -> None:
+    def ship(name: str, date: str, slots: int = 2, allocator_env: dict | None = None) -> None:
         d = {**raw, "name": name, "gpus_per_node": slots}
-        d["calibration"] = {**raw["calibration"], "provenance": {**raw["calibration"]["provenance"], "date": date}}
+        prov = {**raw["calibration"]["provenance"], "date": date,
+                **({"allocator_env": allocator_env} if allocator_env else {})}
+        d["calibration"] = {**raw["calibration"], "provenance": prov}
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
 
     monkeypatch.setattr(spec_mod, "CLUSTER_DIR", tmp_path)
@@ -92,8 +94,15 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
     ship("cpu-a-old", "2026-11-25T20:02:51+00:00")
     ship("cpu-z-new", "2026-12-02T06:32:07+00:00")
     ship("cpu-m-older", "2026-11-20T00:00:00+00:00")
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-z-new"  # not first by name
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) is None
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}) == "cpu-z-new"  # not first by name
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K, environ={}) is None
+    # An older profile timed with glibc's heap kept: chosen only where the ranks keep it too.
+    keep = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "68719476736"}
+    ship("cpu-k-keepheap", "2026-12-01T00:00:00+00:00", allocator_env=keep)
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={"HOME": "/root"}) == "cpu-z-new"
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={**keep, "HOME": "/root"}) == "cpu-k-keepheap"
+    # Settings no profile was timed with: by date again.
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={"MALLOC_ARENA_MAX": "1"}) == "cpu-z-new"
 
 
 def test_named_cpu_device_files_are_cpus_and_calibration_picks_them_by_model_name():
@@ -165,11 +174,11 @@ def test_preset_for_this_host_tells_processors_of_one_name_apart():
     from simdl.cluster.host import preset_for_this_host
 
     # The Zen 4 has cpu-epyc (2026-11-25) and cpu-epyc-zen4 (2026-12-02): the newer.
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M) == "cpu-epyc-zen4"
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}) == "cpu-epyc-zen4"
     # The Zen 3 has a 2-rank profile (cpu-epyc-milan) and a 4-rank one (cpu-epyc-x4): the
     # 2-rank one is preferred, and validate.run finds the other for 4-rank runs by provenance.
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K) == "cpu-epyc-milan"
-    assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}) is None
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K, environ={}) == "cpu-epyc-milan"
+    assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}, environ={}) is None
 
 
 def test_allocator_env_keeps_only_the_c_allocators_settings():
@@ -178,3 +187,23 @@ def test_allocator_env_keeps_only_the_c_allocators_settings():
     env = {"MALLOC_TRIM_THRESHOLD_": "1", "GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1", "PATH": "/bin"}
     assert allocator_env(env) == {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=1", "MALLOC_TRIM_THRESHOLD_": "1"}
     assert allocator_env({"HOME": "/root"}) == {}
+
+
+def test_allocator_mismatch_names_both_malloc_settings():
+    """A profile's compute times depend on glibc's heap trimming (validate/README), so a
+    profile timed under other malloc settings than the ranks' is named, both sides shown."""
+    from simdl.cluster.host import allocator_mismatch
+
+    spec = load_cluster("cpu-epyc-zen4")  # calibrated with glibc's defaults
+    assert allocator_mismatch(spec, {"PATH": "/bin"}) is None
+    why = allocator_mismatch(spec, {"MALLOC_TRIM_THRESHOLD_": "68719476736"})
+    assert why == ("profile cpu-epyc-zen4 was timed with glibc's default malloc settings; these ranks with "
+                   "MALLOC_TRIM_THRESHOLD_=68719476736")
+    from types import SimpleNamespace  # load_cluster memoises presets: do not edit one
+
+    kept = SimpleNamespace(name="kept", calibration={"provenance": {
+        "devices": ["cpu: AMD EPYC"], "allocator_env": {"MALLOC_TRIM_THRESHOLD_": "68719476736"}}})
+    assert allocator_mismatch(kept, {"MALLOC_TRIM_THRESHOLD_": "68719476736"}) is None
+    assert allocator_mismatch(kept, {}) == ("profile kept was timed with MALLOC_TRIM_THRESHOLD_=68719476736; "
+                                            "these ranks with glibc's default malloc settings")
+    assert allocator_mismatch(load_cluster("a100-80gb-nvlink"), {"MALLOC_TRIM_THRESHOLD_": "1"}) is None  # a GPU preset

@@ -91,3 +91,44 @@ def test_repredict_labels_runs_of_another_processor(tmp_path, monkeypatch):
     same = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster("cpu-epyc"))})
     out = vre.repredict(json.loads(json.dumps([other, same])), "cpu-epyc", tmp_path, ("analytic",))
     assert "L2 512K" in out[0]["host_mismatch"] and "host_mismatch" not in out[1]
+
+
+def test_a_sweep_under_other_malloc_settings_than_its_profile_is_labelled(tmp_path, monkeypatch, capsys):
+    """The ranks inherit this process's malloc settings; a profile timed under others is
+    named in a warning and in every run's record (not refused: the heap-kept study did it)."""
+    from simdl.cluster import load_cluster
+    from simdl.cluster.host import profile_caches, profile_devices
+
+    spec = load_cluster("cpu-epyc-zen4")
+    seen = []
+    _fake_sweep(monkeypatch, profile_devices(spec)[0], profile_caches(spec))
+    fake = vrun.run_one
+
+    def recording(run, *a, allocator_mismatch="", **k):
+        seen.append(allocator_mismatch)
+        return fake(run, *a, **k)
+
+    monkeypatch.setattr(vrun, "run_one", recording)
+    for var in [v for v in __import__("os").environ if v.startswith(("MALLOC_", "GLIBC_TUNABLES"))]:
+        monkeypatch.delenv(var)
+    args = ["--profile", "local", "--only", "vit_b_32-fsdp-full-r2-b16", "--cluster", "cpu-epyc-zen4"]
+    assert vrun.main(args + ["-o", str(tmp_path / "a.jsonl")]) == 0
+    assert seen == [""] and "malloc" not in capsys.readouterr().err
+    monkeypatch.setenv("MALLOC_TRIM_THRESHOLD_", "68719476736")
+    assert vrun.main(args + ["-o", str(tmp_path / "b.jsonl")]) == 0
+    assert "MALLOC_TRIM_THRESHOLD_=68719476736" in seen[1] and "glibc's default malloc settings" in seen[1]
+    assert "allocator_mismatch" in capsys.readouterr().err
+
+
+def test_repredict_labels_runs_made_under_other_malloc_settings(tmp_path, monkeypatch):
+    from validate.experiments import experiments
+
+    monkeypatch.setattr(vre, "predict_run", lambda run, path, engines: {"analytic": {}})
+    run = next(r for r in experiments("smoke") if r.ranks == 2)
+    base = {"run_id": run.run_id, "spec": run.to_dict(), "status": "ok"}
+    recs = [dict(base, host={"allocator_env": {"MALLOC_TRIM_THRESHOLD_": "68719476736"}}),
+            dict(base, host={"allocator_env": {}}, allocator_mismatch="stale"),
+            dict(base, host={})]  # before 2026-12-02: not recorded, nothing to compare
+    out = vre.repredict(json.loads(json.dumps(recs)), "cpu-epyc-zen4", tmp_path, ("analytic",))
+    assert "MALLOC_TRIM_THRESHOLD_=68719476736" in out[0]["allocator_mismatch"]
+    assert "allocator_mismatch" not in out[1] and "allocator_mismatch" not in out[2]

@@ -256,6 +256,11 @@ def test_setup_names_the_allocator_settings_runs_were_measured_with(results_file
     assert "`MALLOC_TRIM_THRESHOLD_=68719476736` (1 runs)" in setup and "glibc's defaults (1 runs)" in setup
     path.write_text("".join(json.dumps(r) + "\n" for r in recs[1:]))
     assert "allocator settings" not in build_report(path, tmp_path / "rep2").read_text()
+    recs[0]["allocator_mismatch"] = "profile p was timed with glibc's default malloc settings; these ranks with X=1"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    setup = build_report(path, tmp_path / "rep3").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
+    assert ("**Predicted with a profile timed under other malloc settings** (1 of 2 runs): profile p was timed "
+            "with glibc's default malloc settings; these ranks with X=1.") in setup
 
 
 def test_setup_lists_runs_measured_while_other_processes_were_busy(results_file, tmp_path):
