@@ -471,35 +471,35 @@ def host_info() -> dict:
             "cpu_identity": fp["identity"], "allocator_env": allocator_env()}
 
 
-def profile_host_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:
-    """Why the sweep's profiles do not describe this host (one reason per profile), empty when
-    they all do: a CPU profile calibrated on another processor predicts that processor."""
+def _profile_reasons(profiles: dict[int, tuple[str, str, str]], check) -> list[str]:
+    """``check(spec)`` of each of the sweep's profiles, each reason once."""
     from simdl.cluster import load_cluster
-    from simdl.cluster.host import host_mismatch
 
     out = []
     for path, _, _ in profiles.values():
-        why = host_mismatch(load_cluster(path))
+        why = check(load_cluster(path))
         if why and why not in out:
             out.append(why)
     return out
+
+
+def profile_host_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:
+    """Why the sweep's profiles do not describe this host (one reason per profile), empty when
+    they all do: a CPU profile calibrated on another processor predicts that processor."""
+    from simdl.cluster.host import host_mismatch
+
+    return _profile_reasons(profiles, host_mismatch)
 
 
 def profile_allocator_mismatches(profiles: dict[int, tuple[str, str, str]]) -> list[str]:
     """Which of the sweep's profiles were timed under other malloc settings than the ranks
     will run with (they inherit this process's environment): glibc's heap trimming moved the
-    same runs by 20-40 % on the Zen 4 (simdl.cluster.host.allocator_mismatch). A warning and a
+    same runs by up to 40 % on the Zen 4 (simdl.cluster.host.allocator_mismatch). A warning and a
     label, not a refusal: predicting heap-kept runs with a default-glibc profile is how the
     size of the effect was measured (validate/README)."""
-    from simdl.cluster import load_cluster
     from simdl.cluster.host import allocator_mismatch
 
-    out = []
-    for path, _, _ in profiles.values():
-        why = allocator_mismatch(load_cluster(path))
-        if why and why not in out:
-            out.append(why)
-    return out
+    return _profile_reasons(profiles, allocator_mismatch)
 
 
 def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, tuple[str, str, str]]:

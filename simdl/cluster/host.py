@@ -220,7 +220,7 @@ def profile_allocator_env(spec) -> dict[str, str]:
 def allocator_mismatch(spec, environ: dict[str, str] | None = None) -> str | None:
     """Why ``spec``'s compute times were measured under other malloc settings than
     ``environ``'s (default ``os.environ``), or None when they agree or the profile is not a
-    calibrated CPU profile. The settings moved the same run on the Zen 4 by 20-40 %: glibc's
+    calibrated CPU profile. The settings moved the same run on the Zen 4 by up to 40 %: glibc's
     heap trimming re-faults FSDP's gradients every step and slows DDP's steps as well
     (validate/README, "The ViT FSDP none gap is glibc's heap trimming")."""
     if not [d for d in profile_devices(spec) if d.startswith("cpu:")]:

@@ -313,7 +313,7 @@ def _setup_section(records: list[dict]) -> list[str]:
     if malloc:
         n = sum(1 for r in records if r.get("allocator_mismatch"))
         lines.append(f"- **Predicted with a profile timed under other malloc settings** ({n} of {len(records)} "
-                     "runs): " + "; ".join(malloc) + ". glibc's heap trimming moved the same runs by 20-40 % "
+                     "runs): " + "; ".join(malloc) + ". glibc's heap trimming moved the same runs by up to 40 % "
                      "on the Zen 4 (validate/README), so their errors include it.")
     other = sorted({r["host_mismatch"] for r in records if r.get("host_mismatch")})
     if other:
