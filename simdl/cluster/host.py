@@ -86,6 +86,11 @@ def allocator_env(environ: dict[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in sorted(env.items()) if k.startswith(ALLOCATOR_ENV_PREFIXES)}
 
 
+def allocator_env_text(env: dict[str, str]) -> str:
+    """``K=V`` pairs of :func:`allocator_env`'s settings, sorted; empty for glibc's defaults."""
+    return " ".join(f"{k}={v}" for k, v in sorted(env.items()))
+
+
 def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, Any]:
     """Vendor, family, model and stepping of the first processor in ``/proc/cpuinfo`` and the
     :data:`ISA_FLAGS` it lists; empty where the file is missing (not Linux). The model name
@@ -223,15 +228,14 @@ def allocator_mismatch(spec, environ: dict[str, str] | None = None) -> str | Non
     calibrated CPU profile. The settings moved the same run on the Zen 4 by up to 40 %: glibc's
     heap trimming re-faults FSDP's gradients every step and slows DDP's steps as well
     (validate/README, "The ViT FSDP none gap is glibc's heap trimming")."""
-    if not [d for d in profile_devices(spec) if d.startswith("cpu:")]:
+    if not any(d.startswith("cpu:") for d in profile_devices(spec)):
         return None
     theirs, here = profile_allocator_env(spec), allocator_env(environ)
     if theirs == here:
         return None
-
-    def text(env: dict[str, str]) -> str:
-        return " ".join(f"{k}={v}" for k, v in sorted(env.items())) or "glibc's default malloc settings"
-    return f"profile {spec.name} was timed with {text(theirs)}; these ranks with {text(here)}"
+    default = "glibc's default malloc settings"
+    return (f"profile {spec.name} was timed with {allocator_env_text(theirs) or default}; "
+            f"these ranks with {allocator_env_text(here) or default}")
 
 
 def profile_date(spec) -> str:

@@ -203,9 +203,9 @@ def _calibration_section(records: list[dict]) -> list[str]:
         if raw.get("extends"):
             # A variant of a shipped profile (e.g. for ranks run with other malloc settings)
             # holds only what it changes: judge the merged profile.
-            from simdl.cluster.spec import _raw_cluster
+            from simdl.cluster.spec import raw_preset
 
-            raw = _raw_cluster(Path(p))
+            raw = raw_preset(Path(p))
             text = yaml.safe_dump(raw)
         fitted = fitted or "kind: calibrated" in text
         sigma = (((raw.get("efficiency") or {}).get("compute_jitter")) or {}).get("value")
@@ -287,7 +287,9 @@ def calibration_configs(calib: dict) -> list[dict]:
 
 
 def _env_text(r: dict) -> str:
-    return " ".join(f"{k}={v}" for k, v in ((r.get("host") or {}).get("allocator_env") or {}).items())
+    from simdl.cluster.host import allocator_env_text
+
+    return allocator_env_text((r.get("host") or {}).get("allocator_env") or {})
 
 
 def _setup_section(records: list[dict]) -> list[str]:

@@ -104,7 +104,7 @@ def test_calibration_takes_the_thresholds_from_the_ranks_environment():
     assert _allocator_thresholds({}, "r") == {}
 
 
-def test_a_plan_that_refaults_says_so_and_one_that_does_not_is_silent(tmp_path):
+def test_a_plan_that_refaults_says_so_and_one_that_does_not_is_silent():
     _, _, plan = _plan("cpu-epyc-milan")
     note = [n for n in plan.notes if n.startswith("glibc heap trimming")]
     mb = sum(t.refaults for t in plan.tasks) / 1e6

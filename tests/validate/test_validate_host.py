@@ -109,7 +109,11 @@ def test_a_sweep_under_other_malloc_settings_than_its_profile_is_labelled(tmp_pa
         return fake(run, *a, **k)
 
     monkeypatch.setattr(vrun, "run_one", recording)
-    for var in [v for v in __import__("os").environ if v.startswith(("MALLOC_", "GLIBC_TUNABLES"))]:
+    import os
+
+    from simdl.cluster.host import ALLOCATOR_ENV_PREFIXES
+
+    for var in [v for v in os.environ if v.startswith(ALLOCATOR_ENV_PREFIXES)]:
         monkeypatch.delenv(var)
     args = ["--profile", "local", "--only", "vit_b_32-fsdp-full-r2-b16", "--cluster", "cpu-epyc-zen4"]
     assert vrun.main(args + ["-o", str(tmp_path / "a.jsonl")]) == 0
