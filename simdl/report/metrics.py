@@ -349,6 +349,25 @@ def rel_error(predicted: float | None, measured: float | None) -> float | None:
     return (p - m) / abs(m)
 
 
+def repeat_floor(records: list[dict]) -> dict[str, float] | None:
+    """The machine's own reproducibility, scored as a prediction would be: each repeat's step
+    median (``measured.repeats``, from :func:`pool_repeats`) taken as the prediction of every
+    other repeat of the same run, over every ordered pair. No model can be told apart from
+    the machine's change between two runs of one configuration below this error: a perfect
+    prediction of one repeat scores it against the other. ``None`` without repeated runs."""
+    errs, runs = [], 0
+    for r in records:
+        meds = [x["step_median_s"] for x in (_m(r).get("repeats") or []) if x.get("step_median_s")]
+        if len(meds) < 2:
+            continue
+        runs += 1
+        errs += [abs(e) for i, a in enumerate(meds) for j, b in enumerate(meds)
+                 if i != j and (e := rel_error(a, b)) is not None]
+    if not errs:
+        return None
+    return {"runs": runs, "pairs": len(errs), "mape": statistics.fmean(errs), "max": max(errs)}
+
+
 def pairs(records: list[dict], metric: Metric, engine: str = "analytic") -> list[tuple[dict, float, float, float]]:
     """(record, measured, predicted, error) for every finished run the metric applies to."""
     out = []

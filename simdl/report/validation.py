@@ -18,7 +18,8 @@ from pathlib import Path
 from ..band import LEVEL
 from ..calibrate import host_load
 from ..calibrate.jitter import noise_warning
-from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, summary
+from .metrics import (METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, repeat_floor,
+                      summary)
 
 # Goals of issue 6 on the local profile (fractions).
 GOALS = {"step_mape": 0.05, "step_mape_stretch": 0.03, "step_max": 0.15, "memory_mean": 0.03, "staleness": 0.10}
@@ -633,6 +634,14 @@ def repeats_table(records: list[dict]) -> list[str]:
         # an error below the run-to-run spread cannot be told from noise.
         lines.append(f"Spread between repeats, over the {len(spreads)} runs: median "
                      f"{_pct(statistics.median(spreads))}, max {_pct(max(spreads))}.")
+    floor = repeat_floor(reps)
+    if floor:
+        # What a prediction that matched one repeat exactly would score against the others:
+        # the step-time error this machine lets one sweep check a model to.
+        lines.append(f"Repeat against repeat, each repeat's step median as the prediction of another repeat of the "
+                     f"same run ({floor['pairs']} ordered pairs over {floor['runs']} runs): MAPE {_pct(floor['mape'])}, "
+                     f"max {_pct(floor['max'])}. An error against one sweep below this cannot be told from the machine's own "
+                     "change between runs.")
     if by_repeat:
         per_repeat = "; ".join(f"repeat {k + 1} alone {_pct(sum(v) / len(v))} ({len(v)} runs)"
                                for k, v in sorted(by_repeat.items()))

@@ -205,6 +205,8 @@ def test_a_repeat_measured_on_a_busy_host_is_left_out_beside_quiet_ones(tmp_path
     text = "\n".join(repeats_table([r]))
     assert "left out 10:00: 9 s" in text and "median 200.0%, max 200.0%" in text
     assert "repeat 1 alone 100.0%" in text and "repeat 2 alone 33.3%" in text and "pooled 0.0%" in text
+    # each repeat as the other's prediction: |1/3 - 1| and |3/1 - 1|
+    assert "(2 ordered pairs over 1 runs): MAPE 133.3%, max 200.0%" in text
     # the latest busy, one quiet repeat before it: the quiet one's measurement stands for the run
     rows = (rec([1.0] * 3, "2026-11-29T11:00:00"), rec([9.0] * 3, "2026-11-29T12:00:00", 0.9))
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -498,3 +500,16 @@ def test_band_coverage_counts_runs_inside_their_band_and_those_without_one(make_
     text = "\n".join(band_line(recs, "analytic"))
     assert "inside the predicted 90 % band: 1 of 2 runs (50 %)" in text and "1 runs have no band" in text
     assert band_line(recs[2:], "analytic") == []
+
+
+def test_repeat_floor_scores_each_repeat_as_the_prediction_of_the_others():
+    from simdl.report.metrics import repeat_floor
+
+    def rec(*meds):
+        return {"measured": {"repeats": [{"step_median_s": m} for m in meds]}}
+
+    assert repeat_floor([rec(2.0)]) is None and repeat_floor([]) is None
+    f = repeat_floor([rec(1.0, 1.1), rec(2.0, 2.0, 2.0), rec(5.0)])
+    # run 1: |1.1/1 - 1| = 0.1 and |1/1.1 - 1| = 0.0909; run 2: six pairs of 0; run 3 alone
+    assert f["runs"] == 2 and f["pairs"] == 8
+    assert abs(f["mape"] - (0.1 + 1 / 11) / 8) < 1e-12 and abs(f["max"] - 0.1) < 1e-12
