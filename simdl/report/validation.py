@@ -645,7 +645,9 @@ def repeats_table(records: list[dict]) -> list[str]:
     if by_repeat:
         per_repeat = "; ".join(f"repeat {k + 1} alone {_pct(sum(v) / len(v))} ({len(v)} runs)"
                                for k, v in sorted(by_repeat.items()))
+        every = [e for v in by_repeat.values() for e in v]
         lines.append(f"Step-time MAPE of these runs (analytic), each repeat's median against the prediction: {per_repeat}; "
+                     f"every repeat {_pct(sum(every) / len(every))}, max {_pct(max(every))} ({len(every)} medians); "
                      f"pooled {_pct(sum(pooled_err) / len(pooled_err)) if pooled_err else '-'}.")
         lines.append("")
     return lines

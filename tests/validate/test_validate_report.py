@@ -205,6 +205,7 @@ def test_a_repeat_measured_on_a_busy_host_is_left_out_beside_quiet_ones(tmp_path
     text = "\n".join(repeats_table([r]))
     assert "left out 10:00: 9 s" in text and "median 200.0%, max 200.0%" in text
     assert "repeat 1 alone 100.0%" in text and "repeat 2 alone 33.3%" in text and "pooled 0.0%" in text
+    assert "every repeat 66.7%, max 100.0% (2 medians)" in text
     # each repeat as the other's prediction: |1/3 - 1| and |3/1 - 1|
     assert "(2 ordered pairs over 1 runs): MAPE 133.3%, max 200.0%" in text
     # the latest busy, one quiet repeat before it: the quiet one's measurement stands for the run
