@@ -45,11 +45,12 @@ def _wait_seconds(text: str) -> float:
 
 
 def _add_prediction_args(p: argparse.ArgumentParser) -> None:
-    from .strategies.config import ALGORITHMS, SHARDINGS, STRATEGY_NAMES
+    from .strategies import registry
+    from .strategies.config import ALGORITHMS, SHARDINGS
     from .workload.workload import OPTIMIZERS, PRECISIONS
 
     p.add_argument("--model", default="vgg16", help="zoo model name or package.module:factory (default vgg16)")
-    p.add_argument("--strategy", default="fsdp", help=f"one of {', '.join(STRATEGY_NAMES)} (default fsdp)")
+    p.add_argument("--strategy", default="fsdp", help=f"one of {', '.join(registry.names())} (default fsdp)")
     p.add_argument("--gpus", type=_int, default=4, help="number of GPUs (ranks / PS workers), default 4")
     p.add_argument("--nodes", type=_int, default=None, help="nodes to spread the GPUs over (default: fill nodes)")
     p.add_argument("--cluster", default=None, help="preset name or path to a cluster YAML (default a100-80gb-nvlink)")

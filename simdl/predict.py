@@ -30,13 +30,9 @@ DEFAULT_REASONS = {
     "epochs": "study 1, experiment 1: 10 epochs",
     "optimizer": "torchvision references/classification: SGD with momentum 0.9",
     "precision": "torchvision references/classification: AMP off by default",
-    "sharding": "FSDP's default ShardingStrategy.FULL_SHARD",
-    "wrap": "the model's block classes as FSDP units",
     "loader_workers": "assumed DataLoader(num_workers=4)",
     "algorithm": "the cheaper of ring and tree per collective, as NCCL's tuner picks",
-    "staleness_bound": "assumed SSP bound of 3 iterations",
-    "ps_servers": "one server, as study 1 ran it",
-}
+}  # a strategy's own keywords give their reasons in its registry entry (PredictKey.default_reason)
 
 
 def predict(
@@ -69,33 +65,39 @@ def predict(
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
-    """Predict one training configuration. Raises :class:`SimdlError` on bad input."""
+    """Predict one training configuration. Raises :class:`SimdlError` on bad input.
+
+    The strategy keywords (``sharding``, ``wrap``, ``bucket_cap_mb``, ...) are those its
+    registry entry declares (:mod:`simdl.strategies.registry`); one the strategy does not
+    take raises, naming the strategies that do. A strategy registered with keywords of its
+    own takes them here too (through ``**engine_options``).
+    """
     from .cluster import ClusterSpec, allocate, load_cluster
-    from .strategies import StrategyConfig, build_plan
-    from .strategies.config import DDP_BUCKET_CAP_BYTES
-    from .units import MiB
+    from .strategies import StrategyConfig, build_plan, registry
     from .workload import workload as wl
     from .workload.datasets import get_dataset, parse_input_shape
     from .workload.library import load_workload
 
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
+    family = registry.get(strategy)
+    strategy_kw = dict(sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
+                       bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None,
+                       reshard_root=reshard_root or None, shard_group=shard_group)
+    strategy_kw.update({k: engine_options.pop(k) for k in registry.predict_keys() if k in engine_options})
+    registry.refuse_inapplicable(strategy, strategy_kw)
     given = {k for k, v in dict(
         cluster=cluster, dataset=dataset, batch_size=batch_size, epochs=epochs, optimizer=optimizer,
-        precision=precision, sharding=sharding, wrap=wrap, loader_workers=loader_workers,
-        algorithm=algorithm, staleness_bound=staleness_bound, ps_servers=ps_servers).items() if v is not None}
+        precision=precision, loader_workers=loader_workers, algorithm=algorithm, **strategy_kw).items()
+        if v is not None}
     cluster = cluster or DEFAULT_CLUSTER
     dataset = dataset or "cifar10"
     batch_size = wl.DEFAULT_BATCH_SIZE if batch_size is None else batch_size
     epochs = wl.DEFAULT_EPOCHS if epochs is None else epochs
     optimizer = optimizer or wl.DEFAULT_OPTIMIZER
     precision = precision or wl.DEFAULT_PRECISION
-    sharding = sharding or "full"
-    wrap = wrap or "block"
     loader_workers = DEFAULT_LOADER_WORKERS if loader_workers is None else loader_workers
     algorithm = algorithm or "auto"
-    staleness_bound = 3 if staleness_bound is None else staleness_bound
-    ps_servers = 1 if ps_servers is None else ps_servers
     if isinstance(gpus, bool) or not isinstance(gpus, int):
         raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
 
@@ -120,18 +122,9 @@ def predict(
     alloc = allocate(spec, gpus, nodes)
     if not isinstance(loader_workers, int) or loader_workers < 0:
         raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
-    config = StrategyConfig(
-        name=strategy,
-        sharding=sharding,
-        wrap=wrap,
-        staleness_bound=staleness_bound,
-        ps_servers=ps_servers,
-        bucket_cap_bytes=DDP_BUCKET_CAP_BYTES if bucket_cap_mb is None else bucket_cap_mb * MiB,
-        algorithm=algorithm,
-        cpu_offload=cpu_offload,
-        reshard_root=bool(reshard_root),
-        shard_group=shard_group,
-    )
+    knobs = {key.field: key.to_field(strategy_kw[k]) for k, key in family.predict_keys.items()
+             if strategy_kw.get(k) is not None}
+    config = StrategyConfig(name=strategy, algorithm=algorithm, **knobs)
     plan = build_plan(workload, alloc, config)
     echo = {
         "model": table.model,
@@ -157,24 +150,14 @@ def predict(
         "algorithm": algorithm,
         "engine": engine,
     }
-    if config.name == "ddp":
-        echo["bucket_cap_bytes"] = config.bucket_cap_bytes
-        echo["first_bucket_bytes"] = config.first_bucket_bytes
-        echo["buckets"] = plan.details["buckets"]
-    if config.name == "fsdp":
-        echo.update(sharding=sharding, wrap=wrap, fsdp_units=plan.details["units"], cpu_offload=cpu_offload,
-                    reshard_root=plan.details["reshard_root"])
-        if sharding == "hybrid":
-            echo.update(shard_group=plan.details["shard_size"], replicas=plan.details["replicas"])
-    if config.is_ps:
-        echo["ps_servers"] = ps_servers
-        if config.name == "ps-ssp":
-            echo["staleness_bound"] = staleness_bound
+    echo.update(family.echo(config, plan))
     if table.adaptation:
         echo["model_adaptation"] = table.adaptation
     echo["compute_source"] = _compute_source(alloc, workload)
     relevant = set(echo) | {"cluster", "dataset"}
-    echo["assumed"] = {k: DEFAULT_REASONS[k] for k in DEFAULT_REASONS if k not in given and k in relevant}
+    reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
+                                       if key.default_reason})
+    echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
     if engine == "analytic":
         from .analytic.engine import evaluate
 

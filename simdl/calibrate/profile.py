@@ -240,13 +240,30 @@ def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
 
 def _step_kwargs(m: dict, ranks: int) -> dict:
     """predict() arguments of one measured strategy step (calibration/strategies.py)."""
-    v = m["variant"]
-    kw = dict(model=m["model"], strategy="ddp" if v == "ddp" else "fsdp", gpus=ranks, dataset=m["dataset"],
-              batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0)
-    if v != "ddp":
+    from ..strategies import registry
+
+    name, fixed = registry.split_label(m["variant"])
+    family = registry.get(name)
+    kw = dict(model=m["model"], strategy=name, gpus=ranks, dataset=m["dataset"],
+              batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0, **fixed)
+    if family.applies("wrap", name):
+        kw["wrap"] = "block"
+    if family.applies("reshard_root", name):
         # calibration/strategies.py gives the root reshard_after_forward explicitly too.
-        kw.update(sharding=v.split("-", 1)[1], wrap="block", reshard_root=v == "fsdp-full")
+        kw["reshard_root"] = fixed.get("sharding") == "full"
     return kw
+
+
+def _spmd_variant(v: str) -> bool:
+    """A measured step of a strategy whose ranks are peers (a registered label; not the
+    ``local`` single-process steps, nor a parameter server)."""
+    from ..strategies import registry
+
+    try:
+        registry.split_label(v)
+    except SimdlError:
+        return False
+    return not registry.is_client_server(v)
 
 
 def _copy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
@@ -260,7 +277,7 @@ def _copy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
     for key, m in sorted(strat.items()):
         v = m.get("variant", "")
         local = strat.get(f"local/{m.get('model')}/{m.get('batch')}", {}).get("copies_s")
-        if m.get("skipped") or m.get("copies_s") is None or local is None or not (v == "ddp" or v.startswith("fsdp-")):
+        if m.get("skipped") or m.get("copies_s") is None or local is None or not _spmd_variant(v):
             continue
         predicted = predict(cluster=spec, **_step_kwargs(m, ranks)).step_split_s["copies"]
         pts.append({"key": key, "model": m["model"], "measured_s": max(m["copies_s"] - local, 0.0),
@@ -283,7 +300,7 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
     pts = []
     for key, m in sorted(strat.items()):
         v = m.get("variant", "")
-        if m.get("skipped") or not (v == "ddp" or v.startswith("fsdp-")):
+        if m.get("skipped") or not _spmd_variant(v):
             continue
         local = strat.get(f"local/{m['model']}/{m['batch']}", {}).get("step_s")
         pts.append({"key": key, "variant": v, "model": m["model"], "batch": m["batch"], "measured_s": m["step_s"],

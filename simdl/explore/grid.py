@@ -188,15 +188,17 @@ def _check_value(key: str, value: Any) -> None:
 
 
 def split_strategy(value: str) -> tuple[str, str | None]:
-    """``'fsdp-grad_op'`` -> ``('fsdp', 'grad_op')``; ``'ddp'`` -> ``('ddp', None)``."""
-    from ..strategies.config import SHARDINGS, STRATEGY_NAMES
+    """``'fsdp-grad_op'`` -> ``('fsdp', 'grad_op')``; ``'ddp'`` -> ``('ddp', None)``: a label's
+    strategy name and its sharding (the registry's labels, simdl.strategies.registry)."""
+    name, over = split_label(value)
+    return name, over.get("sharding")
 
-    if value in STRATEGY_NAMES:
-        return value, None
-    if isinstance(value, str) and value.startswith("fsdp-") and value[5:] in SHARDINGS:
-        return "fsdp", value[5:]
-    labels = list(STRATEGY_NAMES) + [f"fsdp-{s}" for s in SHARDINGS]
-    raise SimdlError(f"strategy: {unknown('strategy', value, labels)}")
+
+def split_label(value: str) -> tuple[str, dict[str, Any]]:
+    """A strategy label -> (strategy name, the predict keywords the label fixes)."""
+    from ..strategies import registry
+
+    return registry.split_label(value)
 
 
 class Grid:
@@ -236,24 +238,43 @@ def to_call(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """One grid point -> (``predict`` kwargs, cluster overrides); unset (None) keys are dropped."""
     kwargs: dict[str, Any] = {}
     over: dict[str, Any] = {}
-    label_sharding = None
+    label_options: dict[str, Any] = {}
     for k, v in params.items():
         if v is None:
             continue
         if k in CLUSTER_KEYS:
             over[k] = v
         elif k == "strategy":
-            kwargs["strategy"], label_sharding = split_strategy(v)
+            kwargs["strategy"], label_options = split_label(v)
         elif k == "straggler_factor":
             kwargs["straggler"] = f"rank=0,factor={v:g}"
         else:
             kwargs[k] = v
-    if label_sharding is not None:
-        kwargs["sharding"] = label_sharding  # 'fsdp-full' says the sharding; it wins over a sharding axis
+    kwargs.update(label_options)  # 'fsdp-full' says the sharding; it wins over a sharding axis
+    _drop_inapplicable(kwargs)
     sim_given = [k for k in SIM_ONLY if params.get(k) is not None]
     if sim_given and kwargs.get("engine", "analytic") != "sim":
         raise SimdlError(f"{sim_given[0]} needs engine=sim (the analytic engine has no per-rank timeline)")
     return kwargs, over
+
+
+def default_strategy() -> str:
+    """The strategy ``predict`` uses when none is given (read from its signature)."""
+    from ..predict import predict
+
+    return inspect.signature(predict).parameters["strategy"].default
+
+
+def _drop_inapplicable(kwargs: dict[str, Any]) -> None:
+    """Leave out of one point the strategy keywords its strategy does not take (a sharding
+    axis on a DDP point): the point is the same configuration without them."""
+    from ..strategies import registry
+
+    name = kwargs.get("strategy", default_strategy())
+    spec = registry.get(name)
+    for k in registry.predict_keys():
+        if k in kwargs and not spec.applies(k, name):
+            del kwargs[k]
 
 
 def sim_keys_without_sim(axes: Mapping[str, Sequence[Any]]) -> str | None:

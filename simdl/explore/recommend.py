@@ -41,10 +41,23 @@ OBJECTIVES = ("time", "memory", "cost")
 BATCH_SIZES = (16, 32, 64, 128)
 #: Relative difference below which two predictions count as a tie.
 TIE_TOLERANCE = 0.01
-#: Simplicity order (lower is simpler): breaks ties and orders equals.
-_STRATEGY_ORDER = ("ddp", "fsdp-none", "fsdp-grad_op", "fsdp-full", "fsdp-hybrid", "ps-sync", "ps-ssp", "ps-async")
+# Simplicity order of strategies (breaks ties, orders equals): the registry's labels,
+# simplest first (simdl.strategies.registry.order).
 _PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16-amp")
 CHECKPOINT_KEY = "activation_checkpointing"
+
+
+def _strategy_order(label: str) -> int:
+    from ..strategies import registry
+
+    return registry.order(label)
+
+
+def _stale(row: Mapping[str, Any]) -> bool:
+    """Whether a ranked row's strategy trains on stale updates (its registry entry says)."""
+    from ..strategies import registry
+
+    return registry.is_stale(str(row.get("config.strategy") or row.get("strategy") or row.get("label", "")))
 
 
 def parse_memory(value: float | int | str | None) -> float | None:
@@ -77,7 +90,7 @@ def knobs(cluster: str | Any, *, gpus: int | None = None, batch_sizes: Sequence[
           allow_stale: bool = False, checkpointing: Sequence[bool] | None = None) -> dict[str, list]:
     """The candidate values of every knob for this cluster (the grid that :func:`recommend` ranks)."""
     from ..cluster import ClusterSpec, load_cluster
-    from .grid import split_strategy
+    from ..strategies import registry
 
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     if gpus is None:
@@ -87,15 +100,10 @@ def knobs(cluster: str | Any, *, gpus: int | None = None, batch_sizes: Sequence[
         gpu_list = [gpus]
     multi_node = any(g > spec.gpus_per_node for g in gpu_list)
     if strategies is None:
-        strategies = ["ddp", "fsdp-none", "fsdp-grad_op", "fsdp-full"]
-        if multi_node:
-            strategies.append("fsdp-hybrid")
-        if spec.ps_servers is not None:
-            strategies.append("ps-sync")
-            if allow_stale:
-                strategies += ["ps-ssp", "ps-async"]
+        strategies = registry.variants(registry.Variants(multi_node=multi_node, ps_servers=spec.ps_servers is not None,
+                                                         allow_stale=allow_stale))
     for s in strategies:
-        split_strategy(s)  # validates
+        registry.split_label(s)  # validates
     if precisions is None:
         peak = spec.gpu.peak
         precisions = ["fp32"]
@@ -184,7 +192,7 @@ def _order(r: Mapping[str, Any]) -> tuple:
     s = r.get("label", "")
     p = r.get("precision", "fp32")
     return (bool(r.get(CHECKPOINT_KEY)),
-            _STRATEGY_ORDER.index(s) if s in _STRATEGY_ORDER else len(_STRATEGY_ORDER),
+            _strategy_order(s),
             _PRECISION_ORDER.index(p) if p in _PRECISION_ORDER else len(_PRECISION_ORDER))
 
 
@@ -236,7 +244,7 @@ def _explain(rec: Recommendation, tied_with: dict | None) -> str:
     # Why not the alternatives: strategies that never fit, and the best of each other strategy.
     fit_labels = {r["label"] for r in rec.ranked}
     never = sorted({r["label"] for r in rec.rejected if r.get("reason", "").startswith("needs")} - fit_labels,
-                   key=lambda s: _STRATEGY_ORDER.index(s) if s in _STRATEGY_ORDER else 99)
+                   key=_strategy_order)
     for s in never:
         least = min((r for r in rec.rejected if r["label"] == s and "peak_memory_bytes" in r),
                     key=lambda r: r["peak_memory_bytes"], default=None)
@@ -261,7 +269,7 @@ def _explain(rec: Recommendation, tied_with: dict | None) -> str:
     if len(rec.knobs["batch_size"]) > 1 and w["batch_size"] != 32:
         lines.append(f"  note: batch {w['batch_size']}/GPU makes the global batch {w['batch_size'] * w['gpus']}; "
                      "retune the learning rate if you change it.")
-    if w["label"] in ("ps-async", "ps-ssp"):
+    if _stale(w):
         lines.append("  note: stale updates (asynchronous PS) can lower final accuracy; study 1 saw it on every model.")
     return "\n".join(lines)
 

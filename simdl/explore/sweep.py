@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from ..errors import SimdlError, unknown
 from ..result import Result as _Result
 from ..result import Staleness as _Staleness
-from .grid import Grid, sim_keys_without_sim, to_call, split_strategy
+from .grid import Grid, default_strategy, sim_keys_without_sim, split_label, to_call
 from .whatif import derive_cluster
 
 EXECUTORS = ("process", "serial", "dask", "ray")
@@ -49,14 +49,17 @@ LEAD_COLUMNS = ("label", "iteration_time_s", "total_time_s", "gpu_hours", "throu
 
 def _label(params: Mapping[str, Any]) -> str:
     """What the result's ``config.label`` would say, for rows that have no result."""
-    strategy = params.get("strategy") or "fsdp"
+    from ..strategies import StrategyConfig
+
+    strategy = params.get("strategy") or default_strategy()
     try:
-        name, sharding = split_strategy(strategy)
+        name, over = split_label(strategy)
+        kw, _ = to_call(dict(params, strategy=strategy))
+        spec = StrategyConfig(name=name).spec
+        knobs = {key.field: key.to_field(kw[k]) for k, key in spec.predict_keys.items() if kw.get(k) is not None}
+        return StrategyConfig(name=name, **knobs).label
     except SimdlError:
         return str(strategy)
-    if name == "fsdp":
-        return f"fsdp-{sharding or params.get('sharding') or 'full'}"
-    return name
 
 
 def _plain(v: Any) -> Any:

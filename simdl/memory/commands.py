@@ -52,8 +52,8 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
 
     from ..cluster import allocate, load_cluster
     from ..predict import predict
-    from ..strategies import StrategyConfig, build_plan
-    from ..units import MiB, format_bytes
+    from ..strategies import StrategyConfig, build_plan, registry
+    from ..units import format_bytes
     from ..workload.library import load_workload
     from ..workload.workload import Workload
     from .model import estimate_memory, memory_options, timeline_for
@@ -69,18 +69,17 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     wl = Workload(table=table, batch_size=c["batch_size"], optimizer=c["optimizer"], precision=c["precision"],
                   grad_accumulation=c["grad_accumulation"], activation_checkpointing=c["activation_checkpointing"])
     alloc = allocate(load_cluster(kwargs.get("cluster") or c["cluster"]), c["gpus"], kwargs.get("nodes"))
-    bucket = kwargs.get("bucket_cap_mb")
-    cfg = StrategyConfig(name=c["strategy"], sharding=c.get("sharding", "full"), wrap=c.get("wrap", "block"),
-                         ps_servers=c.get("ps_servers", 1), staleness_bound=c.get("staleness_bound", 3),
-                         cpu_offload=bool(c.get("cpu_offload", False)),
-                         reshard_root=bool(c.get("reshard_root", False)),
-                         **({"bucket_cap_bytes": bucket * MiB} if bucket else {}))
+    family = registry.get(c["strategy"])
+    knobs = {key.field: key.to_field(v) for k, key in family.predict_keys.items()
+             if (v := c.get(k) if kwargs.get(k) is None else kwargs[k]) is not None
+             and family.applies(k, c["strategy"])}
+    cfg = StrategyConfig(name=c["strategy"], **knobs)
     plan = build_plan(wl, alloc, cfg)
     opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)
     tl = timeline_for(wl, plan, alloc, opts)
     times, levels = analytic_memory_curve(wl, alloc, plan, tl)
     mem = estimate_memory(wl, plan, alloc)
-    role = "PS worker" if cfg.is_ps else "every rank"
+    role = family.role
     title = f"{c['model']} {c['label']} {c['gpus']}x{c['gpu']} batch {c['batch_size']}:"
     path = plot_memory({role: (times, levels)}, output, title=title, capacity_bytes=mem.capacity_bytes,
                        overhead_bytes=mem.breakdown["other"])

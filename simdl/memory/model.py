@@ -138,7 +138,7 @@ def ps_server_bytes(workload: Workload, plan: PSPlan) -> float:
     """Host memory of one parameter-server shard: its parameters, optimizer state, and
     one gradient buffer per worker push being aggregated (ps-sync) or one (async)."""
     shard = workload.param_bytes / plan.servers
-    pushes = plan.workers if plan.strategy == "ps-sync" else 1
+    pushes = plan.workers if plan.synchronous else 1
     return shard * (1 + workload.optimizer_state_copies + pushes)
 
 

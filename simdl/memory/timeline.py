@@ -556,20 +556,32 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
 
 
 def build_timeline(workload: Workload, plan, options: MemoryOptions | None = None) -> Timeline:
-    """The memory timeline of one rank (the largest; every SPMD rank is alike) for ``plan``."""
-    from ..strategies.plan import PSPlan
+    """The memory timeline of one rank (the largest; every SPMD rank is alike) for ``plan``,
+    from the builder its strategy's registry entry names."""
+    from ..strategies import registry
 
-    opts = options or MemoryOptions()
-    table = workload.table
-    key = (table, workload.batch_size, workload.optimizer, workload.precision)
-    if isinstance(plan, PSPlan):
-        return _replica_timeline(*key, opts, 0.0, True)
+    return registry.of_plan(plan).memory_timeline(workload, plan, options or MemoryOptions())
+
+
+def _key(workload: Workload) -> tuple:
+    return (workload.table, workload.batch_size, workload.optimizer, workload.precision)
+
+
+def replica_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timeline:
+    """A full replica: every rank holds the whole model (DDP; a PS worker, which has no buckets)."""
+    return _replica_timeline(*_key(workload), opts, float(plan.details.get("comm_buffer_bytes", 0.0)), False)
+
+
+def ps_worker_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timeline:
+    """A parameter-server worker: a full replica that pushes its gradients and pulls parameters."""
+    return _replica_timeline(*_key(workload), opts, 0.0, True)
+
+
+def fsdp_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timeline:
+    """A sharded rank: units gathered and freed around their forward and backward."""
     d = plan.details
-    if plan.strategy == "ddp":
-        bucket = float(d.get("comm_buffer_bytes", 0.0))
-        return _replica_timeline(*key, opts, bucket, False)
     shard = int(d["shard_size"])
-    tl = _fsdp_timeline(*key, opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]), shard > 1,
+    tl = _fsdp_timeline(*_key(workload), opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]), shard > 1,
                         bool(d.get("reshard_root", False)))
     return _sharded(tl, shard)
 

@@ -143,8 +143,10 @@ def memory_over_time(records: list[dict], out: Path, limit: int = 6) -> str | No
 
 
 def staleness_histograms(records: list[dict], out: Path) -> str | None:
+    from ..strategies import registry
+
     plt = _plt()
-    runs = [r for r in records if r.get("status") == "ok" and r["spec"]["strategy"].startswith("ps-")
+    runs = [r for r in records if r.get("status") == "ok" and registry.is_client_server(r["spec"]["strategy"])
             and ((r.get("measured") or {}).get("staleness") or {}).get("histogram")]
     if not runs:
         return None

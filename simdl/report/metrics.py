@@ -32,8 +32,16 @@ def _m(r: dict) -> dict:
     return r.get("measured") or {}
 
 
+def _client_server(strategy) -> bool:
+    from ..strategies import registry
+
+    return registry.is_client_server(str(strategy or ""))
+
+
 def _is_async_ps(r: dict) -> bool:
-    return r["spec"]["strategy"] in ("ps-async", "ps-ssp")
+    from ..strategies import registry
+
+    return registry.is_stale(r["spec"]["strategy"])
 
 
 METRICS: tuple[Metric, ...] = (
@@ -130,7 +138,7 @@ def settled_steps(r: dict) -> list[float]:
     if not steps:
         return []
     spec = r.get("spec") or {}
-    workers = int(spec.get("ranks") or 1) if str(spec.get("strategy", "")).startswith("ps") else 1
+    workers = int(spec.get("ranks") or 1) if _client_server(spec.get("strategy")) else 1
     if workers > 1 and len(steps) % workers == 0:
         k = len(steps) // workers
         chunks = [steps[i * k:(i + 1) * k] for i in range(workers)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..result import MEMORY_CATEGORIES, Result
+from ..strategies import registry
 from ..units import GB, GiB, format_bytes, format_seconds
 
 
@@ -41,7 +42,7 @@ def format_result(r: Result) -> str:
     parts = [f"{k.replace('_', ' ')} {format_bytes(r.memory_breakdown_bytes[k])}" for k in MEMORY_CATEGORIES]
     lines.append("    " + " | ".join(parts))
     s = r.staleness
-    if c.get("strategy", "").startswith("ps-"):
+    if registry.is_client_server(c.get("strategy", "")):
         row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f}")
     if s.held_pulls is not None:
         row("SSP bound", f"{100 * s.held_pulls:.0f} %", f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms "

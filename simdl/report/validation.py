@@ -18,6 +18,7 @@ from pathlib import Path
 from ..band import LEVEL
 from ..calibrate import host_load
 from ..calibrate.jitter import noise_warning
+from ..strategies import registry
 from .metrics import (METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, repeat_floor,
                       summary)
 
@@ -162,8 +163,8 @@ def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str,
     # The goal names the asynchronous PS; stale-synchronous runs are judged the same way on a
     # row of their own (the same staleness mechanism, bounded), so neither hides the other.
     stale_pairs = pairs(records, METRIC_BY_KEY["staleness"], engine)
-    for mode, what in (("ps-async", "async PS staleness mean, worst run"),
-                       ("ps-ssp", "SSP staleness mean, worst run (same check)")):
+    for mode in (n for n in registry.names() if registry.is_stale(n)):
+        what = f"{mode} staleness mean, worst run"
         errs = [abs(e) for r, *_, e in stale_pairs if r["spec"]["strategy"] == mode]
         worst = max(errs) if errs else None
         rows.append((what, "within 10% of measured", _pct(worst) + (f" ({len(errs)} runs)" if errs else ""),
@@ -439,16 +440,20 @@ def exp2_table(records: list[dict], engine: str) -> list[str]:
     return lines
 
 
+def _unbounded_stale(name: str) -> bool:
+    """A strategy that trains on stale updates with no bound on them (the asynchronous PS)."""
+    return registry.is_stale(name) and not registry.get(name).applies("staleness_bound", name)
+
+
 def ssp_bound_table(records: list[dict]) -> list[str]:
     """ps-ssp runs: how often the staleness bound held a worker's pull back, measured by the
     server of validate/train.py against the SimPy engine's prediction (the analytic engine does
     not model the waits), and the step time against the async run of the same model."""
-    runs = [r for r in _ok(records) if r["spec"]["strategy"] == "ps-ssp"
-            and (r.get("measured") or {}).get("ssp_held_pulls")]
+    runs = [r for r in _ok(records) if (r.get("measured") or {}).get("ssp_held_pulls")]
     if not runs:
         return []
     asyn = {(_model(r), r["spec"]["ranks"], r["spec"]["batch_size"]): r for r in _ok(records)
-            if r["spec"]["strategy"] == "ps-async"}
+            if _unbounded_stale(r["spec"]["strategy"])}
     lines = ["## Stale-synchronous bound", "",
              "How often the bound held a pull back (a worker more than the bound ahead of the slowest waits): "
              "measured by the server (every pull of the run), predicted by the SimPy engine. SSP / async: the step "
@@ -524,7 +529,8 @@ def ordering_table(records: list[dict], engine: str) -> list[str]:
 
 
 # Which run of a group the others are set against: the strategy a user would start from.
-RELATIVE_REFERENCE = ("ddp", "fsdp-none", "ps-sync")
+# The simplest label of each registered family (simdl.strategies.registry.labels order).
+RELATIVE_REFERENCE = tuple(next(iter(s.labels)) for s in registry.specs() if s.labels)
 
 
 def relative_steps(records: list[dict], engine: str = "analytic") -> list[dict]:

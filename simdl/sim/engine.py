@@ -85,16 +85,16 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if unknown_options:
         raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
                          "iterations, warmup, straggler, jitter, seed, free_comm, contention")
-    from ..analytic.costs import (CommCosts, blocking_wait_time, compute_split, device_rates, row_times,
-                                  spmd_or_ps_rates)
-    from ..analytic.engine import step_split
+    from ..costs.step import step_split
+    from ..costs.tasks import (CommCosts, blocking_wait_time, compute_split, device_rates, row_times,
+                               spmd_or_ps_rates)
     from ..cluster.topology import build_topology
     from .collectives import Collectives, Router
     from .network import Network
     from .stragglers import build as build_hetero
 
     is_ps = isinstance(plan, PSPlan)
-    async_ps = is_ps and plan.strategy != "ps-sync"
+    async_ps = is_ps and not plan.synchronous
     if iterations is None:
         iterations = DEFAULT_ITERATIONS_ASYNC if async_ps else DEFAULT_ITERATIONS
     if warmup is None:
@@ -129,7 +129,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     if is_ps:
         from functools import lru_cache
 
-        from ..analytic.engine import ps_snapshot_time, ps_update_time
+        from ..costs.ps import ps_snapshot_time, ps_update_time
         from .ps import run_ps
 
         durations = [_compute_time(t, rows, rates) for t in plan.worker_tasks]
@@ -149,7 +149,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         classes = [(w,) for w in range(plan.workers)]
         ends = run.iteration_end
     else:
-        from ..analytic.schedule import task_durations
+        from ..costs.schedule import task_durations
         from .ranks import CollectiveHub, run_spmd
 
         durations = task_durations(plan, rows, rates, comm)
@@ -193,9 +193,9 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         # of one machine): the timeline shares the cores between the computes and the
         # server's work (simdl.sim.cores) but leaves out the CPU the transfers take, so the
         # step is floored at the cores' operational bound, as the analytic engine's
-        # (simdl.analytic.engine.ps_host_floor). Without it VGG16 async on cpu-xeon-emr-x4
+        # (simdl.costs.ps.ps_host_floor). Without it VGG16 async on cpu-xeon-emr-x4
         # was predicted 3.45 s against 4.09 s measured (-16 %, validate/results/xeon-emr-x4.jsonl).
-        from ..analytic.engine import ps_host_floor
+        from ..costs.ps import ps_host_floor
 
         host_floor = ps_host_floor(cluster, plan, sum(durations))
         if host_floor > iteration:
@@ -227,7 +227,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     # Payload bytes, as the analytic engine reports them. The links carry more where a call is
     # priced below the bus bandwidth (simdl.sim.collectives: bytes scaled to keep its time);
     # link_bytes_per_iteration keeps that traffic.
-    from ..analytic.engine import bytes_sent
+    from ..costs.step import bytes_sent
 
     sent_per_gpu = bytes_sent(plan, cluster)
 
@@ -266,7 +266,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     # Staleness.
     hist: dict[int, int] = {}
     staleness = Staleness()
-    if is_ps and plan.strategy != "ps-sync":
+    if is_ps and not plan.synchronous:
         samples = [s for s, it in zip(run.staleness, run.staleness_it) if it >= warmup] or run.staleness
         if samples:
             arr = np.array(samples, dtype=float)
@@ -345,13 +345,13 @@ class MemoryCurve:
 
 
 def _compute_time(task, rows, rates) -> float:
-    from ..analytic.costs import compute_task_time
+    from ..costs.tasks import compute_task_time
 
     return compute_task_time(task, rows, rates)
 
 
 def _busy(intervals, lo: float, hi: float) -> float:
-    from ..analytic.schedule import busy_time
+    from ..costs.schedule import busy_time
 
     clipped = [(max(s, lo), min(e, hi)) for s, e in intervals if e > lo and s < hi]
     return busy_time(clipped)

@@ -9,7 +9,7 @@ latency (as the analytic model: no collective efficiency).
 
 Each shard has its own CPU (a SimPy ``Resource`` of capacity 1): updates to one shard are
 applied one after another; the cost of one is the analytic model's
-:func:`simdl.analytic.engine.ps_update_time`.
+:func:`simdl.costs.ps.ps_update_time`.
 
 * ``ps-sync``: a shard waits for the pushes of all N workers for the iteration, applies one
   update of the aggregated gradient, then answers every worker's pull (staleness 0).
@@ -20,8 +20,8 @@ applied one after another; the cost of one is the analytic model's
   CPU serves updates and snapshots one at a time (validate/train.py: ``push`` and ``pull``
   each take the server's lock; a pull copies the parameters with their version): pushes
   that reached the shard first are applied before the pull reads it. The shard's work per
-  update is the analytic :func:`~simdl.analytic.engine.ps_update_time` for one gradient,
-  of which :func:`~simdl.analytic.engine.ps_snapshot_time` is spent serving the pull.
+  update is the analytic :func:`~simdl.costs.ps.ps_update_time` for one gradient,
+  of which :func:`~simdl.costs.ps.ps_snapshot_time` is spent serving the pull.
 * ``ps-ssp``: as async, but a worker's pull waits while its clock (updates applied) is more
   than the bound ahead of the slowest worker still training (Ho et al., NIPS 2013; the
   server of validate/train.py holds the pull). The share of pulls held and the mean wait
@@ -76,7 +76,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
     ``cores``: a :class:`simdl.sim.cores.SharedCores` the workers' computes and the server's
     work share (processes of one host), or None (workers with devices of their own, servers
     with their own CPUs)."""
-    from ..analytic.engine import ps_transfer_extras
+    from ..costs.ps import ps_transfer_extras
 
     N, S = plan.workers, plan.servers
     push_extra, pull_extra = ps_transfer_extras(cluster, plan)
@@ -127,7 +127,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
         yield transfer(gpu, server, plan.push_bytes / S)
         if shard.index == 0:
             run.transfers.append((w, it, t0, env.now, "push"))
-        if plan.strategy == "ps-sync":
+        if plan.synchronous:
             shard.arrived[it] = shard.arrived.get(it, 0) + 1
             ready = shard.ready.setdefault(it, env.event())
             if shard.arrived[it] == N:
@@ -151,7 +151,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             # The answer to the push, then the pull's request: messages without payload.
             yield transfer(server, gpu, 0.0)
             yield transfer(gpu, server, 0.0)
-            if plan.strategy == "ps-ssp" and plan.staleness_bound is not None:
+            if plan.staleness_bound is not None:
                 held = env.now
                 yield from ssp_wait(w)
                 if shard.index == 0:
@@ -192,7 +192,7 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
             procs = [env.process(exchange(w, it, shards[s], versions[s])) for s in range(S)]
             result = yield env.all_of(procs)
             versions = [result[p] for p in procs]
-            if plan.strategy == "ps-sync":
+            if plan.synchronous:
                 tick(w)
             run.iteration_end[w].append(env.now)
             if on_iteration_end is not None:

@@ -1,27 +1,22 @@
 """Strategies: workload x cluster allocation x settings -> plan.
 
-Adding a strategy is one module with a ``build_plan(workload, cluster, config)`` and
-one line in :data:`REGISTRY` (as torchtitan's register_train_spec does).
+Each family (DDP, FSDP, parameter server) is one module that ends with one
+:func:`~simdl.strategies.registry.register` call: its :class:`~simdl.strategies.registry.StrategySpec`
+owns its options, plan builder, memory timeline, labels, variants and engine hooks
+(as torchtitan's register_train_spec does). Nothing outside this package names a strategy.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import Callable
 
-from . import ddp, fsdp, ps
-from .config import STRATEGY_NAMES, StrategyConfig
+from . import registry
+from .config import StrategyConfig
 from .plan import PSPlan, SpmdPlan
+from .registry import StrategySpec, register
+from . import ddp, fsdp, ps  # noqa: E402,F401 -- each registers its family
 
-REGISTRY: dict[str, Callable] = {
-    "ddp": ddp.build_plan,
-    "fsdp": fsdp.build_plan,
-    "ps-sync": ps.build_plan,
-    "ps-async": ps.build_plan,
-    "ps-ssp": ps.build_plan,
-}
-assert set(REGISTRY) == set(STRATEGY_NAMES)
 
 
 def build_plan(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:
@@ -36,7 +31,7 @@ def build_plan(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:
 
 @lru_cache(maxsize=4096)
 def _build_plan(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:
-    return REGISTRY[config.name](workload, cluster, config)
+    return config.spec.build_plan(workload, cluster, config)
 
 
-__all__ = ["REGISTRY", "StrategyConfig", "SpmdPlan", "PSPlan", "build_plan"]
+__all__ = ["registry", "register", "StrategySpec", "StrategyConfig", "SpmdPlan", "PSPlan", "build_plan"]

@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from ..cluster import Cluster
 from ..workload.workload import Workload
+from ..units import MiB
 from .config import StrategyConfig
+from .options import DDPOptions
+from .registry import PredictKey, StrategySpec, register
 from .optimizer_step import optimizer_task, uses_foreach
 from .plan import COMM, COMPUTE, Group, SpmdPlan, Task
 from .rows import first_row_of_params
@@ -106,6 +109,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     del opt
     return SpmdPlan(
         strategy="ddp",
+        family="ddp",
         tasks=tuple(tasks),
         groups=groups,
         world_size=world,
@@ -117,3 +121,27 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             "comm_buffer_bytes": sum(bucket_bytes) if communicate else 0.0,
         },
     )
+
+
+def _timeline(workload, plan, options):
+    from ..memory.timeline import replica_timeline
+
+    return replica_timeline(workload, plan, options)
+
+
+def _echo(config, plan) -> dict:
+    return {"bucket_cap_bytes": config.bucket_cap_bytes, "first_bucket_bytes": config.first_bucket_bytes,
+            "buckets": plan.details["buckets"]}
+
+
+SPEC = register(StrategySpec(
+    family="ddp",
+    names=("ddp",),
+    options=DDPOptions,
+    build_plan=build_plan,
+    memory_timeline=_timeline,
+    predict_keys={"bucket_cap_mb": PredictKey("bucket_cap_bytes", lambda mb: mb * MiB)},
+    labels={"ddp": ("ddp", {})},
+    variants=lambda v: ("ddp",),
+    echo=_echo,
+))

@@ -63,6 +63,8 @@ from ..cluster.allocator import mmap_threshold, trim_threshold
 from ..errors import SimdlError
 from ..workload.workload import Workload
 from .config import StrategyConfig
+from .options import FSDPOptions
+from .registry import PredictKey, StrategySpec, register
 from .fsdp_units import fsdp_units
 from .optimizer_step import optimizer_task, uses_foreach
 from .plan import COMM, COMM_REDUCE, COMPUTE, Group, SpmdPlan, Task
@@ -300,6 +302,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
                        foreach=uses_foreach(cluster)))
     return SpmdPlan(
         strategy=f"fsdp-{sharding}",
+        family="fsdp",
         tasks=tuple(tasks),
         groups=groups,
         world_size=world,
@@ -320,3 +323,42 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             "root_unit_bytes": unit_bytes[0] if unit_bytes else 0,
         },
     )
+
+
+def _timeline(workload, plan, options):
+    from ..memory.timeline import fsdp_timeline
+
+    return fsdp_timeline(workload, plan, options)
+
+
+def _echo(config, plan) -> dict:
+    d = plan.details
+    out = {"sharding": config.sharding, "wrap": config.wrap, "fsdp_units": d["units"],
+           "cpu_offload": config.cpu_offload, "reshard_root": d["reshard_root"]}
+    if config.sharding == "hybrid":
+        out.update(shard_group=d["shard_size"], replicas=d["replicas"])
+    return out
+
+
+# Simplest first: the order recommend breaks ties in (no sharding before gradient and
+# optimizer sharding before full sharding; hybrid only matters across nodes).
+_LABELS = ("none", "grad_op", "full", "hybrid")
+
+SPEC = register(StrategySpec(
+    family="fsdp",
+    names=("fsdp",),
+    options=FSDPOptions,
+    build_plan=build_plan,
+    memory_timeline=_timeline,
+    predict_keys={
+        "sharding": PredictKey("sharding", default_reason="FSDP's default ShardingStrategy.FULL_SHARD"),
+        "wrap": PredictKey("wrap", default_reason="the model's block classes as FSDP units"),
+        "cpu_offload": PredictKey("cpu_offload", bool),
+        "reshard_root": PredictKey("reshard_root", bool),
+        "shard_group": PredictKey("shard_group"),
+    },
+    labels={f"fsdp-{s}": ("fsdp", {"sharding": s}) for s in _LABELS},
+    label=lambda config: f"fsdp-{config.sharding}",
+    variants=lambda v: tuple(f"fsdp-{s}" for s in _LABELS if s != "hybrid" or v.multi_node),
+    echo=_echo,
+))

@@ -77,7 +77,7 @@ class Task:
 class SpmdPlan:
     """Tasks every rank runs in one iteration (one optimizer step)."""
 
-    strategy: str
+    strategy: str  # the label (fsdp-full, ddp, ...)
     tasks: tuple[Task, ...]
     groups: dict[str, Group]
     world_size: int
@@ -86,6 +86,7 @@ class SpmdPlan:
     notes: tuple[str, ...] = ()
     # Strategy-specific facts the memory model and the report use (bucket sizes, units...).
     details: dict = field(default_factory=dict)
+    family: str = ""  # the registry family that built it (simdl.strategies.registry)
 
 
 @dataclass(frozen=True)
@@ -99,9 +100,15 @@ class PSPlan:
     push_bytes: float  # gradient bytes a worker sends per iteration (all shards together)
     pull_bytes: float  # parameter bytes a worker receives per iteration
     update_bytes: float  # bytes the servers stream through memory to apply one update
-    staleness_bound: int | None = None  # ps-ssp only
+    # A barrier per iteration: the servers aggregate every worker's push into one update
+    # before any worker pulls. False: each push is applied on arrival.
+    synchronous: bool = True
+    # Stale-synchronous bound: a worker this many iterations ahead of the slowest waits;
+    # None: no bound (synchronous, or fully asynchronous).
+    staleness_bound: int | None = None
     notes: tuple[str, ...] = ()
     details: dict = field(default_factory=dict)
+    family: str = "ps"
 
     @property
     def data_parallel(self) -> int:

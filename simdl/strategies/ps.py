@@ -20,6 +20,8 @@ from ..cluster import Cluster
 from ..errors import SimdlError
 from ..workload.workload import Workload
 from .config import StrategyConfig
+from .options import PSOptions
+from .registry import PredictKey, StrategySpec, register
 from .optimizer_step import PASSES
 from .plan import COMPUTE, PSPlan, Task
 from ..memory.rowtree import add_recompute
@@ -52,12 +54,58 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     grads = workload.param_bytes  # fp32 gradients, one copy per push
     return PSPlan(
         strategy=config.name,
+        family="ps",
         worker_tasks=tasks,
         workers=cluster.gpus,
         servers=config.ps_servers,
         push_bytes=grads,
         pull_bytes=workload.param_bytes,
         update_bytes=PASSES[workload.optimizer] * workload.param_bytes,
+        synchronous=config.name == "ps-sync",
         staleness_bound=config.staleness_bound if config.name == "ps-ssp" else None,
         details={"comm_buffer_bytes": grads, "param_tensor_bytes": sizes},
     )
+
+
+def _timeline(workload, plan, options):
+    from ..memory.timeline import ps_worker_timeline
+
+    return ps_worker_timeline(workload, plan, options)
+
+
+def _evaluate(workload, cluster, plan, rows, rates):
+    from ..costs.ps import ps_timing
+
+    return ps_timing(workload, cluster, plan, rows, rates)
+
+
+def _echo(config, plan) -> dict:
+    out = {"ps_servers": config.ps_servers}
+    if plan.staleness_bound is not None:
+        out["staleness_bound"] = config.staleness_bound
+    return out
+
+
+SPEC = register(StrategySpec(
+    family="ps",
+    names=("ps-sync", "ps-async", "ps-ssp"),
+    options=PSOptions,
+    build_plan=build_plan,
+    memory_timeline=_timeline,
+    predict_keys={
+        "ps_servers": PredictKey("ps_servers", default_reason="one server, as study 1 ran it"),
+        "staleness_bound": PredictKey("staleness_bound", names=("ps-ssp",),
+                                      default_reason="assumed SSP bound of 3 iterations"),
+    },
+    # Simplest first: a barrier, then bounded staleness, then none.
+    labels={"ps-sync": ("ps-sync", {}), "ps-ssp": ("ps-ssp", {}), "ps-async": ("ps-async", {})},
+    label=lambda config: f"ps-ssp(s={config.staleness_bound})" if config.name == "ps-ssp" else config.name,
+    # Stale modes change what is trained (study 1 saw lower accuracy with asynchronous
+    # updates), so recommend tries them only when the caller allows it.
+    variants=lambda v: (("ps-sync",) + (("ps-ssp", "ps-async") if v.allow_stale else ())) if v.ps_servers else (),
+    echo=_echo,
+    stale=lambda name: name != "ps-sync",
+    role="PS worker",
+    client_server=True,
+    evaluate=_evaluate,
+))

@@ -82,7 +82,7 @@ def test_ps_sync_has_no_staleness_and_async_at_most_n_minus_one():
 
 
 def test_async_staleness_queueing():
-    from simdl.analytic.engine import async_staleness
+    from simdl.costs.ps import async_staleness
 
     # A server that takes no time, or workers that never meet at it: N - 1.
     assert async_staleness(4, 1.0, 0.0, 0.0) == 3
@@ -177,7 +177,7 @@ def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
     # answer; the received gradients' faults then leave the server's update time.
     import dataclasses
 
-    from simdl.analytic.engine import ps_transfer_times, ps_update_time
+    from simdl.costs.ps import ps_transfer_times, ps_update_time
     from simdl.provenance import Sourced
 
     base = load_cluster("cpu-local-x4")
@@ -209,7 +209,7 @@ def test_ssp_bound_zero_is_a_barrier_per_step():
     """A bound of 0 holds every pull until all workers pushed the step: the pushes of N
     together, the server applies the N gradients one by one, then the N pulls go out together.
     A larger bound runs as async for identical workers."""
-    from simdl.analytic.engine import ps_transfer_times, ps_update_time
+    from simdl.costs.ps import ps_transfer_times, ps_update_time
 
     kw = dict(model="resnet50", gpus=4, cluster="a10g-ps", dataset="mnist", batch_size=32)
     asyn = simdl.predict(strategy="ps-async", **kw)

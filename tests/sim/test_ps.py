@@ -146,7 +146,7 @@ def test_shared_host_floors_the_simulated_step_at_its_cores():
     """cpu-local-x4: 4 workers and the server share 2 cores. The timeline gives every process
     a core, so the step is floored at the cores' bound, as the analytic engine's; workers with
     GPUs of their own (a10g-ps) are not floored."""
-    from simdl.analytic.engine import ps_host_floor
+    from simdl.costs.ps import ps_host_floor
     from simdl.strategies import StrategyConfig, build_plan
     from simdl.workload import workload as wl
     from simdl.workload.library import load_workload

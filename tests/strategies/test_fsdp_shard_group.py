@@ -83,4 +83,4 @@ def test_the_cli_takes_and_echoes_the_mesh(capsys):
     assert "fsdp-hybrid (2 replicas x 2 shards)" in capsys.readouterr().out
     assert main(["predict", "--strategy", "ddp", "--shard-group", "2"]) == 2
     err = capsys.readouterr().err
-    assert "shard group (2)" in err and "'ddp'" in err and len(err.strip().splitlines()) == 1
+    assert "--shard-group 2 applies to fsdp" in err and "'ddp'" in err and len(err.strip().splitlines()) == 1

@@ -4,7 +4,7 @@ every pull; on host-memory devices, fresh buffers above the mmap threshold fault
 
 import pytest
 
-from simdl.analytic.engine import ps_update_time
+from simdl.costs.ps import ps_update_time
 from simdl.cluster import allocate
 from simdl.strategies import StrategyConfig, build_plan
 from simdl.workload import workload as wl
@@ -43,7 +43,7 @@ def test_sync_mean_streams_the_server_codes_passes():
     other k - 1 and divides: 2 + 3 (k - 1) + 2 gradient sizes through memory, k snapshots
     served; one gradient is applied as it arrived. The sum is kept across rounds, so only
     the received buffers fault (VGG16's, on cpu-local)."""
-    from simdl.analytic.engine import ps_aggregate_bytes, ps_snapshot_time
+    from simdl.costs.ps import ps_aggregate_bytes, ps_snapshot_time
 
     for model in ("resnet50", "vgg16"):
         _, alloc, plan = _plan(model, cluster="cpu-local-x4", gpus=4)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..strategies.plan import COMPUTE, SpmdPlan
-from .costs import CommCosts, Rates, RowTimes, compute_task_time
+from .tasks import CommCosts, Rates, RowTimes, compute_task_time
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,6 @@
+"""The cost library both engines share: what each task of a plan costs on a cluster.
+
+``tasks`` (per-row compute roofline, memory-bound copies, collectives' alpha-beta costs),
+``measured`` (compute profiles: measured row times), ``schedule`` (the stream recurrence),
+``step`` (input time, bytes sent, the step's split), ``ps`` (the parameter server's closed form).
+"""
