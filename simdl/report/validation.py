@@ -347,7 +347,7 @@ def _setup_section(records: list[dict]) -> list[str]:
     # validate/train.py records the RPC transport of each PS run (uv since 2026-11-23; the
     # default shm before, whose busy-polling reactor slowed oversubscribed runs).
     kinds = sorted({(r.get("measured") or {}).get("transport") for r in records
-                    if str((r.get("spec") or {}).get("strategy", "")).startswith("ps-")} - {None})
+                    if registry.is_client_server(str((r.get("spec") or {}).get("strategy", "")))} - {None})
     ps_transport = ("; transport as recorded per run: " + ", ".join(f"`{k}`" for k in kinds)) if kinds else ""
     lines += ["- DDP / FSDP: torchrun, gloo on CPU (NCCL on GPU); FSDP is FSDP2 `fully_shard` per block unit "
               "(the units simdl's plan assumes), full = reshard after forward, grad_op = keep, none = a "
