@@ -89,7 +89,7 @@ def ps_transfer_extras(cluster: Cluster, plan: PSPlan) -> tuple[float, float]:
 def _fresh_message_bytes(cluster: Cluster, plan: PSPlan) -> float:
     """Bytes of the model's tensors above the mmap threshold: the pages a freshly allocated
     buffer for them faults in (simdl.analytic.costs.mapped_bytes)."""
-    return mapped_bytes(plan.details.get("param_tensor_bytes", ()), host_mmap_threshold(cluster))
+    return mapped_bytes(getattr(plan.facts, "param_tensor_bytes", ()), host_mmap_threshold(cluster))
 
 
 def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> float:
@@ -144,7 +144,7 @@ def ps_snapshot_time(cluster: Cluster, plan: PSPlan) -> float:
 
 def _fresh_shard_bytes(plan: PSPlan, host: dict) -> float:
     """Bytes of one shard's copy that the allocator maps fresh (tensors above the threshold)."""
-    return mapped_bytes(plan.details.get("param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
+    return mapped_bytes(getattr(plan.facts, "param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
 
 
 def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, transfers: float,

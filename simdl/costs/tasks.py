@@ -332,7 +332,7 @@ class CommCosts:
     once), else by the node's curve scaled by the ring's factors.
 
     ``blocking``: the plan's collectives hold the training thread (FSDP2 on CPU,
-    ``plan.details["blocking_collectives"]``). A collective the profile has a
+    ``plan.facts.blocking_collectives``). A collective the profile has a
     ``collective_blocking_factor_<collective>`` for is then priced by it instead of the load
     factors.
     """
@@ -365,7 +365,7 @@ class CommCosts:
     def for_plan(cls, cluster: Cluster, plan, algorithm: str = "auto") -> "CommCosts":
         """The costs a plan's collectives run at: blocking where the plan says they hold the
         training thread."""
-        return cls(cluster, algorithm, blocking=bool(plan.details.get("blocking_collectives")))
+        return cls(cluster, algorithm, blocking=plan.facts.blocking_collectives)
 
     def bandwidth(self, scope: str) -> float:
         return self.cluster.group_bus_bandwidth(scope)
@@ -451,6 +451,6 @@ def blocking_wait_time(cluster: Cluster, plan, compute: float) -> float:
     profile's ``collective_blocking_wait`` (per second of compute) x the step's compute, for
     a plan whose collectives hold the training thread; 0 otherwise."""
     w = cluster.spec.efficiency.collective_blocking_wait
-    if w is None or not plan.details.get("blocking_collectives"):
+    if w is None or not plan.facts.blocking_collectives:
         return 0.0
     return w.value * compute

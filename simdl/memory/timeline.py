@@ -569,7 +569,7 @@ def _key(workload: Workload) -> tuple:
 
 def replica_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timeline:
     """A full replica: every rank holds the whole model (DDP; a PS worker, which has no buckets)."""
-    return _replica_timeline(*_key(workload), opts, float(plan.details.get("comm_buffer_bytes", 0.0)), False)
+    return _replica_timeline(*_key(workload), opts, float(plan.facts.comm_buffer_bytes), False)
 
 
 def ps_worker_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timeline:
@@ -579,10 +579,9 @@ def ps_worker_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timelin
 
 def fsdp_timeline(workload: Workload, plan, opts: MemoryOptions) -> Timeline:
     """A sharded rank: units gathered and freed around their forward and backward."""
-    d = plan.details
-    shard = int(d["shard_size"])
-    tl = _fsdp_timeline(*_key(workload), opts, d.get("wrap", "block"), bool(d["reshard_after_forward"]), shard > 1,
-                        bool(d.get("reshard_root", False)))
+    f = plan.facts
+    shard = int(f.shard_size)
+    tl = _fsdp_timeline(*_key(workload), opts, f.wrap, bool(f.reshard_after_forward), shard > 1, bool(f.reshard_root))
     return _sharded(tl, shard)
 
 

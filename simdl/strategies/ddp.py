@@ -15,6 +15,8 @@ What PyTorch does (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..cluster import Cluster
 from ..workload.workload import Workload
 from ..units import MiB
@@ -22,9 +24,15 @@ from .config import StrategyConfig
 from .options import DDPOptions
 from .registry import PredictKey, StrategySpec, register
 from .optimizer_step import optimizer_task, uses_foreach
-from .plan import COMM, COMPUTE, Group, SpmdPlan, Task
+from .plan import COMM, COMPUTE, Group, PlanFacts, SpmdPlan, Task
 from .rows import first_row_of_params
 from ..memory.rowtree import add_recompute
+
+
+@dataclass(frozen=True)
+class DDPFacts(PlanFacts):
+    buckets: int = 0  # gradient buckets (reducer.cpp compute_bucket_assignment_by_size)
+    bucket_bytes: tuple[float, ...] = ()  # each bucket's size, in launch order
 
 
 def bucket_assignment(param_bytes: list[float], first_cap: float, cap: float) -> list[list[int]]:
@@ -114,12 +122,12 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         groups=groups,
         world_size=world,
         data_parallel=world,
-        details={
-            "buckets": len(buckets),
-            "gradient_as_bucket_view": config.gradient_as_bucket_view,
-            "bucket_bytes": bucket_bytes,
-            "comm_buffer_bytes": sum(bucket_bytes) if communicate else 0.0,
-        },
+        facts=DDPFacts(
+            buckets=len(buckets),
+            gradient_as_bucket_view=config.gradient_as_bucket_view,
+            bucket_bytes=tuple(bucket_bytes),
+            comm_buffer_bytes=sum(bucket_bytes) if communicate else 0.0,
+        ),
     )
 
 
@@ -131,7 +139,7 @@ def _timeline(workload, plan, options):
 
 def _echo(config, plan) -> dict:
     return {"bucket_cap_bytes": config.bucket_cap_bytes, "first_bucket_bytes": config.first_bucket_bytes,
-            "buckets": plan.details["buckets"]}
+            "buckets": plan.facts.buckets}
 
 
 SPEC = register(StrategySpec(

@@ -42,7 +42,7 @@ communication overlaps backward on CPU as well.
 The blocking schedule is priced with the profile's blocking factors and wait where its
 calibration logged the calls (simdl.calibrate.in_step), else with the in-step collective
 slowdown simdl.calibrate.overlap fits to whole steps (all_reduce's own factor, falling with
-message size). The plan marks itself (``details["blocking_collectives"]``) and
+message size). The plan marks itself (``facts.blocking_collectives``) and
 :meth:`simdl.analytic.costs.CommCosts.for_plan` prices it accordingly. Blocking was chosen
 on the calibration's own leave-one-model-out errors; with the earlier single load factor it
 fitted worse (2 ranks: max 20.5% against 15.4% overlapped).
@@ -58,6 +58,8 @@ calibration's own leave-one-model-out errors (cpu-epyc, 2026-11-25: mean 9.9% ->
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..cluster import Cluster
 from ..cluster.allocator import mmap_threshold, trim_threshold
 from ..errors import SimdlError
@@ -67,7 +69,7 @@ from .options import FSDPOptions
 from .registry import PredictKey, StrategySpec, register
 from .fsdp_units import fsdp_units
 from .optimizer_step import optimizer_task, uses_foreach
-from .plan import COMM, COMM_REDUCE, COMPUTE, Group, SpmdPlan, Task
+from .plan import COMM, COMM_REDUCE, COMPUTE, Group, PlanFacts, SpmdPlan, Task
 from ..memory.rowtree import add_recompute
 
 
@@ -118,6 +120,20 @@ def _refault_note(tasks: list[Task]) -> tuple[str, ...]:
             "measured on CPU ranks it cost 1.9-7x the price used here and varied between runs "
             "(benchmarks/fsdp2_refault_cost_cpu.py); ranks run with MALLOC_TRIM_THRESHOLD_ above the "
             "step's heap (and a profile with host.trim_threshold_MiB) do not pay it",)
+
+
+@dataclass(frozen=True)
+class FSDPFacts(PlanFacts):
+    units: int = 0  # FSDP units (simdl.strategies.fsdp_units)
+    wrap: str = "block"  # the wrap policy the units come from
+    unit_bytes: tuple[float, ...] = ()  # each unit's unsharded fp32 parameter bytes, root first
+    shard_size: int = 1  # ranks a unit is sharded over
+    replicas: int = 1  # shard groups holding the same shard (hybrid), or ranks (no sharding)
+    reshard_after_forward: bool = False  # units are freed after forward and gathered again for backward
+    reshard_root: bool = False  # the root unit is resharded after forward too
+    all_gather_elem_bytes: int = 4  # bytes per gathered element (2 under a bf16/fp16 param dtype)
+    largest_unit_bytes: float = 0
+    root_unit_bytes: float = 0
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
@@ -308,20 +324,20 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         world_size=world,
         data_parallel=world,
         notes=(units.note,) + _refault_note(tasks),
-        details={
-            "units": len(units.units),
-            "wrap": config.wrap,
-            "cpu_offload": config.cpu_offload,
-            "unit_bytes": unit_bytes,
-            "shard_size": shard_size,
-            "replicas": replicas,
-            "reshard_after_forward": reshard,
-            "reshard_root": reshard_root,
-            "blocking_collectives": blocking,
-            "all_gather_elem_bytes": ag_elem,
-            "largest_unit_bytes": max(unit_bytes) if unit_bytes else 0,
-            "root_unit_bytes": unit_bytes[0] if unit_bytes else 0,
-        },
+        facts=FSDPFacts(
+            units=len(units.units),
+            wrap=config.wrap,
+            cpu_offload=config.cpu_offload,
+            unit_bytes=tuple(unit_bytes),
+            shard_size=shard_size,
+            replicas=replicas,
+            reshard_after_forward=reshard,
+            reshard_root=reshard_root,
+            blocking_collectives=blocking,
+            all_gather_elem_bytes=ag_elem,
+            largest_unit_bytes=max(unit_bytes) if unit_bytes else 0,
+            root_unit_bytes=unit_bytes[0] if unit_bytes else 0,
+        ),
     )
 
 
@@ -332,11 +348,11 @@ def _timeline(workload, plan, options):
 
 
 def _echo(config, plan) -> dict:
-    d = plan.details
-    out = {"sharding": config.sharding, "wrap": config.wrap, "fsdp_units": d["units"],
-           "cpu_offload": config.cpu_offload, "reshard_root": d["reshard_root"]}
+    f = plan.facts
+    out = {"sharding": config.sharding, "wrap": config.wrap, "fsdp_units": f.units,
+           "cpu_offload": config.cpu_offload, "reshard_root": f.reshard_root}
     if config.sharding == "hybrid":
-        out.update(shard_group=d["shard_size"], replicas=d["replicas"])
+        out.update(shard_group=f.shard_size, replicas=f.replicas)
     return out
 
 

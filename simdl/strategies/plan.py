@@ -13,7 +13,9 @@ server gives a worker task list plus server-side work in :class:`PSPlan`.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 COMPUTE = "compute"  # the default CUDA stream: forward, backward, optimizer kernels
 COMM = "comm"  # NCCL's stream (DDP all-reduce, FSDP all-gather)
@@ -74,6 +76,39 @@ class Task:
 
 
 @dataclass(frozen=True)
+class PlanFacts:
+    """What a plan states about itself for the memory model, the cost model and the report.
+
+    Every plan has these (a full replica's values by default); a family subclasses it with
+    facts of its own (DDP's buckets, FSDP's units), each typed and documented there.
+    """
+
+    comm_buffer_bytes: float = 0.0  # communication buffers a rank holds through backward
+    cpu_offload: bool = False  # parameters, gradients and optimizer state live in host memory
+    gradient_as_bucket_view: bool = False  # gradients are views into the communication buckets
+    # Collectives block the compute stream (a CPU device has no side streams: simdl.strategies.fsdp).
+    blocking_collectives: bool = False
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+
+class Plan(Protocol):
+    """What every plan gives the engines, the memory model and the report."""
+
+    strategy: str  # the label
+    family: str  # the registry family that built it
+    facts: PlanFacts
+    notes: tuple[str, ...]
+
+    @property
+    def world_size(self) -> int: ...
+
+    @property
+    def data_parallel(self) -> int: ...
+
+
+@dataclass(frozen=True)
 class SpmdPlan:
     """Tasks every rank runs in one iteration (one optimizer step)."""
 
@@ -84,9 +119,13 @@ class SpmdPlan:
     # Data-parallel degree: how many ranks each consume a different batch.
     data_parallel: int
     notes: tuple[str, ...] = ()
-    # Strategy-specific facts the memory model and the report use (bucket sizes, units...).
-    details: dict = field(default_factory=dict)
+    facts: PlanFacts = field(default_factory=PlanFacts)
     family: str = ""  # the registry family that built it (simdl.strategies.registry)
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The facts as a plain dict (read-only view, for callers that index by name)."""
+        return self.facts.as_dict()
 
 
 @dataclass(frozen=True)
@@ -107,8 +146,13 @@ class PSPlan:
     # None: no bound (synchronous, or fully asynchronous).
     staleness_bound: int | None = None
     notes: tuple[str, ...] = ()
-    details: dict = field(default_factory=dict)
+    facts: PlanFacts = field(default_factory=PlanFacts)
     family: str = "ps"
+
+    @property
+    def details(self) -> dict[str, Any]:
+        """The facts as a plain dict (read-only view, for callers that index by name)."""
+        return self.facts.as_dict()
 
     @property
     def data_parallel(self) -> int:

@@ -16,6 +16,8 @@ Server", OSDI 2014), as study 1 ran it with one CPU server node and GPU workers:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..cluster import Cluster
 from ..errors import SimdlError
 from ..workload.workload import Workload
@@ -23,8 +25,13 @@ from .config import StrategyConfig
 from .options import PSOptions
 from .registry import PredictKey, StrategySpec, register
 from .optimizer_step import PASSES
-from .plan import COMPUTE, PSPlan, Task
+from .plan import COMPUTE, PlanFacts, PSPlan, Task
 from ..memory.rowtree import add_recompute
+
+
+@dataclass(frozen=True)
+class PSFacts(PlanFacts):
+    param_tensor_bytes: tuple[float, ...] = ()  # each fp32 parameter tensor: a message's buffers
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> PSPlan:
@@ -63,7 +70,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         update_bytes=PASSES[workload.optimizer] * workload.param_bytes,
         synchronous=config.name == "ps-sync",
         staleness_bound=config.staleness_bound if config.name == "ps-ssp" else None,
-        details={"comm_buffer_bytes": grads, "param_tensor_bytes": sizes},
+        facts=PSFacts(comm_buffer_bytes=grads, param_tensor_bytes=sizes),
     )
 
 

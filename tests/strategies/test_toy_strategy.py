@@ -48,8 +48,7 @@ def _build(workload, cluster, config) -> SpmdPlan:
     tasks.append(optimizer_task(workload.optimizer, workload.param_bytes, len(workload.table.params),
                                 (len(tasks) - 1,), foreach=uses_foreach(cluster)))
     return SpmdPlan(strategy="toy", family="toy", tasks=tuple(tasks), world_size=world, data_parallel=world,
-                    groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")},
-                    details={"comm_buffer_bytes": 0.0})
+                    groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")})
 
 
 def _timeline(workload, plan, options):
