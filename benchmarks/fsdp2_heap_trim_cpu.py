@@ -16,7 +16,7 @@ unit's forward and backward hooks, after backward, after the optimizer step and 
 ``zero_grad(set_to_none=True)``: the heap's end (``sbrk(0)``) and the minor page faults so far
 (``getrusage`` ``ru_minflt``, 4 KiB pages). Writes ``OUT_DIR/steps<rank>.json``.
 
-Why: simdl.strategies.fsdp ``_refault_limit``. Run on the 2-core VM (AMD EPYC, Zen 3),
+Why: simdl.hosts.cpu_glibc ``GlibcCpuHost.refault_limit``. Run on the 2-core VM (AMD EPYC, Zen 3),
 2026-11-27, ViT-B/32 FSDP none (HSDP on a 2 x 1 mesh), batch 32, rank 0, step 5 of 8:
 
     point in the step                  heap end   faults so far   (MB from the step's start)

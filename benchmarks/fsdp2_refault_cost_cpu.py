@@ -10,8 +10,8 @@ that probe (12 steps, the first 2 dropped): with glibc's defaults, and with trim
 dynamic threshold reaches, so buffers above it are still mapped fresh as before). Printed
 per RUN: the median step and the minor page faults per step (mean of the two ranks) in
 each mode; the step time trimming adds; and simdl's side for the same configuration on
-PROFILE: the bytes its plan refaults (``Task.refaults``, simdl.strategies.fsdp
-``_refault_limit``) and what it charges for them (x ``host.page_fault_ns_per_byte``).
+PROFILE: the bytes its plan refaults (``Task.refaults``, simdl.hosts.cpu_glibc
+``GlibcCpuHost.refault_limit``) and what it charges for them (x ``host.page_fault_ns_per_byte``).
 Results go to runs/refault/<RUN>/ (the probe's per-rank traces) and are printed.
 
 Run on the 2-core VM (AMD EPYC Zen 4, family 25 model 17), 2026-12-02, 11:23-11:40 UTC,

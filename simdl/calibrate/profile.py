@@ -361,8 +361,8 @@ FIT_FSDP_UNIT_OVERHEAD = True
 # fault depends on the heap's history (rank 1 of the same configuration faulted 0.9 GB per step
 # in one run, 1.5 GB in the next), so there is no size rule to price them by yet.
 # One part has a rule since 2026-11-27: FSDP's sharded gradients, freed together by zero_grad
-# from the heap's top, are trimmed and fault in again every step (simdl.strategies.fsdp
-# _refault_limit); the plan prices them, so this factor's fit no longer absorbs them.
+# from the heap's top, are trimmed and fault in again every step (simdl.hosts.cpu_glibc
+# GlibcCpuHost.refault_limit); the plan prices them, so this factor's fit no longer absorbs them.
 COPY_FACTOR_FROM_PROFILED_STEPS = False
 
 

@@ -74,7 +74,7 @@ ISA_FLAGS = ("fma", "avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_bf16",
 
 # glibc malloc's environment settings (mallopt(3): MALLOC_TRIM_THRESHOLD_, MALLOC_MMAP_THRESHOLD_,
 # ...; GLIBC_TUNABLES glibc.malloc.*). They decide whether an FSDP2 step on CPU faults its
-# gradients in again every step (simdl.strategies.fsdp._refault_limit), which moved ViT
+# gradients in again every step (simdl.hosts.cpu_glibc.GlibcCpuHost.refault_limit), which moved ViT
 # FSDP none steps by 0.4-1.1 s on the Zen 4 (benchmarks/fsdp2_refault_cost_cpu.py), so a
 # run records them.
 ALLOCATOR_ENV_PREFIXES = ("MALLOC_", "GLIBC_TUNABLES")
@@ -177,9 +177,9 @@ def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
     (by name) whose model name matches; else ``cpu``. The caches decide because the VM
     reports one model name on several processors (module docstring) whose peaks differ
     (cpu-epyc: Zen 5, 332 GFLOP/s; cpu-epyc-milan: Zen 3, 157 GFLOP/s)."""
-    from .spec import gpu_names, is_cpu_device_name, load_gpu
+    from .spec import gpu_names, load_gpu
 
-    files = [load_gpu(n) for n in gpu_names() if is_cpu_device_name(n)]
+    files = [g for g in (load_gpu(n) for n in gpu_names()) if g.is_cpu]
     by_name = [g for g in files if g.describes_host(device)]
     exact = [g for g in by_name if caches and g.describes_host(device, caches)]
     chosen = exact or by_name

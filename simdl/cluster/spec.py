@@ -201,14 +201,21 @@ def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tu
 
 # --------------------------------------------------------------------------- GPU
 
-_GPU_KEYS = ("name", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
+_GPU_KEYS = ("name", "kind", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
              *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors", "host")
 _GPU_HOST_KEYS = ("model_name", "caches", "source")
 
 
+# What a device file's ``kind`` may say: the host backend that prices it (simdl.hosts).
+DEVICE_KINDS = ("cuda", "cpu")
+
+
 def is_cpu_device_name(name: str) -> bool:
-    """GPU-file names of host CPUs: ``cpu`` and ``cpu-<host>`` (gpus/cpu-epyc.yaml)."""
-    return name == "cpu" or name.startswith("cpu-")
+    """Whether the shipped device file ``name`` says ``kind: cpu`` (False for unknown names)."""
+    try:
+        return load_gpu(name).is_cpu
+    except SimdlError:
+        return False
 
 
 @dataclass(frozen=True)
@@ -219,6 +226,9 @@ class GPU:
     memory_bytes: Sourced
     memory_bandwidth: Sourced
     peak_flops: FrozenMap  # precision ('fp32','tf32','bf16','fp16') -> Sourced FLOP/s (dense)
+    # The device type, from the file's ``kind``: ``cuda`` (a GPU) or ``cpu`` (a host CPU as the
+    # device); it picks the host backend (simdl.hosts). A file without it is a GPU.
+    kind: str = "cuda"
     priors: FrozenMap = field(default_factory=FrozenMap)  # PRIOR_KEYS -> Sourced fraction
     description: str = ""
     source_path: str = ""
@@ -236,9 +246,8 @@ class GPU:
 
     @property
     def is_cpu(self) -> bool:
-        """A host CPU as the device (``cpu``, or a named one such as ``cpu-epyc``): no side
-        streams, gloo, the ranks of a node share it."""
-        return is_cpu_device_name(self.name)
+        """A host CPU as the device (``kind: cpu``): no side streams, gloo, the ranks of a node share it."""
+        return self.kind == "cpu"
 
     def peak(self, precision: str) -> float:
         """Dense peak FLOP/s for ``precision``."""
@@ -248,7 +257,7 @@ class GPU:
             raise unknown("precision", precision, PRECISIONS) from None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
+        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
         if self.description:
             out["description"] = self.description
         _put(out, "memory_GiB", self.memory_bytes)
@@ -267,6 +276,9 @@ def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
     name = raw.get("name")
     if not isinstance(name, str) or not name.strip():
         raise SimdlError(f"{where}: name must be a non-empty string, got {name!r}")
+    kind = raw.get("kind", "cuda")
+    if kind not in DEVICE_KINDS:
+        raise SimdlError(f"{where}: kind {kind!r} is not a device type; accepted: {', '.join(DEVICE_KINDS)}")
     peaks = {p: read(raw, f"peak_{p}_TFLOP_per_s", where=where, strictly_positive=True) for p in PRECISIONS}
     priors_raw = _section(raw, "priors", where, required=False) or {}
     _check_keys(priors_raw, PRIOR_KEYS, f"{where}: priors")
@@ -284,6 +296,7 @@ def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
         memory_bytes=read(raw, "memory_GiB", where=where, strictly_positive=True),
         memory_bandwidth=read(raw, "memory_bandwidth_GB_per_s", where=where, strictly_positive=True),
         peak_flops=FrozenMap(peaks),
+        kind=kind,
         priors=FrozenMap(priors),
         description=str(raw.get("description", "") or ""),
         source_path=source_path,

@@ -116,7 +116,9 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
 def host_rates(cluster: Cluster) -> dict:
     """The host's page-fault cost (s per byte) and mmap threshold (bytes), as ``Rates``
     fields; empty when the host pays none (GPU memory: PyTorch's caching allocator)."""
-    threshold = mmap_threshold(cluster)
+    from ..hosts import host_for
+
+    threshold = host_for(cluster).mapped_threshold()
     if threshold is None:
         return {}
     return {"page_fault_per_byte": cluster.spec.host.page_fault_per_byte.value, "mmap_threshold": threshold}

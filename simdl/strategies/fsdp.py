@@ -61,7 +61,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cluster import Cluster
-from ..cluster.allocator import mmap_threshold, trim_threshold
+from ..hosts import host_for
 from ..errors import SimdlError
 from ..workload.workload import Workload
 from .config import StrategyConfig
@@ -86,40 +86,8 @@ def _runs(row_unit) -> list[tuple[int, int, int]]:
 
 
 def collectives_block(cluster: Cluster) -> bool:
-    """FSDP2's collectives block the training thread: devices without streams (CPU, gloo)."""
-    return cluster.spec.gpu.is_cpu
-
-
-def _refault_limit(cluster: Cluster, grad_bytes: list[float]) -> float:
-    """Bytes up to which a sharded gradient (a reduce output, one per unit) faults in again
-    every step on a host whose memory comes from glibc's heap; 0 where none does.
-
-    FSDP2 allocates each unit's reduce output in backward (foreach_reduce) and it stays the
-    unit's gradient until ``zero_grad(set_to_none=True)``. Allocated last, they take the top
-    of the heap; freed together at zero_grad they leave that much free at the top, and glibc
-    trims the heap when it reaches the trim threshold (simdl.cluster.allocator), so the next
-    backward gets the pages from the OS again. Measured (benchmarks/fsdp2_heap_trim_cpu.py):
-    ViT-B/32 FSDP none, 2 ranks, the heap grows 28-57 MB at each unit's backward, every byte
-    a page fault, and zero_grad trims 510 MB. Reduce outputs above the mmap threshold are
-    mapped fresh anyway (their ``allocs``); below the trim threshold nothing is trimmed."""
-    trim = trim_threshold(cluster)
-    if trim is None or sum(grad_bytes) < trim:
-        return 0.0
-    return mmap_threshold(cluster)  # larger ones are mapped: simdl.analytic.costs.mapped_bytes
-
-
-def _refault_note(tasks: list[Task]) -> tuple[str, ...]:
-    """A warning where the plan prices gradients that glibc's heap trimming faults in again:
-    the charge (bytes x the idle fill rate) under-prices what trimming cost on the Zen 4 and
-    the cost moves with the heap's history (benchmarks/fsdp2_refault_cost_cpu.py, 2026-12-02:
-    1.9-7x the charge; the same ConvNeXt-L step 6.06 s in one run, 8.43 s in another)."""
-    refault = sum(t.refaults for t in tasks)
-    if not refault:
-        return ()
-    return (f"glibc heap trimming: {refault / 1e6:.0f} MB of gradients per rank fault in again every step; "
-            "measured on CPU ranks it cost 1.9-7x the price used here and varied between runs "
-            "(benchmarks/fsdp2_refault_cost_cpu.py); ranks run with MALLOC_TRIM_THRESHOLD_ above the "
-            "step's heap (and a profile with host.trim_threshold_MiB) do not pay it",)
+    """FSDP2's collectives block the training thread where the host backend says so (CPU, gloo)."""
+    return host_for(cluster).collectives_block()
 
 
 @dataclass(frozen=True)
@@ -176,7 +144,8 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
 
     limit = config.max_inflight_all_gathers
     blocking = collectives_block(cluster)
-    refault_limit = _refault_limit(cluster, [b / shard_size for b in unit_bytes])
+    host = host_for(cluster)
+    refault_limit = host.refault_limit([b / shard_size for b in unit_bytes])
     # FSDP2's hooks per unit per step (efficiency.fsdp_unit_overhead_us; calibrated CPU profiles).
     hooks = cluster.spec.efficiency.fsdp_unit_overhead
     unit_host_s = hooks.value if hooks is not None else 0.0
@@ -323,7 +292,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         groups=groups,
         world_size=world,
         data_parallel=world,
-        notes=(units.note,) + _refault_note(tasks),
+        notes=(units.note,) + host.refault_notes(sum(t.refaults for t in tasks)),
         facts=FSDPFacts(
             units=len(units.units),
             wrap=config.wrap,

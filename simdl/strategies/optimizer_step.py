@@ -54,5 +54,7 @@ def optimizer_task(
 
 
 def uses_foreach(cluster) -> bool:
-    """PyTorch picks foreach kernels for CUDA tensors only (see optimizer_task)."""
-    return not cluster.spec.gpu.is_cpu
+    """Whether the optimizer takes the foreach path on this host (simdl.hosts; see optimizer_task)."""
+    from ..hosts import host_for
+
+    return host_for(cluster).foreach_optimizer()

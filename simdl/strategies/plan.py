@@ -59,12 +59,11 @@ class Task:
     collective: str = ""
     comm_bytes: float = 0.0
     group: str = ""
-    # Sizes (bytes) of the buffers the task allocates, one per tensor: on host devices a
-    # buffer above the allocator's mmap threshold is mapped fresh and page-faults (costs.py).
+    # Sizes (bytes) of the buffers the task allocates, one per tensor; the cluster's host
+    # backend (simdl.hosts) says which of them fault in (the cost library prices those).
     allocs: tuple[float, ...] = ()
-    # Bytes of heap buffers (below the mmap threshold) the task allocates that the host's
-    # allocator gave back to the OS since the previous step, so they fault in again
-    # (simdl.cluster.allocator; FSDP's sharded gradients, simdl.strategies.fsdp).
+    # Bytes of buffers the task allocates that fault in again every step, as the host backend's
+    # refault_limit gives them (zero on CUDA).
     refaults: float = 0.0
     # Fixed host seconds of framework bookkeeping the task stands for (FSDP2's per-unit hooks
     # on a CPU rank: efficiency.fsdp_unit_overhead_us); added to its compute time.

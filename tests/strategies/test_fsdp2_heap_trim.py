@@ -1,6 +1,6 @@
 """FSDP2's sharded gradients on a glibc host: freed together at zero_grad from the heap's
 top, trimmed back to the OS, faulted in again next step (simdl.strategies.fsdp
-_refault_limit, simdl.cluster.allocator)."""
+asks simdl.hosts.cpu_glibc's GlibcCpuHost.refault_limit; simdl.cluster.allocator)."""
 
 import dataclasses
 

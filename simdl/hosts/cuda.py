@@ -1,0 +1,33 @@
+"""The CUDA host backend: a GPU with PyTorch's caching allocator and side streams.
+
+The caching allocator keeps the blocks it frees for reuse (c10/cuda/CUDACachingAllocator.cpp),
+so a step's buffers never fault in again; NCCL collectives run on their own streams, so they
+overlap compute; optimizers take the foreach path (torch/optim/optimizer.py,
+_default_to_fused_or_foreach: foreach on CUDA tensors).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+
+@dataclass(frozen=True)
+class CudaHost:
+    cluster: Any
+    kind: str = "cuda"
+
+    def collectives_block(self) -> bool:
+        return False
+
+    def foreach_optimizer(self) -> bool:
+        return True
+
+    def mapped_threshold(self) -> float | None:
+        return None
+
+    def refault_limit(self, grad_bytes: Sequence[float]) -> float:
+        return 0.0
+
+    def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
+        return ()
