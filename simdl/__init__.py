@@ -6,11 +6,12 @@
 """
 
 from .errors import SimdlError
+from .job import Job
 from .predict import predict
 from .result import Result
 
 __version__ = "0.1.0"
-__all__ = ["predict", "Result", "SimdlError", "__version__", "sweep", "recommend", "derive_cluster"]
+__all__ = ["predict", "Job", "Result", "SimdlError", "__version__", "sweep", "recommend", "derive_cluster"]
 
 
 def __getattr__(name: str):

@@ -8,11 +8,13 @@ listed under ``config["assumed"]`` with where the default comes from.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from typing import TYPE_CHECKING, Any
 
 from .band import LEVEL, band, step_spread
 from .calibrate.jitter import noise_warning
 from .errors import SimdlError, unknown
+from .job import Job
 from .result import Result
 
 if TYPE_CHECKING:
@@ -36,7 +38,7 @@ DEFAULT_REASONS = {
 
 
 def predict(
-    model: str = "vgg16",
+    model: str | Job = "vgg16",
     strategy: str = "fsdp",
     gpus: int = 4,
     *,
@@ -67,11 +69,20 @@ def predict(
 ) -> Result:
     """Predict one training configuration. Raises :class:`SimdlError` on bad input.
 
+    ``predict(Job(...))`` predicts a :class:`~simdl.job.Job`; keywords given beside it replace
+    its fields, but a keyword equal to its default here cannot be told from one not given
+    and leaves the job's value: to set a field back to a default, use ``job.replace(...)``.
+    The keywords alone describe the same job.
+
     The strategy keywords (``sharding``, ``wrap``, ``bucket_cap_mb``, ...) are those its
     registry entry declares (:mod:`simdl.strategies.registry`); one the strategy does not
     take raises, naming the strategies that do. A strategy registered with keywords of its
     own takes them here too (through ``**engine_options``).
     """
+    if isinstance(model, Job):
+        args = dict(locals())
+        given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
+        return predict(**model.replace(**given_kw, **engine_options).kwargs())
     from .cluster import ClusterSpec, allocate, load_cluster
     from .strategies import StrategyConfig, build_plan, registry
     from .workload import workload as wl
@@ -175,6 +186,10 @@ def predict(
         run.result = result
         return run
     return result
+
+
+_DEFAULTS = {name: p.default for name, p in inspect.signature(predict).parameters.items()
+             if p.default is not inspect.Parameter.empty}
 
 
 def _with_band(result: Result, spec) -> Result:

@@ -203,4 +203,5 @@ def refuse_inapplicable(name: str, given: Mapping[str, Any]) -> None:
         if not takers:
             raise SimdlError(f"unknown strategy option {key!r}")
         option = "--" + key.replace("_", "-") if key in predict_keys() else flag(key)
-        raise SimdlError(f"{option} {value!r} applies to {', '.join(takers)}; strategy {name!r} does not take it")
+        shown = option if value is True else f"{option} {value!r}"  # a flag is named alone
+        raise SimdlError(f"{shown} applies to {', '.join(takers)}; strategy {name!r} does not take it")
