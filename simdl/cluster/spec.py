@@ -1056,7 +1056,7 @@ def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:
 
     name = raw.get("collective_backend")
     if name is None:
-        return DEFAULT_FOR_DEVICE["cpu" if gpu.is_cpu else "cuda"]
+        return DEFAULT_FOR_DEVICE[gpu.kind]
     if name not in BACKENDS:
         raise SimdlError(f"{where}: collective_backend = {name!r}; accepted: {', '.join(sorted(BACKENDS))}")
     return name
