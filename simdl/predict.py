@@ -69,10 +69,9 @@ def predict(
 ) -> Result:
     """Predict one training configuration. Raises :class:`SimdlError` on bad input.
 
-    ``predict(Job(...))`` predicts a :class:`~simdl.job.Job`; keywords given beside it replace
-    its fields, but a keyword equal to its default here cannot be told from one not given
-    and leaves the job's value: to set a field back to a default, use ``job.replace(...)``.
-    The keywords alone describe the same job.
+    ``predict(Job(...))`` predicts a :class:`~simdl.job.Job`; keywords beside it replace its
+    fields, except one equal to its default here (it cannot be told from one not given; use
+    ``job.replace(...)``). The keywords alone describe the same job.
 
     The strategy keywords (``sharding``, ``wrap``, ``bucket_cap_mb``, ...) are those its
     registry entry declares (:mod:`simdl.strategies.registry`); one the strategy does not
@@ -84,10 +83,7 @@ def predict(
         given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
         return predict(**model.replace(**given_kw, **engine_options).kwargs())
     from .cluster import ClusterSpec, allocate, load_cluster
-    from .strategies import StrategyConfig, build_plan, registry
-    from .workload import workload as wl
-    from .workload.datasets import get_dataset, parse_input_shape
-    from .workload.library import load_workload
+    from .strategies import registry
 
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
@@ -103,14 +99,32 @@ def predict(
         if v is not None}
     cluster = cluster or DEFAULT_CLUSTER
     dataset = dataset or "cifar10"
-    batch_size = wl.DEFAULT_BATCH_SIZE if batch_size is None else batch_size
-    epochs = wl.DEFAULT_EPOCHS if epochs is None else epochs
-    optimizer = optimizer or wl.DEFAULT_OPTIMIZER
-    precision = precision or wl.DEFAULT_PRECISION
     loader_workers = DEFAULT_LOADER_WORKERS if loader_workers is None else loader_workers
     algorithm = algorithm or "auto"
     if isinstance(gpus, bool) or not isinstance(gpus, int):
         raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
+    workload = _workload(model, dataset, input_shape, num_classes, train_samples, batch_size, epochs, optimizer,
+                         precision, grad_accumulation, activation_checkpointing)
+    # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
+    spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+    alloc = allocate(spec, gpus, nodes)
+    if not isinstance(loader_workers, int) or loader_workers < 0:
+        raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
+    config, plan = _plan(workload, alloc, family, strategy, algorithm, strategy_kw)
+    echo = _echo(workload, alloc, config, plan, dataset=dataset, loader_workers=loader_workers, engine=engine)
+    relevant = set(echo) | {"cluster", "dataset"}
+    reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
+                                       if key.default_reason})
+    echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
+    return _run(workload, alloc, plan, echo, engine, engine_options)
+
+
+def _workload(model, dataset, input_shape, num_classes, train_samples, batch_size, epochs, optimizer, precision,
+              grad_accumulation, activation_checkpointing):
+    """The workload: the model's table for the input and classes, the batch and the training length."""
+    from .workload import workload as wl
+    from .workload.datasets import get_dataset, parse_input_shape
+    from .workload.library import load_workload
 
     ds = get_dataset(dataset)
     shape = parse_input_shape(input_shape) if isinstance(input_shape, str) else (tuple(input_shape) if input_shape else None)
@@ -118,25 +132,31 @@ def predict(
         raise SimdlError(f"--classes {num_classes!r} must be an integer >= 1")
     table = load_workload(model, dataset=None if (shape or num_classes) else dataset,
                           input_shape=shape or ds.input_shape, num_classes=num_classes or ds.num_classes)
-    workload = wl.Workload(
+    return wl.Workload(
         table=table,
-        batch_size=batch_size,
+        batch_size=wl.DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
         train_samples=train_samples if train_samples is not None else ds.train_samples,
-        epochs=epochs,
-        optimizer=optimizer,
-        precision=precision,
+        epochs=wl.DEFAULT_EPOCHS if epochs is None else epochs,
+        optimizer=optimizer or wl.DEFAULT_OPTIMIZER,
+        precision=precision or wl.DEFAULT_PRECISION,
         grad_accumulation=grad_accumulation,
         activation_checkpointing=activation_checkpointing,
     )
-    # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
-    spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
-    alloc = allocate(spec, gpus, nodes)
-    if not isinstance(loader_workers, int) or loader_workers < 0:
-        raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
+
+
+def _plan(workload, alloc, family, strategy: str, algorithm: str, strategy_kw: dict):
+    """The strategy's settings (its registry entry turns the keywords into its options) and its plan."""
+    from .strategies import StrategyConfig, build_plan
+
     knobs = {key.field: key.to_field(strategy_kw[k]) for k, key in family.predict_keys.items()
              if strategy_kw.get(k) is not None}
     config = StrategyConfig(name=strategy, algorithm=algorithm, **knobs)
-    plan = build_plan(workload, alloc, config)
+    return config, build_plan(workload, alloc, config)
+
+
+def _echo(workload, alloc, config, plan, *, dataset: str, loader_workers: int, engine: str) -> dict[str, Any]:
+    """Every value the prediction used (``result.config``), the strategy's own from its registry entry."""
+    table = workload.table
     echo = {
         "model": table.model,
         "strategy": config.name,
@@ -144,40 +164,43 @@ def predict(
         "gpus": alloc.gpus,
         "nodes": alloc.nodes,
         "gpus_per_node": alloc.gpus_per_node,
-        "cluster": spec.name,
-        "gpu": spec.gpu.name,
+        "cluster": alloc.spec.name,
+        "gpu": alloc.spec.gpu.name,
         "dataset": dataset,
         "input_shape": "x".join(str(x) for x in table.input_shape),
         "num_classes": table.num_classes,
         "train_samples": workload.train_samples,
-        "batch_size": batch_size,
-        "global_batch_size": batch_size * grad_accumulation * plan.data_parallel,
-        "epochs": epochs,
-        "optimizer": optimizer,
-        "precision": precision,
-        "grad_accumulation": grad_accumulation,
-        "activation_checkpointing": activation_checkpointing,
+        "batch_size": workload.batch_size,
+        "global_batch_size": workload.batch_size * workload.grad_accumulation * plan.data_parallel,
+        "epochs": workload.epochs,
+        "optimizer": workload.optimizer,
+        "precision": workload.precision,
+        "grad_accumulation": workload.grad_accumulation,
+        "activation_checkpointing": workload.activation_checkpointing,
         "loader_workers": loader_workers,
-        "algorithm": algorithm,
+        "algorithm": config.algorithm,
         "engine": engine,
     }
-    echo.update(family.echo(config, plan))
+    echo.update(config.spec.echo(config, plan))
     if table.adaptation:
         echo["model_adaptation"] = table.adaptation
     echo["compute_source"] = _compute_source(alloc, workload)
-    relevant = set(echo) | {"cluster", "dataset"}
-    reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
-                                       if key.default_reason})
-    echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
+    return echo
+
+
+def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
+    """The engine's result, with the cluster's noise note and band; the SimRun with ``return_run``."""
+    spec = alloc.spec
     if engine == "analytic":
         from .analytic.engine import evaluate
 
-        result = evaluate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo)
+        result = evaluate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
+                          config=echo)
     else:
-        from .sim.engine import simulate  # issue 3
+        from .sim.engine import simulate
 
-        result = simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo,
-                          **engine_options)
+        result = simulate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
+                          config=echo, **engine_options)
     run = None
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result
