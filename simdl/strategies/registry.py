@@ -201,7 +201,7 @@ def refuse_inapplicable(name: str, given: Mapping[str, Any]) -> None:
             continue
         takers = [n for s in _SPECS.values() for n in s.names if s.applies(key, n)]
         if not takers:
-            raise SimdlError(f"unknown strategy option {key!r}")
+            raise unknown(f"option of strategy {name!r}", key, tuple(spec.predict_keys) + spec.option_fields())
         option = "--" + key.replace("_", "-") if key in predict_keys() else flag(key)
         shown = option if value is True else f"{option} {value!r}"  # a flag is named alone
         raise SimdlError(f"{shown} applies to {', '.join(takers)}; strategy {name!r} does not take it")
