@@ -239,8 +239,8 @@ def _with_noise_note(result: Result, spec) -> Result:
 
 def _compute_source(alloc, workload) -> str:
     """Where the per-row compute times come from: the cluster's compute profile of this model
-    (measured rows, simdl.analytic.measured) or the roofline of simdl.analytic.costs."""
-    from .analytic.costs import device_rates
+    (measured rows, simdl.costs.measured) or the roofline of simdl.costs.tasks."""
+    from .costs.tasks import device_rates
 
     rates = device_rates(alloc, workload.precision)
     m = rates.measured.find(workload.table) if rates.measured is not None else None

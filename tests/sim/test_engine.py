@@ -123,3 +123,20 @@ def test_both_engines_report_the_bytes_a_gpu_sends(strategy, cluster):
     a = predict("resnet18", strategy, 2, cluster=cluster)
     s = predict("resnet18", strategy, 2, cluster=cluster, engine="sim")
     assert s.comm_bytes_per_iteration == pytest.approx(a.comm_bytes_per_iteration) and a.comm_bytes_per_iteration > 0
+
+
+def test_the_simulator_does_not_import_the_analytic_engine():
+    """Both engines share simdl.costs; the simulator reaches no closed form through the analytic engine."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = str(Path(__file__).resolve().parents[2])  # this checkout's simdl, not an installed one
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    code = ("import sys, simdl; simdl.predict('resnet18', 'ps-async', 4, cluster='a10g-ps', engine='sim'); "
+            "simdl.predict('resnet18', 'fsdp', 2, engine='sim'); "
+            "print('simdl.analytic.engine' in sys.modules, 'simdl.costs.ps' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env=env).stdout.split()
+    assert out == ["False", "True"]
