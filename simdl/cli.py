@@ -81,6 +81,9 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
                    help="FSDP hybrid: ranks per shard group, the inner dimension of FSDP2's 2-D mesh (default: "
                         "the GPUs of a node); e.g. --gpus 4 --shard-group 2 is 2 replicas x 2 shards on one node")
     p.add_argument("--engine", default="analytic", help="analytic | sim (default analytic)")
+    declared = {act.dest for act in p._actions}
+    for key, spec in registry.cli_options(declared):  # a registered strategy's own keywords
+        p.add_argument("--" + key.replace("_", "-"), dest=key, type=spec.cli_type, default=None, help=spec.help)
 
 
 def _prediction_kwargs(a: argparse.Namespace) -> dict:
@@ -89,7 +92,10 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
             "shard_group")
-    return {k: getattr(a, k) for k in keys}
+    from .strategies import registry
+
+    extra = [k for k, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]
+    return {k: getattr(a, k) for k in (*keys, *extra)}
 
 
 def _add_sim_args(p: argparse.ArgumentParser) -> None:

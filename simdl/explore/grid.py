@@ -70,7 +70,11 @@ def predict_keys() -> dict[str, type]:
 
 def accepted_keys() -> dict[str, type]:
     """Every key a sweep accepts, with its value type."""
+    from ..strategies import registry
+
     keys = dict(predict_keys())
+    for k, key in registry.cli_options(set(keys)):  # a registered strategy's own keywords
+        keys[k] = key.cli_type if isinstance(key.cli_type, type) else str
     keys.update(SIM_KEYS)
     keys.update({k: float for k in _NUMERIC_CLUSTER_KEYS})
     keys["nics_per_node"] = int

@@ -36,12 +36,15 @@ class PredictKey:
     """A ``predict`` keyword that sets an options field: ``to_field`` converts its value
     (``bucket_cap_mb`` in MiB -> ``bucket_cap_bytes``); ``names``: the strategy names it
     applies to (default: every name of the family); ``default_reason``: echoed under
-    ``config["assumed"]`` when the caller leaves it out."""
+    ``config["assumed"]`` when the caller leaves it out. A keyword the CLI does not declare
+    itself becomes the option ``--key-name`` (``cli_type``, ``help``)."""
 
     field: str
     to_field: Callable[[Any], Any] = lambda v: v
     names: tuple[str, ...] | None = None
     default_reason: str | None = None
+    cli_type: Callable[[str], Any] = str  # parses the CLI option's text (a keyword the CLI does not declare)
+    help: str = ""  # the CLI option's help
 
 
 @dataclass(frozen=True)
@@ -185,6 +188,16 @@ def is_client_server(name: str) -> bool:
     except SimdlError:
         return False
     return get(base).client_server
+
+
+def cli_options(declared: set[str]) -> list[tuple[str, PredictKey]]:
+    """Strategy keywords the CLI has no option for yet, with their declarations."""
+    out = []
+    for s in _SPECS.values():
+        for k, key in s.predict_keys.items():
+            if k not in declared and k not in (o for o, _ in out):
+                out.append((k, key))
+    return out
 
 
 def predict_keys() -> tuple[str, ...]:

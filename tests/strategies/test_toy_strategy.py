@@ -59,7 +59,8 @@ def _timeline(workload, plan, options):
 
 TOY = registry.StrategySpec(
     family="toy", names=("toy",), options=ToyOptions, build_plan=_build, memory_timeline=_timeline,
-    predict_keys={"toy_chunks": registry.PredictKey("toy_chunks", default_reason="one call, the toy's default")},
+    predict_keys={"toy_chunks": registry.PredictKey("toy_chunks", default_reason="one call, the toy's default",
+                                                    cli_type=int, help="all-reduce calls after backward")},
     labels={"toy": ("toy", {})}, variants=lambda v: ("toy",),
     echo=lambda config, plan: {"toy_chunks": config.toy_chunks},
 )
@@ -124,6 +125,14 @@ def test_the_toy_traces_and_reports(tmp_path, capsys):
     assert ", toy, 2 x" in capsys.readouterr().out
     assert main(["predict", "--strategy", "toy", "--bucket-cap-mb", "10"]) == 2
     assert "applies to ddp; strategy 'toy'" in capsys.readouterr().err
+    # the toy's own keyword is a CLI option too, refused where it does not apply
+    assert main(["predict", "--strategy", "toy", "--toy-chunks", "3", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["config"]["toy_chunks"] == 3
+    assert main(["predict", "--strategy", "ddp", "--toy-chunks", "3"]) == 2
+    assert "--toy-chunks 3 applies to toy" in capsys.readouterr().err
+    assert main(["sweep", "--model", "vgg16", "--strategy", "toy", "--toy-chunks", "1,2", "--gpus", "2",
+                 "--executor", "serial", "--no-progress"]) == 0
+    assert capsys.readouterr().out.count("toy") >= 2
 
 
 def test_the_validation_report_takes_a_toy_run(tmp_path):
