@@ -80,6 +80,9 @@ def predict(
 
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
+    from .inputs import check_prediction_numbers
+
+    check_prediction_numbers(epochs=epochs, bucket_cap_mb=bucket_cap_mb)
     given = {k for k, v in dict(
         cluster=cluster, dataset=dataset, batch_size=batch_size, epochs=epochs, optimizer=optimizer,
         precision=precision, sharding=sharding, wrap=wrap, loader_workers=loader_workers,

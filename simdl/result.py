@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -60,7 +59,9 @@ class Result:
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=_jsonable)
+        from .jsonout import dumps  # allow_nan=False: a NaN is an error, never invalid JSON
+
+        return dumps(self.to_dict(), indent=indent, sort_keys=False, default=_jsonable)
 
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
