@@ -102,7 +102,11 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argu
                         "the GPUs of a node); e.g. --gpus 4 --shard-group 2 is 2 replicas x 2 shards on one node")
     s.add_argument("--bucket-cap-mb", type=_number, default=None, help="DDP bucket cap in MiB (default 25)")
     s.add_argument("--staleness-bound", type=_int, default=None, help="ps-ssp staleness bound (default 3)")
-    s.add_argument("--ps-servers", type=_int, default=None, help="parameter-server shards (default 1)")
+    s.add_argument("--ps-servers", type=_int, default=None,
+                   help="parameter-server shards, one per server node (default 1)")
+    s.add_argument("--ps-placement", default=None, metavar=_choices(("dedicated", "colocated")),
+                   help="where the servers run: the cluster's own PS nodes, or a process on a worker node, "
+                        "priced on its NIC and host (default dedicated where the cluster has PS nodes)")
     s.add_argument("--algorithm", default=None, metavar=_choices(ALGORITHMS), help="collective algorithm (default auto)")
     c.add_argument("--cluster", default=None, help="preset name or path to a cluster YAML (default a100-80gb-nvlink; "
                    "`simdl clusters` lists them)")
@@ -118,7 +122,7 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
-            "shard_group")
+            "shard_group", "ps_placement")
     return {k: getattr(a, k) for k in keys}
 
 

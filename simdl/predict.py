@@ -66,6 +66,7 @@ def predict(
     cpu_offload: bool = False,
     reshard_root: bool = False,
     shard_group: int | None = None,
+    ps_placement: str | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -120,7 +121,9 @@ def predict(
     )
     # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
-    alloc = allocate(spec, gpus, nodes)
+    from .cluster.ps_placement import place_servers, placement_notes
+
+    spec, alloc, placement, placement_why = place_servers(spec, gpus, nodes, strategy, ps_placement, ps_servers)
     if not isinstance(loader_workers, int) or loader_workers < 0:
         raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
     config = StrategyConfig(
@@ -171,6 +174,7 @@ def predict(
             echo.update(shard_group=plan.details["shard_size"], replicas=plan.details["replicas"])
     if config.is_ps:
         echo["ps_servers"] = ps_servers
+        echo["ps_placement"] = placement
         if config.name == "ps-ssp":
             echo["staleness_bound"] = staleness_bound
     if table.adaptation:
@@ -178,6 +182,8 @@ def predict(
     echo["compute_source"] = _compute_source(alloc, workload)
     relevant = set(echo) | {"cluster", "dataset"}
     echo["assumed"] = {k: DEFAULT_REASONS[k] for k in DEFAULT_REASONS if k not in given and k in relevant}
+    if placement_why:
+        echo["assumed"]["ps_placement"] = placement_why
     if engine == "analytic":
         from .analytic.engine import evaluate
 
@@ -191,10 +197,33 @@ def predict(
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result
     result = _with_band(_with_noise_note(result, spec), spec)
+    from .notes import offload_note, precision_note, ssp_bound_zero_note
+
+    said = (precision_note(spec.gpu, precision), offload_note(workload, plan, spec, alloc.gpus_per_node),
+            ssp_bound_zero_note(engine) if config.name == "ps-ssp" and config.staleness_bound == 0 else None)
+    added = tuple(n for n in said if n) + (placement_notes(spec, placement) if placement else ())
+    if added:
+        result = dataclasses.replace(result, notes=tuple(result.notes) + added)
+    result = _with_epoch_counts(result, workload, plan)
     if run is not None:
         run.result = result
         return run
     return result
+
+
+def _with_epoch_counts(result: Result, workload, plan) -> Result:
+    """The epoch's samples as DistributedSampler and the DataLoader count them
+    (simdl.workload.epoch); a note and the epoch's own throughput when the epoch is shorter
+    than one step (a global batch larger than the data set)."""
+    from .workload.epoch import epoch_counts, short_epoch_note, throughput
+
+    counts = epoch_counts(workload.train_samples, plan.data_parallel, workload.batch_size, workload.grad_accumulation)
+    config = dict(result.config, epoch_samples=counts.samples)
+    note = short_epoch_note(counts, workload.batch_size, workload.grad_accumulation)
+    if note is None:
+        return dataclasses.replace(result, config=config)
+    return dataclasses.replace(result, config=config, notes=tuple(result.notes) + (note,),
+                               throughput_samples_per_s=throughput(counts, result.iteration_time_s))
 
 
 def _with_band(result: Result, spec) -> Result:
@@ -202,7 +231,10 @@ def _with_band(result: Result, spec) -> Result:
     the profile's calibration says how far off its steps are; unchanged otherwise."""
     spread = step_spread(spec)
     if spread is None:
-        return result
+        from .band import no_band_reason
+
+        why = no_band_reason(spec)  # a calibrated profile says why it has no band
+        return dataclasses.replace(result, config=dict(result.config, iteration_time_band=why)) if why else result
     config = dict(result.config, iteration_time_band=f"{100 * LEVEL:.0f} % of runs; from the {spread.describe()}")
     return dataclasses.replace(result, iteration_time_band_s=band(result.iteration_time_s, spread.sigma),
                                config=config)

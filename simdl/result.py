@@ -13,9 +13,10 @@ class Staleness:
     """Update staleness in parameter-server modes (0 for synchronous strategies)."""
 
     mean: float = 0.0
-    p50: float = 0.0
-    p99: float = 0.0
-    max: float = 0.0
+    # None where the engine models the mean only (the analytic engine's asynchronous modes).
+    p50: float | None = 0.0
+    p99: float | None = 0.0
+    max: float | None = 0.0
     # ps-ssp: the fraction of the run's pulls the staleness bound held back (a worker too far
     # ahead of the slowest waits), and the mean wait in seconds per pull (held or not). None where the
     # engine does not model it (the analytic engine; every mode but ps-ssp).
