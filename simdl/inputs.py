@@ -22,7 +22,8 @@ def check_positive(option: str, value: Any, unit: str = "") -> None:
     if value is None:
         return
     if not _number(value) or not math.isfinite(value) or not value > 0:
-        raise SimdlError(f"{option} {value!r}: accepted: a finite number > 0{' ' + unit if unit else ''}")
+        shown = f"{value:g}" if _number(value) else repr(value)  # -25, as typed, not -25.0
+        raise SimdlError(f"{option} {shown}: accepted: a finite number > 0{' ' + unit if unit else ''}")
 
 
 def check_prediction_numbers(*, epochs: Any = None, bucket_cap_mb: Any = None) -> None:

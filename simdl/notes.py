@@ -53,4 +53,5 @@ def ssp_bound_zero_note(engine: str) -> str:
     return ("ps-ssp with staleness bound 0 waits at a barrier like ps-sync, but its server applies each worker's "
             "gradient as it arrives (N optimizer updates of one gradient each, validate/train.py) where ps-sync "
             "sums the N gradients and applies one update: its step differs from ps-sync's by that work; " + how +
-            " (measured bound-0 steps on the CPU hosts lie nearer the series form: docs/bad_inputs.md)")
+            " (measured bound-0 steps on the CPU hosts lie nearer the series form: docs/bad_inputs.md, "
+            "'ps-ssp with bound 0')")

@@ -58,7 +58,7 @@ CASES = [
     # --- numbers and names (predict)
     ("epochs nan", ["predict", "--epochs", "nan"], "'nan' is not a finite number"),
     ("epochs inf", ["predict", "--epochs", "inf", "--json"], "'inf' is not a finite number"),
-    ("bucket cap negative", [*P, "--bucket-cap-mb", "-25"], "--bucket-cap-mb -25"),
+    ("bucket cap negative", [*P, "--bucket-cap-mb", "-25"], "--bucket-cap-mb -25: accepted"),
     ("bucket cap nan", [*P, "--bucket-cap-mb", "nan"], "'nan'"),
     ("unknown option", ["predict", "--foo"], "simdl predict: error: unrecognized arguments: --foo"),
     ("argparse prefix once", ["predict", "--gpus", "x"], "simdl predict: error: argument --gpus"),
@@ -214,3 +214,11 @@ def test_a_sweep_whose_output_fails_late_keeps_its_rows(workdir, monkeypatch, ca
     assert "the 2 rows were written to" in err and kept.endswith(".csv")
     assert len(open(kept).read().splitlines()) == 3  # header + two rows
     os.remove(kept)
+
+
+def test_the_docs_table_lists_every_case():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "bad_inputs.md").read_text()
+    missing = [name for name, *_ in CASES + TORCH_CASES if f"| {name} | `simdl {' '.join(_[0])}` |" not in doc]
+    assert not missing, f"docs/bad_inputs.md lacks {missing}"
