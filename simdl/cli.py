@@ -423,9 +423,9 @@ def _cmd_maxbatch(a: argparse.Namespace) -> int:
         raise SimdlError(f"simdl maxbatch: searches the batch size; do not give --batch-size ({a.batch_size})")
     batch, r = max_batch(**kw)
     if a.json:
-        import json
+        from .jsonout import dumps
 
-        print(json.dumps({"max_batch_size": batch, "prediction": r.to_dict()}, default=str))
+        print(dumps({"max_batch_size": batch, "prediction": r.to_dict()}, default=str))
         return 0
     c = r.config
     if batch == 0:

@@ -222,3 +222,16 @@ def test_the_docs_table_lists_every_case():
     doc = (Path(__file__).resolve().parent.parent / "docs" / "bad_inputs.md").read_text()
     missing = [name for name, *_ in CASES + TORCH_CASES if f"| {name} | `simdl {' '.join(_[0])}` |" not in doc]
     assert not missing, f"docs/bad_inputs.md lacks {missing}"
+
+
+def test_an_unreadable_cluster_file_is_one_line(workdir, monkeypatch, capsys):
+    """Root reads anything, so reading is made to fail as it does for a user without permission."""
+    from simdl.cluster import safe_yaml
+
+    (workdir / "locked.yaml").write_text("name: x\n")
+
+    def refuse(*a, **k):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(safe_yaml, "open", refuse, raising=False)
+    _check([*P, "--cluster", "locked.yaml"], "locked.yaml: cannot be read (permission denied)", capsys)

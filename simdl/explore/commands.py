@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, Mapping, Sequence
@@ -125,7 +124,9 @@ def recommend_command(*, model: str, cluster: str | None, gpus: int | None, memo
     rec = recommend(model, cluster=cluster, gpus=gpus, memory_budget=memory_budget, objective=objective,
                     price_per_gpu_hour=price_per_gpu_hour, allow_stale=allow_stale, **kw)
     if as_json:
-        print(json.dumps(rec.to_dict(), indent=2, default=str))
+        from ..jsonout import dumps
+
+        print(dumps(rec.to_dict(), indent=2, default=str))
     else:
         print(rec.header())
         if rec.ranked:
