@@ -92,10 +92,10 @@ CASES = [
     ("trace -o a directory", ["trace", "--gpus", "2", "-o", "outdir"], "-o outdir: is a directory"),
     ("trace -o under a file", ["trace", "--gpus", "2", "-o", "afile/t.json"], "'afile' is a file"),
     ("plot -o missing dir", ["plot", "--gpus", "2", "-o", "no/such/t.png"], "does not exist"),
-    ("plot -o a directory", ["plot", "--gpus", "2", "-o", "outdir.png"], None),
+    ("plot -o a directory", ["plot", "--gpus", "2", "-o", "outdir.png"], "-o outdir.png: is a directory"),
     ("memplot -o wrong suffix", ["memplot", "-o", "mem.txt"], ".png"),
     ("sweep -o missing dir", ["sweep", "--gpus", "2,4", "-o", "no/such/rows.csv"], "'no/such' does not exist"),
-    ("sweep -o a directory", ["sweep", "--gpus", "2,4", "-o", "outdir.csv"], None),
+    ("sweep -o a directory", ["sweep", "--gpus", "2,4", "-o", "outdir.csv"], "-o outdir.csv: is a directory"),
     ("sweep --plot missing dir", ["sweep", "--gpus", "2,4", "--plot", "no/such/p.png"], "does not exist"),
     # --- cluster files
     ("cluster alias bomb", [*P, "--cluster", "bomb.yaml"], "more than 200,000 values"),

@@ -82,6 +82,9 @@ def test_ps_servers_beyond_the_clusters_nodes_are_refused_by_both_engines_before
         for n in (2, 10**6):
             with pytest.raises(SimdlError, match=rf"--ps-servers {n}: cluster 'a10g-ps' has 1 parameter-server"):
                 simdl.predict("resnet50", "ps-sync", 4, cluster="a10g-ps", ps_servers=n, engine=engine)
+    for bad in ("2", 0, 1.5, True):
+        with pytest.raises(SimdlError, match="--ps-servers .*accepted: an integer from 1 to 1"):
+            simdl.predict("resnet50", "ps-sync", 4, cluster="a10g-ps", ps_servers=bad)
 
 
 def test_a_prediction_says_where_its_parameter_servers_run():

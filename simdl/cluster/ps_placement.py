@@ -73,6 +73,8 @@ def colocated_spec(spec: ClusterSpec, nodes: int) -> ClusterSpec:
 def check_ps_servers(spec: ClusterSpec, servers: int, placement: str) -> None:
     """One shard per server node: ``--ps-servers`` at most the nodes that can hold a server."""
     have = spec.ps_servers.count
+    if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
+        raise SimdlError(f"--ps-servers {servers!r}: accepted: an integer from 1 to {have}")
     if servers > have:
         where = (f"cluster {spec.name!r} has {have} parameter-server node(s)" if placement == "dedicated"
                  else f"the run has {have} worker node(s) to hold a colocated server each")
