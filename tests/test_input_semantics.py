@@ -211,3 +211,19 @@ def test_validate_is_packaged_so_python_m_validate_run_works_anywhere():
     cfg = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
     found = find_packages(str(root), include=cfg["include"])
     assert "validate" in found and "simdl" in found and not any(p.startswith("tests") for p in found)
+
+
+@pytest.mark.torch
+def test_a_model_file_is_traced_again_when_it_changes(tmp_path, monkeypatch):
+    """--model ./net.py:make is cached by the file's content: an edited file, or another
+    folder's net.py, is never answered with the table of a different model."""
+    monkeypatch.setenv("SIMDL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    src = ("def make(num_classes=10):\n    from torch import nn\n"
+           "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, {h}), nn.Linear({h}, num_classes))\n")
+    (tmp_path / "net.py").write_text(src.format(h=64))
+    small = simdl.predict("./net.py:make", "ddp", 2)
+    (tmp_path / "net.py").write_text(src.format(h=4096))
+    big = simdl.predict("./net.py:make", "ddp", 2)
+    assert big.memory_breakdown_bytes["params"] > 20 * small.memory_breakdown_bytes["params"]
+    assert len(list((tmp_path / "cache").iterdir())) == 2

@@ -30,8 +30,10 @@ def _import_file(spec: str, file: str) -> ModuleType:
     path = Path(file).expanduser()
     if not path.is_file():
         raise SimdlError(f"model factory {spec!r}: no such file {file!r}")
-    # A unique module name per file, so that two files called model.py do not collide.
-    name = f"simdl_user_{path.stem}_{hashlib.sha1(str(path.resolve()).encode()).hexdigest()[:8]}"
+    # A module name per file and content, so that two files called model.py do not collide
+    # and an edited file is imported again.
+    digest = hashlib.sha1(str(path.resolve()).encode() + path.read_bytes()).hexdigest()[:12]
+    name = f"simdl_user_{path.stem}_{digest}"
     if name in sys.modules:
         return sys.modules[name]
     loader_spec = importlib.util.spec_from_file_location(name, path)
@@ -88,3 +90,17 @@ def call_factory(spec: str, factory: Callable[..., Any], kwargs: dict[str, Any])
     except Exception as e:
         given = "keywords " + ", ".join(kwargs) if kwargs else "no arguments"
         raise SimdlError(f"model factory {spec!r} (called with {given}) raised {_first_line(e)}") from None
+
+
+def cache_name(spec: str) -> str:
+    """The name a traced table of ``spec`` is cached under. A ``file.py:factory`` spec is named
+    by the file's content, so that an edited file, or another folder's file of the same name,
+    is traced anew instead of reusing a table of a different model."""
+    module, _, attr = spec.rpartition(":")
+    if not module.endswith(".py"):  # a zoo name or package.module:factory: the name itself
+        return spec
+    path = Path(module).expanduser()
+    if not path.is_file():
+        return spec
+    digest = hashlib.sha1(path.read_bytes()).hexdigest()[:12]
+    return f"{path.stem}.py-{digest}:{attr}"
