@@ -63,3 +63,20 @@ def band(value: float, sigma: float, level: float = LEVEL) -> tuple[float, float
         raise ValueError(f"level {level!r}: accepted 0 < level < 1")
     z = NormalDist().inv_cdf(0.5 + level / 2.0)
     return value * math.exp(-z * sigma), value * math.exp(z * sigma)
+
+
+def no_band_reason(spec) -> str | None:
+    """Why a calibrated profile gives no band (None for an uncalibrated preset, whose error is
+    simply unknown, and for a profile that has a band)."""
+    cal = spec.calibration or {}
+    if not cal or step_spread(spec) is not None:
+        return None
+    fit = cal.get("strategy_fit") or {}
+    if not fit:
+        return ("none: the profile's calibration has no strategy-step fit (its strategies stage was not run, or "
+                "measured too little to fit), so no held-out step error sizes a band")
+    models = sorted({str(p.get("model")) for p in fit.get("points") or [] if isinstance(p, dict)})
+    if len(models) < 2:
+        return (f"none: the strategy-step fit has {len(models)} model(s){': ' + models[0] if models else ''}; "
+                "a held-out step error needs a model left out of the fit, so at least two")
+    return "none: the strategy-step fit recorded no held-out step errors, so none sizes a band"

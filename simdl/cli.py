@@ -8,14 +8,22 @@ Bad input prints one line ``simdl: error: ...`` and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import Sequence
 
 from .errors import SimdlError
 
+# The simulator keeps every event of every iteration (for traces and plots): a bound keeps a
+# mistyped --iterations from running for hours and filling the memory. Measured: 200 iterations
+# of the default trace (vgg16, FSDP, 4 ranks) are 137 k events, a 21 MB trace, 2.6 s of CPU and
+# 200 MB peak RSS, growing in proportion. Steady state is reached in a few iterations
+# (simdl.sim.engine's defaults are 3, more for asynchronous PS).
+MAX_SIM_ITERATIONS = 500
+
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump
+    def error(self, message: str) -> None:  # one line, no usage dump; main() adds "error:" once
         raise SimdlError(f"{self.prog}: {message}")
 
 
@@ -27,10 +35,14 @@ def _int(text: str) -> int:
 
 
 def _number(text: str) -> float:
+    """A finite number: nan and inf are refused here, so none reaches a prediction or its JSON."""
     try:
-        return float(text)
+        v = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return v
 
 
 def _wait_seconds(text: str) -> float:
@@ -44,46 +56,72 @@ def _wait_seconds(text: str) -> float:
     return v
 
 
-def _add_prediction_args(p: argparse.ArgumentParser) -> None:
+def _choices(names) -> str:
+    """A metavar that shows the accepted names as argparse shows choices ({a,b,c}); the value
+    itself is checked by simdl, whose error suggests the closest name."""
+    return "{" + ",".join(names) + "}"
+
+
+PREDICT_EXAMPLES = """examples:
+  simdl predict --model resnet50 --strategy ddp --gpus 8 --cluster dgx-a100
+  simdl predict --model vgg16 --strategy fsdp --sharding hybrid --gpus 16 --cluster dgx-a100 --engine sim --json
+"""
+
+
+def _add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
+    """The options every prediction takes, in help groups; returns the groups so that a
+    subcommand adds its own options where they belong (engine, output)."""
+    from .cluster.ps_placement import PLACEMENTS
     from .strategies import registry
     from .strategies.config import ALGORITHMS, SHARDINGS
+    from .workload.datasets import DATASETS
     from .workload.workload import OPTIMIZERS, PRECISIONS
 
-    p.add_argument("--model", default="vgg16", help="zoo model name or package.module:factory (default vgg16)")
-    p.add_argument("--strategy", default="fsdp", help=f"one of {', '.join(registry.names())} (default fsdp)")
-    p.add_argument("--gpus", type=_int, default=4, help="number of GPUs (ranks / PS workers), default 4")
-    p.add_argument("--nodes", type=_int, default=None, help="nodes to spread the GPUs over (default: fill nodes)")
-    p.add_argument("--cluster", default=None, help="preset name or path to a cluster YAML (default a100-80gb-nvlink)")
-    p.add_argument("--dataset", default=None, help="cifar10 | mnist | imagenet (default cifar10)")
-    p.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
-    p.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
-    p.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
-    p.add_argument("--batch-size", type=_int, default=None, help="per-GPU batch size (default 32)")
-    p.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
-    p.add_argument("--optimizer", default=None, help=f"{' | '.join(OPTIMIZERS)} (default momentum)")
-    p.add_argument("--precision", default=None, help=f"{' | '.join(PRECISIONS)} (default fp32)")
-    p.add_argument("--sharding", default=None, help=f"FSDP sharding: {' | '.join(SHARDINGS)} (default full)")
-    p.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
-    p.add_argument("--staleness-bound", type=_int, default=None, help="ps-ssp staleness bound (default 3)")
-    p.add_argument("--ps-servers", type=_int, default=None, help="parameter-server shards (default 1)")
-    p.add_argument("--bucket-cap-mb", type=_number, default=None, help="DDP bucket cap in MiB (default 25)")
-    p.add_argument("--algorithm", default=None, help=f"collective algorithm: {' | '.join(ALGORITHMS)} (default auto)")
-    p.add_argument("--loader-workers", type=_int, default=None, help="DataLoader workers per rank (default 4)")
-    p.add_argument("--grad-accumulation", type=_int, default=1, help="micro-steps per optimizer step")
-    p.add_argument("--activation-checkpointing", action="store_true",
+    g = {name: p.add_argument_group(name) for name in ("workload", "strategy", "cluster", "engine", "output")}
+    w, s, c, e = g["workload"], g["strategy"], g["cluster"], g["engine"]
+    w.add_argument("--model", default="vgg16", help="zoo model name, package.module:factory or ./file.py:factory "
+                   "(default vgg16; `simdl models` lists the zoo)")
+    w.add_argument("--dataset", default=None, metavar=_choices(DATASETS), help="dataset (default cifar10)")
+    w.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
+    w.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
+    w.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
+    w.add_argument("--batch-size", type=_int, default=None, help="per-GPU batch size (default 32)")
+    w.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
+    w.add_argument("--optimizer", default=None, metavar=_choices(OPTIMIZERS), help="optimizer (default momentum)")
+    w.add_argument("--precision", default=None, metavar=_choices(PRECISIONS), help="precision (default fp32)")
+    w.add_argument("--grad-accumulation", type=_int, default=1, help="micro-steps per optimizer step")
+    w.add_argument("--activation-checkpointing", action="store_true",
                    help="checkpoint every block (torch.utils.checkpoint): less memory, recomputed forward")
-    p.add_argument("--cpu-offload", action="store_true",
+    w.add_argument("--loader-workers", type=_int, default=None, help="DataLoader workers per rank (default 4)")
+    s.add_argument("--strategy", default="fsdp", metavar=_choices(registry.names()), help="strategy (default fsdp)")
+    s.add_argument("--sharding", default=None, metavar=_choices(SHARDINGS), help="FSDP sharding (default full)")
+    s.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
+    s.add_argument("--cpu-offload", action="store_true",
                    help="FSDP CPUOffloadPolicy: sharded params, grads and optimizer state in host memory")
-    p.add_argument("--reshard-root", action="store_true",
+    s.add_argument("--reshard-root", action="store_true",
                    help="FSDP full/hybrid: the root was given reshard_after_forward=True explicitly, so it is "
                         "resharded after forward and gathered again for backward (default: kept, FSDP2's default)")
-    p.add_argument("--shard-group", type=_int, default=None,
+    s.add_argument("--shard-group", type=_int, default=None,
                    help="FSDP hybrid: ranks per shard group, the inner dimension of FSDP2's 2-D mesh (default: "
                         "the GPUs of a node); e.g. --gpus 4 --shard-group 2 is 2 replicas x 2 shards on one node")
-    p.add_argument("--engine", default="analytic", help="analytic | sim (default analytic)")
+    s.add_argument("--bucket-cap-mb", type=_number, default=None, help="DDP bucket cap in MiB (default 25)")
+    s.add_argument("--staleness-bound", type=_int, default=None, help="ps-ssp staleness bound (default 3)")
+    s.add_argument("--ps-servers", type=_int, default=None,
+                   help="parameter-server shards, one per server node (default 1)")
+    s.add_argument("--ps-placement", default=None, metavar=_choices(PLACEMENTS),
+                   help="where the servers run: the cluster's own PS nodes, or a process on a worker node, "
+                        "priced on its NIC and host (default dedicated where the cluster has PS nodes)")
+    s.add_argument("--algorithm", default=None, metavar=_choices(ALGORITHMS), help="collective algorithm (default auto)")
+    c.add_argument("--cluster", default=None, help="preset name or path to a cluster YAML (default a100-80gb-nvlink; "
+                   "`simdl clusters` lists them)")
+    c.add_argument("--gpus", type=_int, default=4, help="number of GPUs (ranks / PS workers), default 4")
+    c.add_argument("--nodes", type=_int, default=None, help="nodes to spread the GPUs over (default: fill nodes)")
+    e.add_argument("--engine", default="analytic", metavar=_choices(("analytic", "sim")),
+                   help="analytic (closed form) or sim (SimPy simulator); default analytic")
     declared = {act.dest for act in p._actions}
     for key, spec in registry.cli_options(declared):  # a registered strategy's own keywords
-        p.add_argument("--" + key.replace("_", "-"), dest=key, type=spec.cli_type, default=None, help=spec.help)
+        s.add_argument("--" + key.replace("_", "-"), dest=key, type=spec.cli_type, default=None, help=spec.help)
+    return g
 
 
 def _prediction_kwargs(a: argparse.Namespace) -> dict:
@@ -91,21 +129,22 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
-            "shard_group")
+            "shard_group", "ps_placement")
     from .strategies import registry
 
     extra = [k for k, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]
     return {k: getattr(a, k) for k in (*keys, *extra)}
 
 
-def _add_sim_args(p: argparse.ArgumentParser) -> None:
-    """Simulator options (issue 3), passed to predict(**engine_options) with --engine sim."""
+def _add_sim_args(p) -> None:
+    """Simulator options, passed to predict(**engine_options) with --engine sim."""
     p.add_argument("--straggler", action="append", default=None, metavar="rank=R,factor=F",
                    help="slow a rank's compute by F (R may be A-B); repeatable; simulator only")
     p.add_argument("--jitter", default=None, metavar="DIST:SPREAD",
                    help="random compute-time factor: lognormal:0.1 | normal:0.05 | uniform:0.2 | none")
     p.add_argument("--seed", type=_int, default=None, help="seed of the jitter draws (default 0)")
-    p.add_argument("--iterations", type=_int, default=None, help="iterations to simulate (default 3)")
+    p.add_argument("--iterations", type=_int, default=None,
+                   help=f"iterations to simulate (default 3, at most {MAX_SIM_ITERATIONS})")
     p.add_argument("--warmup", type=_int, default=None, help="warm-up iterations excluded (default 1)")
 
 
@@ -114,6 +153,10 @@ def _sim_kwargs(a: argparse.Namespace) -> dict:
     given = {k: v for k, v in given.items() if v is not None}
     if given and a.engine != "sim":
         raise SimdlError(f"--{next(iter(given))} needs --engine sim (the analytic engine has no timeline)")
+    n = given.get("iterations")
+    if n is not None and not 1 <= n <= MAX_SIM_ITERATIONS:
+        raise SimdlError(f"--iterations {n}: accepted: 1 to {MAX_SIM_ITERATIONS} (the simulator keeps every "
+                         "event; the step settles within a few iterations)")
     return given
 
 
@@ -156,8 +199,16 @@ def _cmd_clusters(a: argparse.Namespace) -> int:
         return 0
     if a.action not in (None, "list"):
         raise SimdlError(f"simdl clusters: unknown action {a.action!r}; accepted: list, show NAME")
+    if a.name is not None:
+        raise SimdlError(f"simdl clusters list: takes no name (got {a.name!r}); accepted: simdl clusters show {a.name}")
     print(format_cluster_list([load_cluster(n) for n in cluster_names()]))
     return 0
+
+
+def _progress(a: argparse.Namespace) -> None:
+    """One line on stderr before a long simulation, so that a run of many iterations is not silent."""
+    if (a.iterations or 0) > 20:
+        print(f"simdl: simulating {a.iterations} iterations of {a.gpus} ranks...", file=sys.stderr, flush=True)
 
 
 def _simulated_run(a: argparse.Namespace):
@@ -168,8 +219,13 @@ def _simulated_run(a: argparse.Namespace):
 
 
 def _cmd_trace(a: argparse.Namespace) -> int:
+    from .outpaths import check_output_file
     from .sim.trace import write_chrome_trace
 
+    if a.max_links is not None and a.max_links < 0:
+        raise SimdlError(f"--max-links {a.max_links}: accepted: an integer >= 0 (link tracks to keep)")
+    check_output_file(a.output)  # before the simulation, not after
+    _progress(a)
     n = write_chrome_trace(_simulated_run(a), a.output, max_links=a.max_links)
     print(f"wrote {a.output}: {n} trace events (open in https://ui.perfetto.dev or chrome://tracing)")
     return 0
@@ -179,6 +235,7 @@ def _cmd_plot(a: argparse.Namespace) -> int:
     from .memory.commands import check_figure_path, sim_memory_plot_command
 
     check_figure_path(a.output)  # before minutes of simulation, not after
+    _progress(a)
     if a.memory:
         return sim_memory_plot_command(_simulated_run(a), a.output)
     from .sim.plot import plot_run
@@ -266,9 +323,14 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
         print(paper_tables())
         return 0
-    for f in a.results:
-        if not Path(f).exists():
-            raise SimdlError(f"simdl report: no results file {f!r}")
+    import io
+
+    from .outpaths import check_output_dir
+    from .report.results_file import read_records
+
+    check_output_dir(a.output)
+    for f in a.results:  # every file read and checked before anything is written
+        read_records(Path(f), warn=io.StringIO(), for_report=True)  # the report's own read gives the warning
     from .report.validation import build_report
 
     md = build_report(a.results, a.output, paper=a.paper, repeats=a.repeats,
@@ -282,6 +344,8 @@ def _cmd_sweep(a: argparse.Namespace) -> int:
     """A grid of predictions (issue 7): comma lists and --set key=v1,v2 are the axes."""
     from .explore.commands import sweep_command
 
+    if a.jobs is not None and a.jobs < 1:
+        raise SimdlError(f"simdl sweep: --jobs {a.jobs}: accepted: an integer >= 1 (worker processes)")
     options = {k: getattr(a, k) for k in a.sweep_keys}
     return sweep_command(options, a.set or (), jobs=a.jobs, executor=a.executor,
                          progress=False if a.no_progress else None, output=a.output, plot=a.plot, x=a.x,
@@ -363,12 +427,13 @@ def _cmd_maxbatch(a: argparse.Namespace) -> int:
     from .units import format_bytes
 
     kw = _prediction_kwargs(a)
-    kw.pop("batch_size")
+    if kw.pop("batch_size") is not None:
+        raise SimdlError(f"simdl maxbatch: searches the batch size; do not give --batch-size ({a.batch_size})")
     batch, r = max_batch(**kw)
     if a.json:
-        import json
+        from .jsonout import dumps
 
-        print(json.dumps({"max_batch_size": batch, "prediction": r.to_dict()}, default=str))
+        print(dumps({"max_batch_size": batch, "prediction": r.to_dict()}, default=str))
         return 0
     c = r.config
     if batch == 0:
@@ -390,37 +455,45 @@ def _cmd_memplot(a: argparse.Namespace) -> int:
 
 def _add_memory_parsers(sub) -> None:
     mb = sub.add_parser("maxbatch", help="largest per-GPU batch that fits in GPU memory")
-    _add_prediction_args(mb)
-    mb.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_prediction_args(mb)["output"].add_argument("--json", action="store_true", help="print one JSON object")
     mb.set_defaults(func=_cmd_maxbatch)
     mp = sub.add_parser("memplot", help="per-rank memory over one iteration (analytic schedule) as a PNG")
-    _add_prediction_args(mp)
-    mp.add_argument("-o", "--output", default="mem.png", help="PNG file (default mem.png)")
-    mp.add_argument("--first-iteration", action="store_true",
+    out = _add_prediction_args(mp)["output"]
+    out.add_argument("-o", "--output", default="mem.png", help="PNG file (default mem.png)")
+    out.add_argument("--first-iteration", action="store_true",
                     help="the first iteration: optimizer state created at the step")
     mp.set_defaults(func=_cmd_memplot)
 
 
+def _version() -> str:
+    from . import __version__
+
+    return f"simdl {__version__}"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="simdl", description="Predict time and memory of distributed PyTorch training.")
+    parser.add_argument("--version", action="version", version=_version())
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
-    p = sub.add_parser("predict", help="predict one configuration")
-    _add_prediction_args(p)
-    _add_sim_args(p)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p = sub.add_parser("predict", help="predict one configuration", epilog=PREDICT_EXAMPLES,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    g = _add_prediction_args(p)
+    _add_sim_args(g["engine"])
+    g["output"].add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=_cmd_predict)
     t = sub.add_parser("trace", help="simulate and write a Chrome trace (Perfetto)")
-    _add_prediction_args(t)
-    _add_sim_args(t)
-    t.add_argument("-o", "--output", default="trace.json", help="output file (default trace.json)")
-    t.add_argument("--max-links", type=_int, default=None, help="link tracks to keep, busiest first (default all)")
+    g = _add_prediction_args(t)
+    _add_sim_args(g["engine"])
+    g["output"].add_argument("-o", "--output", default="trace.json", help="output file (default trace.json)")
+    g["output"].add_argument("--max-links", type=_int, default=None,
+                             help="link tracks to keep, busiest first (default all)")
     t.set_defaults(func=_cmd_trace)
     pl = sub.add_parser("plot", help="simulate and draw the timeline and memory over time (PNG)")
-    _add_prediction_args(pl)
-    _add_sim_args(pl)
-    pl.add_argument("-o", "--output", default="timeline.png", help="output PNG (default timeline.png)")
-    pl.add_argument("--memory", action="store_true",
-                    help="only per-rank memory over time, stacked by category (as the studies draw it)")
+    g = _add_prediction_args(pl)
+    _add_sim_args(g["engine"])
+    g["output"].add_argument("-o", "--output", default="timeline.png", help="output PNG (default timeline.png)")
+    g["output"].add_argument("--memory", action="store_true",
+                             help="only per-rank memory over time, stacked by category (as the studies draw it)")
     pl.set_defaults(func=_cmd_plot)
     m = sub.add_parser("models", help="list models and shipped workload tables")
     m.set_defaults(func=_cmd_models)
@@ -445,19 +518,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def error_line(message: str) -> str:
+    """``simdl predict: error: ...`` when the message names its command (argparse's and the
+    commands' own), ``simdl: error: ...`` otherwise; one line either way."""
+    prog, sep, rest = message.partition(": ")
+    if sep and prog.split(" ")[0] == "simdl" and len(prog) < 40:
+        return " ".join(f"{prog}: error: {rest}".split())
+    return " ".join(f"simdl: error: {message}".split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # named with the subcommand they were given to, as argparse's own errors are
+            prog = f"simdl {args.command}" if getattr(args, "command", None) else "simdl"
+            raise SimdlError(f"{prog}: unrecognized arguments: {' '.join(extra)}")
         if not getattr(args, "command", None):
             parser.print_help()
             return 2
         return args.func(args)
     except SimdlError as e:
-        print(f"simdl: error: {e}", file=sys.stderr)
+        print(error_line(str(e)), file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
+    except SystemExit as e:  # --help and --version: argparse exits; main() returns the status
+        return e.code if isinstance(e.code, int) else 0
 
 
 if __name__ == "__main__":

@@ -64,6 +64,7 @@ def predict(
     cpu_offload: bool = False,
     reshard_root: bool = False,
     shard_group: int | None = None,
+    ps_placement: str | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -82,15 +83,18 @@ def predict(
         args = dict(locals())
         given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
         return predict(**model.replace(**given_kw, **engine_options).kwargs())
-    from .cluster import ClusterSpec, allocate, load_cluster
+    from .cluster import ClusterSpec, load_cluster
     from .strategies import registry
 
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
+    from .inputs import check_prediction_numbers
+
+    check_prediction_numbers(epochs=epochs, bucket_cap_mb=bucket_cap_mb)
     family = registry.get(strategy)
     strategy_kw = dict(sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
                        bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None,
-                       reshard_root=reshard_root or None, shard_group=shard_group)
+                       reshard_root=reshard_root or None, shard_group=shard_group, ps_placement=ps_placement)
     strategy_kw.update({k: engine_options.pop(k) for k in registry.predict_keys() if k in engine_options})
     registry.refuse_inapplicable(strategy, strategy_kw)
     given = {k for k, v in dict(
@@ -107,7 +111,7 @@ def predict(
                          precision, grad_accumulation, activation_checkpointing)
     # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
-    alloc = allocate(spec, gpus, nodes)
+    spec, alloc, placement_why = _place(spec, gpus, nodes, family, strategy, strategy_kw)
     if not isinstance(loader_workers, int) or loader_workers < 0:
         raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
     config, plan = _plan(workload, alloc, family, strategy, algorithm, strategy_kw)
@@ -116,7 +120,28 @@ def predict(
     reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
                                        if key.default_reason})
     echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
+    if placement_why:
+        echo["assumed"]["ps_placement"] = placement_why
     return _run(workload, alloc, plan, echo, engine, engine_options)
+
+
+def _place(spec, gpus: int, nodes: int | None, family, strategy: str, strategy_kw: dict):
+    """(spec, allocation, why the placement was assumed or None). A strategy whose registry
+    entry takes ``ps_placement`` has its servers placed (simdl.cluster.ps_placement) and
+    ``--ps-servers`` checked against them, once, before either engine runs; the placement
+    it resolves to goes into ``strategy_kw``."""
+    from .cluster import allocate
+
+    if not family.applies("ps_placement", strategy):
+        return spec, allocate(spec, gpus, nodes), None
+    from .cluster.ps_placement import place_servers
+    from .strategies import registry
+
+    servers = strategy_kw.get("ps_servers")
+    servers = registry.field_default("ps_servers") if servers is None else servers
+    spec, alloc, placement, why = place_servers(spec, gpus, nodes, strategy_kw.get("ps_placement"), servers)
+    strategy_kw["ps_placement"] = placement
+    return spec, alloc, why
 
 
 def _workload(model, dataset, input_shape, num_classes, train_samples, batch_size, epochs, optimizer, precision,
@@ -205,6 +230,7 @@ def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result
     result = _with_band(_with_noise_note(result, spec), spec)
+    result = _with_epoch_counts(_with_input_notes(result, workload, alloc, plan, echo), workload, plan)
     if run is not None:
         run.result = result
         return run
@@ -215,12 +241,45 @@ _DEFAULTS = {name: p.default for name, p in inspect.signature(predict).parameter
              if p.default is not inspect.Parameter.empty}
 
 
+def _with_input_notes(result: Result, workload, alloc, plan, echo: dict) -> Result:
+    """Notes where an option does less, or other, than its name suggests (simdl.notes): a
+    precision with no faster path on the GPU, CPU offload's host memory and unpriced copies,
+    ps-ssp's bound 0 against ps-sync, and where colocated parameter servers were priced."""
+    from .cluster.ps_placement import placement_notes
+    from .notes import offload_note, precision_note, ssp_bound_zero_note
+
+    spec = alloc.spec
+    said = (precision_note(spec.gpu, workload.precision), offload_note(workload, plan, spec, alloc.gpus_per_node),
+            ssp_bound_zero_note(echo["engine"]) if getattr(plan, "staleness_bound", None) == 0 else None)
+    placement = echo.get("ps_placement")
+    added = tuple(n for n in said if n) + (placement_notes(spec, placement) if placement else ())
+    return dataclasses.replace(result, notes=tuple(result.notes) + added) if added else result
+
+
+def _with_epoch_counts(result: Result, workload, plan) -> Result:
+    """The epoch's samples as DistributedSampler and the DataLoader count them
+    (simdl.workload.epoch); a note and the epoch's own throughput when the epoch is shorter
+    than one step (a global batch larger than the data set)."""
+    from .workload.epoch import epoch_counts, short_epoch_note, throughput
+
+    counts = epoch_counts(workload.train_samples, plan.data_parallel, workload.batch_size, workload.grad_accumulation)
+    config = dict(result.config, epoch_samples=counts.samples)
+    note = short_epoch_note(counts, workload.batch_size, workload.grad_accumulation)
+    if note is None:
+        return dataclasses.replace(result, config=config)
+    return dataclasses.replace(result, config=config, notes=tuple(result.notes) + (note,),
+                               throughput_samples_per_s=throughput(counts, result.iteration_time_s))
+
+
 def _with_band(result: Result, spec) -> Result:
     """The result with the band its step should fall in on this cluster (simdl.band), where
     the profile's calibration says how far off its steps are; unchanged otherwise."""
     spread = step_spread(spec)
     if spread is None:
-        return result
+        from .band import no_band_reason
+
+        why = no_band_reason(spec)  # a calibrated profile says why it has no band
+        return dataclasses.replace(result, config=dict(result.config, iteration_time_band=why)) if why else result
     config = dict(result.config, iteration_time_band=f"{100 * LEVEL:.0f} % of runs; from the {spread.describe()}")
     return dataclasses.replace(result, iteration_time_band_s=band(result.iteration_time_s, spread.sigma),
                                config=config)

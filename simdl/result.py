@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -14,9 +13,10 @@ class Staleness:
     """Update staleness in parameter-server modes (0 for synchronous strategies)."""
 
     mean: float = 0.0
-    p50: float = 0.0
-    p99: float = 0.0
-    max: float = 0.0
+    # None where the engine models the mean only (the analytic engine's asynchronous modes).
+    p50: float | None = 0.0
+    p99: float | None = 0.0
+    max: float | None = 0.0
     # ps-ssp: the fraction of the run's pulls the staleness bound held back (a worker too far
     # ahead of the slowest waits), and the mean wait in seconds per pull (held or not). None where the
     # engine does not model it (the analytic engine; every mode but ps-ssp).
@@ -60,7 +60,9 @@ class Result:
         return d
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, sort_keys=False, default=_jsonable)
+        from .jsonout import dumps  # allow_nan=False: a NaN is an error, never invalid JSON
+
+        return dumps(self.to_dict(), indent=indent, sort_keys=False, default=_jsonable)
 
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""

@@ -85,7 +85,7 @@ def test_bad_input_is_one_line_exit_2(args, needle, capsys):
     assert out == ""
     lines = err.strip().splitlines()
     assert len(lines) == 1, err
-    assert lines[0].startswith("simdl: error:")
+    assert lines[0].startswith(("simdl: error:", "simdl predict: error:"))
     assert needle in lines[0]
     assert "Traceback" not in err
 

@@ -333,10 +333,42 @@ def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout, wait_qui
     path = run_dir / "run.json"
     if not path.is_file():
         raise SimdlError(f"--resume {run_dir}: no run.json there (not a calibration run directory)")
-    settings = json.loads(path.read_text())
+    settings = read_run_settings(path)
     if output:
         settings["output"] = output
     return calibrate(settings, run_dir, out=out, wait_quiet_s=wait_quiet_s)
+
+
+# What a resumed run reads of run.json (written by make_settings), with the type each must have.
+_SETTING_TYPES = {"nproc_per_node": int, "quick": bool, "time_budget_s": (int, float), "stages": list,
+                  "torchrun": dict, "compute_models": str}
+
+
+def read_run_settings(path: Path) -> dict[str, Any]:
+    """run.json as written by :func:`make_settings`; one-line :class:`SimdlError` when it is
+    empty, not JSON, or not shaped as that function writes it (a file edited or torn)."""
+    where = f"--resume {path.parent}: {path.name}"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise SimdlError(f"{where} cannot be read ({getattr(e, 'strerror', None) or e})") from None
+    if not text.strip():
+        raise SimdlError(f"{where} is empty; start a new run (simdl calibrate --nproc-per-node P)")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SimdlError(f"{where} is not valid JSON (line {e.lineno}: {e.msg}); start a new run") from None
+    if not isinstance(data, dict):
+        raise SimdlError(f"{where} holds a JSON {type(data).__name__}, not the run's settings; start a new run")
+    for key, kind in _SETTING_TYPES.items():
+        v = data.get(key)
+        if key not in data or isinstance(v, bool) and kind is not bool or not isinstance(v, kind):
+            raise SimdlError(f"{where}: {key} = {str(v)[:60]!r} is not what simdl calibrate writes; start a new run")
+    bad = [st for st in data["stages"] if st not in STAGES]
+    if bad or data["nproc_per_node"] < 1 or not 0 < data["time_budget_s"] < float("inf"):
+        raise SimdlError(f"{where}: stages {data['stages']!r}, nproc_per_node {data['nproc_per_node']!r} or "
+                         f"time_budget_s {data['time_budget_s']!r} out of range; start a new run")
+    return data
 
 
 def _jsonable(x):

@@ -34,7 +34,6 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
-import yaml
 
 from ..collectives.cost import COLLECTIVES
 from ..collectives.regimes import Regime, RegimeCurve, RegimeModel
@@ -98,16 +97,9 @@ def _one_line(text: str) -> str:
 
 
 def _load_yaml(path: Path) -> dict[str, Any]:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            data = yaml.safe_load(fh)
-    except FileNotFoundError:
-        raise SimdlError(f"{path}: no such file") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SimdlError(_one_line(f"{path}: malformed YAML{at}: {problem}")) from None
+    from .safe_yaml import load_yaml_file  # bounded size, depth and alias expansion
+
+    data = load_yaml_file(path)
     if not isinstance(data, dict):
         raise SimdlError(f"{path}: expected a mapping of keys at the top level, got {type(data).__name__}")
     return data
@@ -190,7 +182,9 @@ def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tu
     text = os.fspath(name_or_path)
     path = Path(text)
     if text.endswith((".yaml", ".yml")) or os.sep in text or path.is_file():
-        if not path.is_file():
+        if path.is_dir():
+            raise SimdlError(f"{what} file {text!r} is a directory; accepted: a YAML file")
+        if not path.exists():
             raise SimdlError(f"{what} file {text!r} does not exist")
         return path
     lowered = {n.lower(): n for n in names}
@@ -1086,7 +1080,10 @@ def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
         raise SimdlError(f"{where}: extends = {base_name!r}; accepted: a cluster preset name")
     if base_name in chain:
         raise SimdlError(f"{where}: extends = {base_name!r} makes a cycle ({' -> '.join(chain + (base_name,))})")
-    base_path = _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
+    try:
+        base_path = _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
+    except SimdlError as exc:
+        raise SimdlError(f"{where}: extends: {exc}") from None
     base = _raw_cluster(base_path, chain + (base_name,))
     base.pop("name", None)
     base.pop("description", None)
@@ -1175,7 +1172,9 @@ def _parse_compute_profile(value: Any, path: Path, where: str) -> tuple[str, str
         p = CLUSTER_DIR / Path(value).name
     if not p.exists():
         raise SimdlError(f"{where}: compute_profile file {value!r} not found (looked in {path.parent})")
-    return str(p.resolve()), source
+    from .safe_yaml import check_data_file
+
+    return str(check_data_file(p, (path.parent, CLUSTER_DIR), f"{where}: compute_profile")), source
 
 
 @lru_cache(maxsize=1)

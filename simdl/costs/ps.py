@@ -257,7 +257,8 @@ def ps_timing(workload, cluster, plan: PSPlan, rows, rates: Rates):
         s = async_staleness(N, max(cycle, host) - update1, update1 - snapshot, snapshot)
         if plan.staleness_bound is not None:
             s = min(s, float((plan.staleness_bound + 1) * (N - 1)))
-        staleness = Staleness(mean=s, p50=s, p99=s, max=s)
+        # A mean only: the closed form gives no distribution, so no percentiles are reported.
+        staleness = Staleness(mean=s, p50=None, p99=None, max=None)
     comm = push + pull
     any_busy = compute  # the worker GPU runs no communication kernels in PS mode
     kinds = compute_split(plan.worker_tasks, rows, durations)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any, Mapping, Sequence
@@ -31,6 +30,7 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
         axes[key] = values
     if output is not None and not output.endswith((".csv", ".jsonl")):
         raise SimdlError(f"-o {output}: unknown output format; accepted: a .csv or .jsonl file name")
+    _check_outputs(output, plot)  # before the sweep, not after its rows are computed
     t0 = time.perf_counter()
     rows = sweep(jobs=jobs, executor=executor, progress=progress, as_frame=False, **axes)
     dt = time.perf_counter() - t0
@@ -40,7 +40,7 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
         same = all(r["error"] == first for r in failed)
         raise SimdlError(f"every configuration failed{'' if same else ' (first error)'}: {first}")
     if output is not None:
-        write_rows(rows, output)
+        _write_or_keep(rows, output, write_rows)
     else:
         print(_table(rows, [k for k, v in axes.items() if len(v) > 1]))
     if plot is not None:
@@ -63,6 +63,32 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
         msg += f"; plotted {plot}"
     print(msg, file=sys.stderr)
     return 0
+
+
+def _check_outputs(output: str | None, plot: str | None) -> None:
+    from ..memory.commands import check_figure_path
+    from ..outpaths import check_output_file
+
+    if output is not None:
+        check_output_file(output, "-o")
+    if plot is not None:
+        check_figure_path(plot)
+
+
+def _write_or_keep(rows, output: str, write_rows) -> None:
+    """Write the rows to ``output``; if that fails after the checks (the folder removed, the
+    disk full), the computed rows go to a temporary file that the one-line error names."""
+    import os
+    import tempfile
+
+    try:
+        write_rows(rows, output)
+    except OSError as e:
+        fd, kept = tempfile.mkstemp(prefix="simdl-sweep-", suffix=os.path.splitext(output)[1])
+        os.close(fd)
+        write_rows(rows, kept)
+        raise SimdlError(f"-o {output}: cannot write ({e.strerror or e}); the {len(rows)} rows were "
+                         f"written to {kept}") from None
 
 
 def _table(rows: Sequence[Mapping[str, Any]], swept: Sequence[str]) -> str:
@@ -98,7 +124,9 @@ def recommend_command(*, model: str, cluster: str | None, gpus: int | None, memo
     rec = recommend(model, cluster=cluster, gpus=gpus, memory_budget=memory_budget, objective=objective,
                     price_per_gpu_hour=price_per_gpu_hour, allow_stale=allow_stale, **kw)
     if as_json:
-        print(json.dumps(rec.to_dict(), indent=2, default=str))
+        from ..jsonout import dumps
+
+        print(dumps(rec.to_dict(), indent=2, default=str))
     else:
         print(rec.header())
         if rec.ranked:

@@ -130,6 +130,8 @@ def coerce(key: str, text: str, kind: type) -> Any:
             v = float(t)
         except ValueError:
             raise SimdlError(f"--set {key}={t}: {t!r} is not a number") from None
+        if not math.isfinite(v):
+            raise SimdlError(f"--set {key}={t}: {t!r} is not a finite number")
         return v
     return t
 

@@ -11,14 +11,11 @@ FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def check_figure_path(output: str) -> None:
-    """A figure path matplotlib can write: a known suffix, in a directory that exists."""
-    from pathlib import Path
+    """A figure path matplotlib can write: a known suffix, a file (not a folder) in a writable
+    directory that exists (simdl.outpaths)."""
+    from ..outpaths import check_output_file
 
-    p = Path(output)
-    if p.suffix.lower() not in FIGURE_SUFFIXES:
-        raise SimdlError(f"-o {output}: accepted: a {', '.join(FIGURE_SUFFIXES)} file")
-    if not p.parent.is_dir():
-        raise SimdlError(f"-o {output}: directory {str(p.parent)!r} does not exist")
+    check_output_file(output, "-o", FIGURE_SUFFIXES)
 
 
 def sim_memory_plot_command(run, output: str) -> int:

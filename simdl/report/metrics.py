@@ -155,15 +155,16 @@ def _settled_median(r: dict) -> float | None:
 
 
 def read_results(path: str | Path) -> list[dict]:
-    """Every complete JSON line (a torn last line is skipped). A run recorded more than once
+    """Every record (a torn last line is skipped with a warning; any other bad line is a
+    :class:`SimdlError` naming the file and line, simdl.report.results_file). A run recorded more than once
     (``validate.run --resume --retry-failed`` appends the new attempt, and a run may be made
     again on purpose to measure its repeatability) counts once, in the place of its first
     record: its latest record, with ``attempts`` saying how many there were. Finished
     attempts measured the same way (:func:`_same_harness`) are repeats of one measurement,
     and their varying figures are pooled (:func:`pool_repeats`)."""
-    from ..calibrate.records import read_jsonl
+    from .results_file import read_records  # strict: only a torn last line is skipped
 
-    return _collect(read_jsonl(Path(path)))
+    return _collect(read_records(Path(path)))
 
 
 def _collect(records) -> list[dict]:
@@ -206,10 +207,9 @@ def read_result_files(paths, repeats: bool = False) -> tuple[list[dict], dict[st
     repeat, pooled as :func:`read_results` pools the attempts in one file (the latest
     attempt's prediction and profile; nothing is replaced)."""
     if repeats:
-        from ..calibrate.records import read_jsonl
+        from .results_file import read_records
 
-        recs = [{**rec, "_source_file": str(path)} if isinstance(rec, dict) else rec
-                for path in paths for rec in read_jsonl(Path(path))]
+        recs = [{**rec, "_source_file": str(path)} for path in paths for rec in read_records(Path(path))]
         return _collect(recs), {}
     out: list[dict] = []
     where: dict[str, int] = {}

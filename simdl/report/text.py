@@ -26,6 +26,8 @@ def format_result(r: Result) -> str:
     if r.iteration_time_band_s:
         lo, hi = r.iteration_time_band_s
         lines.append(f"    band: {format_seconds(lo)} to {format_seconds(hi)} ({c.get('iteration_time_band', '')})")
+    elif c.get("iteration_time_band"):
+        lines.append(f"    band: {c['iteration_time_band']}")
     if r.step_split_s:
         # where the step goes (simdl.analytic.engine.step_split), largest first; zeros left out
         parts = sorted(((v, k) for k, v in r.step_split_s.items() if v > 0), reverse=True)
@@ -43,7 +45,11 @@ def format_result(r: Result) -> str:
     lines.append("    " + " | ".join(parts))
     s = r.staleness
     if registry.is_client_server(c.get("strategy", "")):
-        row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f}")
+        if s.p50 is None or s.p99 is None or s.max is None:
+            row("staleness", f"{s.mean:.2f}", "mean updates (this engine models the mean only; --engine sim "
+                "gives percentiles)")
+        else:
+            row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.1f}, p99 {s.p99:.1f}, max {s.max:.0f}")
     if s.held_pulls is not None:
         row("SSP bound", f"{100 * s.held_pulls:.0f} %", f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms "
             f"mean wait per pull")

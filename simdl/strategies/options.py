@@ -20,6 +20,7 @@ from ..units import MiB
 
 Sharding = Literal["full", "grad_op", "hybrid", "none"]
 BackwardPrefetch = Literal["pre", "post", "none"]
+PSPlacement = Literal["dedicated", "colocated"]
 
 # torch/csrc/distributed/c10d/reducer.hpp: kDefaultBucketBytesCap = 25 * 1024 * 1024,
 # kDefaultFirstBucketBytes = 1024 * 1024 (also torch/nn/parallel/distributed.py, _DEFAULT_BUCKET_CAP_MB = 25).
@@ -30,7 +31,7 @@ DDP_FIRST_BUCKET_BYTES = 1 * MiB
 _FLAG = {
     "bucket_cap_bytes": "--bucket-cap-mb", "sharding": "--sharding", "wrap": "--wrap",
     "reshard_root": "--reshard-root", "shard_group": "--shard-group", "cpu_offload": "--cpu-offload",
-    "ps_servers": "--ps-servers", "staleness_bound": "--staleness-bound",
+    "ps_servers": "--ps-servers", "staleness_bound": "--staleness-bound", "ps_placement": "--ps-placement",
 }
 
 
@@ -144,6 +145,10 @@ class PSOptions:
     """Server shards the parameters are split over, one server process each."""
     staleness_bound: int = 3
     """ps-ssp: a worker more than this many iterations ahead of the slowest waits (Ho et al., NIPS 2013)."""
+    ps_placement: Optional[PSPlacement] = None
+    """Where the servers run (simdl.cluster.ps_placement): ``dedicated`` server nodes of the
+    cluster file's ``ps_servers`` section, or ``colocated`` as a process on a worker node.
+    None until predict places them: dedicated where the cluster has server nodes."""
 
     def __post_init__(self) -> None:
         check_fields(self)

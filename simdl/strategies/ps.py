@@ -87,7 +87,7 @@ def _evaluate(workload, cluster, plan, rows, rates):
 
 
 def _echo(config, plan) -> dict:
-    out = {"ps_servers": config.ps_servers}
+    out = {"ps_servers": config.ps_servers, "ps_placement": config.ps_placement}
     if plan.staleness_bound is not None:
         out["staleness_bound"] = config.staleness_bound
     return out
@@ -103,6 +103,8 @@ SPEC = register(StrategySpec(
         "ps_servers": PredictKey("ps_servers", default_reason="one server, as study 1 ran it"),
         "staleness_bound": PredictKey("staleness_bound", names=("ps-ssp",),
                                       default_reason="assumed SSP bound of 3 iterations"),
+        # its reason, when not given, comes from the cluster (simdl.cluster.ps_placement.resolve_placement)
+        "ps_placement": PredictKey("ps_placement"),
     },
     # Simplest first: a barrier, then bounded staleness, then none.
     labels={"ps-sync": ("ps-sync", {}), "ps-ssp": ("ps-ssp", {}), "ps-async": ("ps-async", {})},

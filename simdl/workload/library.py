@@ -64,8 +64,10 @@ def shipped_path(model: str, dataset: str) -> Path:
 
 
 def cache_path(model: str, input_shape: tuple[int, ...], num_classes: int) -> Path:
+    from .factory import cache_name  # a file.py:factory is cached under its content's digest
+
     shape = "x".join(str(int(s)) for s in input_shape)
-    return cache_dir() / f"{_safe(model)}__{shape}__{int(num_classes)}c{_SUFFIX}"
+    return cache_dir() / f"{_safe(cache_name(model))}__{shape}__{int(num_classes)}c{_SUFFIX}"
 
 
 def _resolve(model: str, dataset: str | None, input_shape, num_classes):
@@ -106,12 +108,15 @@ def load_workload(model: str, dataset: str | None = None, input_shape=None,
 
     ``num_classes`` defaults to the dataset's, or 1000 with a bare input shape.
     """
+    from .factory import cache_name
+
     dataset, shape, classes = _resolve(model, dataset, input_shape, num_classes)
-    return _load(model, dataset, shape, classes)
+    return _load(model, dataset, shape, classes, cache_name(model))
 
 
 @lru_cache(maxsize=256)
-def _load(model: str, dataset: str | None, shape: tuple[int, ...], classes: int) -> WorkloadTable:
+def _load(model: str, dataset: str | None, shape: tuple[int, ...], classes: int,
+          version: str = "") -> WorkloadTable:  # version: a model file's content (factory.cache_name)
     if dataset is not None:
         path = shipped_path(model, dataset)
         if path.exists():

@@ -44,8 +44,8 @@ class Workload:
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
             raise SimdlError(f"batch size {self.batch_size!r} must be an integer >= 1")
-        if not isinstance(self.epochs, (int, float)) or self.epochs <= 0:
-            raise SimdlError(f"epochs {self.epochs!r} must be > 0")
+        if not isinstance(self.epochs, (int, float)) or not 0 < self.epochs < float("inf"):
+            raise SimdlError(f"epochs {self.epochs!r} must be a finite number > 0")
         if not isinstance(self.train_samples, int) or self.train_samples < 1:
             raise SimdlError(f"train samples {self.train_samples!r} must be an integer >= 1")
         if self.optimizer not in OPTIMIZERS:

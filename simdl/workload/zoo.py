@@ -17,9 +17,6 @@ designed for, and is described in the returned note (stored in the table):
 
 from __future__ import annotations
 
-import importlib
-import os
-import sys
 import inspect
 from typing import Any, Callable
 
@@ -127,31 +124,10 @@ def check_model_name(name: str) -> None:
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
-    """Import ``package.module:factory`` and return the callable."""
-    module_name, _, attr = spec.partition(":")
-    if not module_name or not attr:
-        raise SimdlError(f"bad model factory {spec!r}; expected package.module:factory")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as e:
-        # Like `python -m`, look in the working directory too: the console script's path
-        # holds only its own folder, and a user's model module usually sits where they run.
-        cwd = os.getcwd()
-        if cwd in sys.path:
-            raise SimdlError(f"cannot import model factory module {module_name!r}: {e}") from None
-        sys.path.append(cwd)
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as e2:
-            raise SimdlError(f"cannot import model factory module {module_name!r}: {e2}") from None
-    factory = module
-    for part in attr.split("."):
-        factory = getattr(factory, part, None)
-        if factory is None:
-            raise SimdlError(f"model factory {spec!r}: {module_name} has no attribute {attr!r}")
-    if not callable(factory):
-        raise SimdlError(f"model factory {spec!r} is not callable")
-    return factory
+    """Import ``package.module:factory`` or ``file.py:factory`` (simdl.workload.factory)."""
+    from .factory import load_factory as load
+
+    return load(spec)
 
 
 def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> Any:
@@ -167,7 +143,9 @@ def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> 
         kwargs["num_classes"] = num_classes
     if "input_shape" in accepted:
         kwargs["input_shape"] = tuple(input_shape)
-    model = factory(**kwargs)
+    from .factory import call_factory
+
+    model = call_factory(spec, factory, kwargs)  # its exceptions: one line naming it
     if not isinstance(model, nn.Module):
         raise SimdlError(
             f"model factory {spec!r} returned {type(model).__name__}, expected a torch.nn.Module"

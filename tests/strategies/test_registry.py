@@ -55,6 +55,8 @@ REFUSED = [
     ("staleness_bound", 2, "ps-async", "ps-ssp"),
     ("ps_servers", 2, "ddp", "ps-sync, ps-async, ps-ssp"), ("ps_servers", 2, "fsdp", "ps-sync, ps-async, ps-ssp"),
     ("bucket_cap_mb", 10, "fsdp", "ddp"), ("bucket_cap_mb", 10, "ps-sync", "ddp"),
+    ("ps_placement", "colocated", "ddp", "ps-sync, ps-async, ps-ssp"),
+    ("ps_placement", "dedicated", "fsdp", "ps-sync, ps-async, ps-ssp"),
 ]
 
 
@@ -71,6 +73,8 @@ def test_an_option_the_strategy_does_not_take_is_refused_from_python_and_the_cli
 
 
 def test_options_that_apply_are_taken():
-    assert simdl.predict(strategy="ps-ssp", cluster="a10g-ps", staleness_bound=1, ps_servers=2).config[
-        "staleness_bound"] == 1
+    assert simdl.predict(strategy="ps-ssp", cluster="a10g-ps", staleness_bound=1).config["staleness_bound"] == 1
+    # two shards need two server nodes: colocated on a 2-node run
+    r = simdl.predict(strategy="ps-ssp", cluster="dgx-a100", gpus=16, ps_servers=2, ps_placement="colocated")
+    assert (r.config["ps_servers"], r.config["ps_placement"]) == (2, "colocated")
     assert simdl.predict(strategy="ddp", bucket_cap_mb=10).config["bucket_cap_bytes"] == 10 * 2**20
