@@ -72,7 +72,8 @@ CASES: dict[str, dict] = {
     "ddp_sim_dgx_16": dict(model="resnet50", strategy="ddp", gpus=16, cluster="dgx-a100", engine="sim"),
     # Parameter server
     "ps_sync_resnet18_a10g": dict(model="resnet18", strategy="ps-sync", gpus=4, cluster="a10g-ps"),
-    "ps_sync_2servers_a10g": dict(model="resnet50", strategy="ps-sync", gpus=4, cluster="a10g-ps", ps_servers=2),
+    "ps_sync_2servers_colocated_dgx": dict(model="resnet50", strategy="ps-sync", gpus=16, cluster="dgx-a100",
+                                           ps_servers=2, ps_placement="colocated"),
     "ps_async_resnet18_a10g": dict(model="resnet18", strategy="ps-async", gpus=4, cluster="a10g-ps"),
     "ps_ssp_resnet18_a10g": dict(model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps"),
     "ps_ssp0_resnet18_a10g": dict(model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps", staleness_bound=0),
