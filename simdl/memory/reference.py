@@ -80,6 +80,8 @@ def _optimizer(name: str, params, foreach: bool):
 
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, foreach=foreach)
     momentum = 0.9 if name == "momentum" else 0.0
     return torch.optim.SGD(params, lr=0.1, momentum=momentum, foreach=foreach)
 

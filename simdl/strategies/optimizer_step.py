@@ -1,14 +1,23 @@
 """The optimizer step as a memory-bound task: bytes streamed and kernels launched.
 
 Counted from PyTorch's foreach implementations (torch/optim/sgd.py _multi_tensor_sgd,
-torch/optim/adam.py _multi_tensor_adam; default on CUDA since PyTorch 2.0), without
-weight decay: each ``torch._foreach_*`` call reads and writes whole parameter-sized
-tensor lists.
+torch/optim/adam.py _multi_tensor_adam; default on CUDA since PyTorch 2.0), with each
+class's default weight decay (0 for SGD and Adam, 1e-2 for AdamW): each
+``torch._foreach_*`` call reads and writes whole parameter-sized tensor lists.
 
   sgd       add_(p, g)                                   read 2, write 1  -> 3 passes
   momentum  mul_(buf); add_(buf, g); add_(p, buf)        read 5, write 3  -> 8 passes
-  adam      lerp_(m, g); mul_(v); addcmul_(v, g, g);     read 12, write 8 -> 20 passes
-            sqrt(v) -> d; div_(d); add_(d, eps); div_(d); addcdiv_(p, m, d)
+  adam      lerp_(m, g); mul_(v); addcmul_(v, g, g);     read 11, write 7 -> 18 passes
+            sqrt(v) -> d; div_(d); add_(d, eps); addcdiv_(p, m, d, step_size)
+  adamw     mul_(p, 1 - lr * wd), then adam's calls     read 12, write 8 -> 20 passes
+
+Adam's calls are those of the default ``capturable=False`` branch, where the bias-corrected
+step size is a list of Python scalars handed to ``addcdiv_`` (no pass of its own).
+
+AdamW is Adam with ``decoupled_weight_decay=True`` (torch/optim/adamw.py, torch 2.14);
+_multi_tensor_adam then scales the parameters in place before the moments are updated
+(``torch._foreach_mul_(device_params, 1 - lr * weight_decay)``), one call more.
+The per-tensor ``step`` counters are scalars and are not counted.
 
 A pass is one parameter-sized tensor read or written once (4 bytes per element in fp32).
 """
@@ -19,8 +28,8 @@ import math
 
 from .plan import COMPUTE, Task
 
-PASSES = {"sgd": 3, "momentum": 8, "adam": 20}
-FOREACH_CALLS = {"sgd": 1, "momentum": 3, "adam": 8}
+PASSES = {"sgd": 3, "momentum": 8, "adam": 18, "adamw": 20}
+FOREACH_CALLS = {"sgd": 1, "momentum": 3, "adam": 7, "adamw": 8}
 
 # aten/src/ATen/native/cuda/MultiTensorApply.cuh: depth_to_max_tensors = {110, 64, 48, 36, 30}
 # tensors per launch for 1..5 tensor lists; the calls above use 2-3 lists, so 48 is typical.
