@@ -54,7 +54,12 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--nodes", type=_int, default=None, help="nodes to spread the GPUs over (default: fill nodes)")
     p.add_argument("--cluster", default=None, help="preset name or path to a cluster YAML (default a100-80gb-nvlink)")
     p.add_argument("--dataset", default=None, help="cifar10 | mnist | imagenet (default cifar10)")
-    p.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
+    p.add_argument("--input", dest="input_shape", default=None,
+                   help="one sample's shape, overrides the dataset's: CxHxW images; any AxB... for a "
+                        "package.module:factory model (128x512 vectors; 512 token ids with --vocab)")
+    p.add_argument("--vocab", type=_int, default=None,
+                   help="inputs are int64 token ids below this vocabulary size (factory models; passed "
+                        "to a factory that takes vocab_size)")
     p.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
     p.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
     p.add_argument("--batch-size", type=_int, default=None, help="per-GPU batch size (default 32)")
@@ -85,7 +90,7 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
 
 
 def _prediction_kwargs(a: argparse.Namespace) -> dict:
-    keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes",
+    keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes", "vocab",
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",

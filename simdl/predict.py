@@ -49,6 +49,7 @@ def predict(
     dataset: str | None = None,
     input_shape: str | tuple[int, ...] | None = None,
     num_classes: int | None = None,
+    vocab: int | None = None,
     train_samples: int | None = None,
     batch_size: int | None = None,
     epochs: float | None = None,
@@ -76,6 +77,7 @@ def predict(
     from .units import MiB
     from .workload import workload as wl
     from .workload.datasets import get_dataset, parse_input_shape
+    from .workload.inputs import check_vocab, describe, is_image
     from .workload.library import load_workload
 
     if engine not in ENGINES:
@@ -103,8 +105,10 @@ def predict(
     shape = parse_input_shape(input_shape) if isinstance(input_shape, str) else (tuple(input_shape) if input_shape else None)
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1):
         raise SimdlError(f"--classes {num_classes!r} must be an integer >= 1")
+    vocab = check_vocab(vocab)
     table = load_workload(model, dataset=None if (shape or num_classes) else dataset,
-                          input_shape=shape or ds.input_shape, num_classes=num_classes or ds.num_classes)
+                          input_shape=shape or ds.input_shape, num_classes=num_classes or ds.num_classes,
+                          vocab=vocab)
     workload = wl.Workload(
         table=table,
         batch_size=batch_size,
@@ -175,6 +179,13 @@ def predict(
     echo["compute_source"] = _compute_source(alloc, workload)
     relevant = set(echo) | {"cluster", "dataset"}
     echo["assumed"] = {k: DEFAULT_REASONS[k] for k in DEFAULT_REASONS if k not in given and k in relevant}
+    if vocab is not None:
+        echo["vocab_size"] = vocab
+    if not is_image(table.input_shape, vocab):
+        echo["input"] = describe(table.input_shape, vocab)
+    if not is_image(table.input_shape, vocab) and train_samples is None:
+        echo["assumed"]["train_samples"] = (f"{dataset}'s {workload.train_samples} samples per epoch, for inputs "
+                                            "that are not its images: give --samples for your data set")
     if engine == "analytic":
         from .analytic.engine import evaluate
 
