@@ -319,7 +319,7 @@ def _cmd_recommend(a: argparse.Namespace) -> int:
     """Rank strategy, sharding, batch, precision (issue 7) and explain the winner."""
     from .explore.commands import recommend_command
 
-    fixed = {k: getattr(a, k) for k in ("dataset", "input_shape", "num_classes", "train_samples", "epochs",
+    fixed = {k: getattr(a, k) for k in ("dataset", "input_shape", "num_classes", "vocab", "train_samples", "epochs",
                                          "optimizer", "wrap", "loader_workers", "grad_accumulation")}
     return recommend_command(model=a.model, cluster=a.cluster, gpus=a.gpus, memory_budget=a.memory_budget,
                              objective=a.objective, price_per_gpu_hour=a.price_per_gpu_hour,
@@ -344,7 +344,9 @@ def _add_recommend_parser(sub) -> None:
                    help="precisions (default: fp32 and what the GPU runs faster: tf32, bf16 or fp16-amp)")
     r.add_argument("--allow-stale", action="store_true", help="also rank ps-async and ps-ssp (stale updates)")
     r.add_argument("--dataset", default=None, help="cifar10 | mnist | imagenet (default cifar10)")
-    r.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
+    r.add_argument("--input", dest="input_shape", default=None,
+                   help="one sample's shape: CxHxW images, any AxB... for a factory model (as simdl predict)")
+    r.add_argument("--vocab", type=_int, default=None, help="inputs are token ids below this vocabulary size")
     r.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
     r.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
     r.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")

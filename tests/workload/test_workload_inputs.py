@@ -114,3 +114,19 @@ def test_a_transformer_on_an_image_input_is_one_line_naming_the_models_error(tmp
     assert code == 2
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert "AssertionError" in err and "--input" in err
+
+
+@pytest.mark.torch
+def test_cli_predicts_a_language_model_from_token_ids(tmp_path, monkeypatch, capsys):
+    import json
+
+    from simdl.cli import main
+
+    monkeypatch.setenv("SIMDL_CACHE_DIR", str(tmp_path))
+    code = main(["predict", "--model", f"{FACTORIES}:tiny_lm", "--input", "32", "--vocab", "500", "--classes", "500",
+                 "--samples", "1000", "--optimizer", "adamw", "--strategy", "ddp", "--gpus", "2", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0
+    assert out["config"]["vocab_size"] == 500 and out["config"]["optimizer"] == "adamw"
+    assert out["config"]["input"] == "token ids 32 (int64, vocabulary 500)"
+    assert "train_samples" not in out["config"]["assumed"]
