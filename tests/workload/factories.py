@@ -28,6 +28,14 @@ def not_a_model(num_classes: int = 10):
     return "not a module"
 
 
+def vector_encoder():
+    """nn.TransformerEncoder over (batch, positions, 64) float vectors: no image, no tokens."""
+    from torch import nn
+
+    layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+
+
 def token_classifier(num_classes: int = 10, input_shape: tuple[int, ...] = (64,), vocab_size: int = 1000):
     """Token ids -> nn.Embedding -> a 2-layer nn.TransformerEncoder -> mean over positions -> classes."""
     from torch import nn
@@ -36,8 +44,7 @@ def token_classifier(num_classes: int = 10, input_shape: tuple[int, ...] = (64,)
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(vocab_size, 64)
-            layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-            self.encoder = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.encoder = vector_encoder()
             self.head = nn.Linear(64, num_classes)
 
         def forward(self, ids):
@@ -55,8 +62,7 @@ def tiny_lm(vocab_size: int = 1000, input_shape: tuple[int, ...] = (64,)):
         def __init__(self):
             super().__init__()
             self.embed = nn.Embedding(vocab_size, 64)
-            layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-            self.blocks = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
+            self.blocks = vector_encoder()
             self.lm_head = nn.Linear(64, vocab_size, bias=False)
 
         def forward(self, ids):
@@ -65,11 +71,3 @@ def tiny_lm(vocab_size: int = 1000, input_shape: tuple[int, ...] = (64,)):
             return self.lm_head(self.blocks(self.embed(ids), mask=mask, is_causal=True))
 
     return TinyLM()
-
-
-def vector_encoder():
-    """nn.TransformerEncoder over (batch, positions, 64) float vectors: no image, no tokens."""
-    from torch import nn
-
-    layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
-    return nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
