@@ -46,7 +46,7 @@ def _wait_seconds(text: str) -> float:
 
 def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     from .strategies.config import ALGORITHMS, SHARDINGS, STRATEGY_NAMES
-    from .workload.workload import OPTIMIZERS, PRECISIONS
+    from .workload.workload import OPTIMIZER_MEANING, OPTIMIZERS, PRECISIONS
 
     p.add_argument("--model", default="vgg16", help="zoo model name or package.module:factory (default vgg16)")
     p.add_argument("--strategy", default="fsdp", help=f"one of {', '.join(STRATEGY_NAMES)} (default fsdp)")
@@ -65,8 +65,7 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=_int, default=None, help="per-GPU batch size (default 32)")
     p.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
     p.add_argument("--optimizer", default=None,
-                   help=f"{' | '.join(OPTIMIZERS)}: sgd without momentum, sgd with momentum 0.9, adam, "
-                        "adamw (decoupled weight decay); default momentum")
+                   help="; ".join(f"{k}: {OPTIMIZER_MEANING[k]}" for k in OPTIMIZERS) + " (default momentum)")
     p.add_argument("--precision", default=None, help=f"{' | '.join(PRECISIONS)} (default fp32)")
     p.add_argument("--sharding", default=None, help=f"FSDP sharding: {' | '.join(SHARDINGS)} (default full)")
     p.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
@@ -350,7 +349,7 @@ def _add_recommend_parser(sub) -> None:
     r.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
     r.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
     r.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
-    r.add_argument("--optimizer", default=None, help="sgd | momentum | adam | adamw (default momentum)")
+    r.add_argument("--optimizer", default=None, help="sgd | momentum | adam | adamw | lamb (default momentum)")
     r.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
     r.add_argument("--loader-workers", type=_int, default=None, help="DataLoader workers per rank (default 4)")
     r.add_argument("--grad-accumulation", type=_int, default=None, help="micro-steps per optimizer step")

@@ -20,7 +20,7 @@ from ..cluster import Cluster
 from ..errors import SimdlError
 from ..workload.workload import Workload
 from .config import StrategyConfig
-from .optimizer_step import PASSES
+from .optimizer_step import host_update_bytes
 from .plan import COMPUTE, PSPlan, Task
 from ..memory.rowtree import add_recompute
 
@@ -57,7 +57,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         servers=config.ps_servers,
         push_bytes=grads,
         pull_bytes=workload.param_bytes,
-        update_bytes=PASSES[workload.optimizer] * workload.param_bytes,
+        update_bytes=host_update_bytes(workload.optimizer, workload.param_bytes),
         staleness_bound=config.staleness_bound if config.name == "ps-ssp" else None,
         details={"comm_buffer_bytes": grads, "param_tensor_bytes": sizes},
     )

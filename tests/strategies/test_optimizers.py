@@ -14,14 +14,18 @@ import pytest
 import simdl
 from simdl.analytic.costs import device_rates, memory_bound_time, row_times
 from simdl.cluster import allocate, load_cluster
-from simdl.strategies.optimizer_step import FOREACH_CALLS, FOREACH_TENSORS_PER_LAUNCH, PASSES
+from simdl.errors import SimdlError
+from simdl.strategies.optimizer_step import CUDA_ONLY, FOREACH_CALLS, FOREACH_TENSORS_PER_LAUNCH, PASSES
 from simdl.workload.library import load_workload
-from simdl.workload.workload import OPTIMIZER_STATE_COPIES, OPTIMIZERS
+from simdl.workload.workload import OPTIMIZER_MEANING, OPTIMIZER_STATE_COPIES, OPTIMIZERS
+
+TORCH_OPTIMIZERS = [o for o in OPTIMIZERS if o not in CUDA_ONLY]
 
 
 def test_every_optimizer_has_state_passes_and_calls():
-    assert set(OPTIMIZERS) == set(OPTIMIZER_STATE_COPIES) == set(PASSES) == set(FOREACH_CALLS)
-    assert {"sgd", "momentum", "adam", "adamw"} <= set(OPTIMIZERS)
+    assert set(OPTIMIZERS) == set(OPTIMIZER_STATE_COPIES) == set(PASSES) == set(FOREACH_CALLS) \
+        == set(OPTIMIZER_MEANING)
+    assert {"sgd", "momentum", "adam", "adamw", "lamb"} <= set(OPTIMIZERS)
 
 
 def test_adamw_keeps_adams_memory_and_streams_two_passes_more():
@@ -52,6 +56,18 @@ def test_sgd_without_momentum_keeps_no_state():
     assert sgd.memory_breakdown_bytes["optimizer"] == 0
     # FSDP full: each rank keeps a quarter of the momentum buffer.
     assert momentum.memory_breakdown_bytes["optimizer"] == pytest.approx(table.param_bytes / 4, rel=0.02)
+
+
+def test_lamb_keeps_two_states_and_runs_on_gpus_only():
+    """apex FusedLAMB: exp_avg and exp_avg_sq, the update written into the gradient buffer."""
+    table = load_workload("vgg16", dataset="cifar10")
+    lamb = simdl.predict(model="vgg16", strategy="ddp", gpus=2, optimizer="lamb")
+    assert lamb.memory_breakdown_bytes["optimizer"] == pytest.approx(2 * table.param_bytes, rel=0.01)
+    adam = simdl.predict(model="vgg16", strategy="ddp", gpus=2, optimizer="adam")
+    assert 0 < lamb.step_split_s["optimizer"] < adam.step_split_s["optimizer"]  # 13 passes against 18
+    for kw in (dict(cluster="cpu-epyc", strategy="ddp", gpus=2), dict(cluster="a10g-ps", strategy="ps-sync", gpus=2)):
+        with pytest.raises(SimdlError, match="'lamb' .*CUDA GPUs only.*accepted here: sgd, momentum, adam, adamw"):
+            simdl.predict(model="resnet18", optimizer="lamb", **kw)
 
 
 def test_cli_takes_adamw(capsys):
@@ -94,7 +110,7 @@ def _step(model, opt):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", TORCH_OPTIMIZERS)
 def test_state_copies_match_torch(name):
     model = _model()
     opt = _optimizer(name, list(model.parameters()), foreach=True)
@@ -106,7 +122,7 @@ def test_state_copies_match_torch(name):
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("name", OPTIMIZERS)
+@pytest.mark.parametrize("name", TORCH_OPTIMIZERS)
 def test_passes_and_calls_match_torchs_foreach_step(name):
     """Count every ``aten._foreach_*`` call on parameter-sized lists in the second step (the
     first creates the state): a call reads its distinct tensor lists and writes one."""
