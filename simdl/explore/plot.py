@@ -95,11 +95,15 @@ def plot_sweep(data: Any, x: str | None = None, output: str | None = None, *, ti
     variants = sorted({tuple(r.get(k) for k in others) for r in ok}, key=_natural)
     numeric = all(isinstance(r.get(x), (int, float)) and not isinstance(r.get(x), bool) for r in ok)
     order = sorted({r.get(x) for r in ok}, key=lambda v: (v is None, v if numeric else str(v)))
+    log_time = _spread([r[time] for r in ok]) > 20
     for i, value in enumerate(panels):
         ax_t = axes[2 * (i // cols), i % cols]
         ax_m = axes[2 * (i // cols) + 1, i % cols]
         sub = [r for r in ok if facet is None or r.get(facet) == value]
         _draw_panel(ax_t, ax_m, sub, x, time, others, variants, colors, numeric, order)
+        if log_time:  # decided over every panel, so that their scales compare
+            ax_t.set_yscale("log")
+            _log_ticks_plain(ax_t)
         if facet is not None:
             ax_t.set_title(f"{value}" if facet == "model" else f"{facet}={value}", fontsize=10)
     for k in range(len(panels), grid_rows * cols):
@@ -142,8 +146,6 @@ def _draw_panel(ax_t, ax_m, rows, x, time, others, variants, colors, numeric, or
         ax.set_xlabel(AXIS_NAMES.get(x, x))
         ax.grid(True, alpha=0.3)
         _x_axis(ax, order, numeric)
-    if _spread([r[time] for r in rows]) > 20:
-        ax_t.set_yscale("log")
 
 
 def _capacity(ax, rows: list[dict]) -> None:
@@ -175,10 +177,39 @@ def _x_axis(ax, order: list, numeric: bool) -> None:
     if not numeric:
         ax.set_xticks(range(len(order)), [str(v) for v in order], rotation=30)
         return
+    ticks = list(order)
     if len(order) > 2 and min(order) > 0 and max(order) / min(order) >= 4:
         ax.set_xscale("log", base=2)
         ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xticks(order, [f"{v:g}" for v in order])  # the values as given: 1 2 4 8, never 2^3
+        ticks = _spaced(order)
+    ax.set_xticks(ticks, [f"{v:g}" for v in ticks])  # the values as given: 1 2 4 8, never 2^3
+
+
+def _spaced(values: list, min_octaves: float = 0.6) -> list:
+    """The values to label on a log2 axis: the largest, then each at least ``min_octaves``
+    below the last one kept (200 and 300 would print over each other)."""
+    import math
+
+    kept = [values[-1]]
+    for v in reversed(values[:-1]):
+        if math.log2(kept[-1] / v) >= min_octaves:
+            kept.append(v)
+    return kept[::-1]
+
+
+def _plain_number(v: float) -> str:
+    """10000 -> 10k, 1e6 -> 1M, 0.01 -> 0.01: no exponents on an axis."""
+    for factor, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= factor:
+            return f"{v / factor:g}{suffix}"
+    return f"{v:g}"
+
+
+def _log_ticks_plain(ax) -> None:
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _plain_number(v)))
+    ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 def _legend(fig, axes, others: list[str]) -> None:

@@ -84,3 +84,19 @@ def test_a_single_model_is_one_panel_and_bad_keys_are_refused(rows):
         plot_sweep(rows, x="gpus", facet="nosuch")
     with pytest.raises(SimdlError, match="x='nosuch'"):
         plot_sweep(rows, x="nosuch")
+
+
+def test_log_axes_print_plain_numbers_that_do_not_collide():
+    from simdl.explore.plot import _plain_number, _spaced
+
+    assert [_plain_number(v) for v in (0.01, 5, 10_000, 2_500_000)] == ["0.01", "5", "10k", "2.5M"]
+    assert _spaced([8, 16, 32, 64, 100, 200, 300]) == [8, 16, 32, 64, 100, 300]
+    assert _spaced([1, 2, 4, 8]) == [1, 2, 4, 8]
+    rows = simdl.sweep(model="resnet18", strategy="ddp", gpus=[1, 8, 64], cluster="dgx-a100", as_frame=False,
+                       progress=False, jobs=1)
+    fig = plot_sweep(rows, x="gpus", time="throughput_samples_per_s")
+    ax = fig.axes[0]
+    assert ax.get_yscale() == "log"
+    fig.canvas.draw()
+    labels = [t.get_text() for t in ax.get_yticklabels() if t.get_text()]
+    assert labels and not any("e+" in t or "^" in t for t in labels), labels
