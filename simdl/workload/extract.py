@@ -348,13 +348,15 @@ def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: in
         with gpu_attention(), tracer:
             with torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
                 out = model(x)
-                if _has_logits(out, batch, num_classes):
-                    # (batch, classes), or (batch, ..., classes) for a label per position (a
-                    # language model's next-token logits): cross-entropy over every position.
-                    loss_kind = "cross_entropy"
+                # Logits over the classes, or over the vocabulary (a language model's next token).
+                labels = next((n for n in (num_classes, vocab) if n and _has_logits(out, batch, n)), None)
+                if labels is not None:
+                    # (batch, labels), or (batch, ..., labels) for a label per position:
+                    # cross-entropy over every position.
+                    loss_kind = "cross_entropy" if labels == num_classes else "cross_entropy over the vocabulary"
                     with _disable_current_modes():  # the labels come with the batch: not traced
                         y = torch.zeros(out.shape[:-1], dtype=torch.long, device="meta")
-                    loss = F.cross_entropy(out if out.dim() == 2 else out.reshape(-1, num_classes), y.reshape(-1))
+                    loss = F.cross_entropy(out if out.dim() == 2 else out.reshape(-1, labels), y.reshape(-1))
                 else:  # a factory model without (batch, classes) logits
                     loss_kind = "sum"
                     loss = sum(t.float().sum() for t in _tensors(out))

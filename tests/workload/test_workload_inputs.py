@@ -92,6 +92,10 @@ def test_language_model_loss_is_cross_entropy_over_every_position(tmp_path, monk
     assert table.extracted_with["loss"] == "cross_entropy"
     real = _real_model("tiny_lm", vocab_size=500, input_shape=(32,))
     assert table.param_count == sum(p.numel() for p in real.parameters())
+    # Without --classes the logits are recognised by the vocabulary.
+    plain = load_workload(f"{FACTORIES}:tiny_lm", input_shape=(32,), num_classes=10, vocab=500)
+    assert plain.extracted_with["loss"] == "cross_entropy over the vocabulary"
+    assert plain.total("fwd_flops", 4) == table.total("fwd_flops", 4)
     r = simdl.predict(model=f"{FACTORIES}:tiny_lm", strategy="fsdp", gpus=4, input_shape="32", vocab=500,
                       num_classes=500, train_samples=1000, engine="sim")
     assert r.iteration_time_s > 0 and r.fits_in_memory
