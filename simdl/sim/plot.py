@@ -1,8 +1,9 @@
 """Figures of a simulated run: a timeline (Gantt) and memory over the last iteration, as PNG.
 
-The memory panel shares the timeline's time axis: its curve is placed at the last simulated
-iteration (shaded in the timeline), stacked by the categories ``simdl predict`` prints
-(simdl.report.memory_labels), with the CLI's peak figures in its title.
+The memory panel shares the timeline's time axis (zoomed in when that iteration is a small
+part of the run): its curve is placed at the last simulated iteration (marked on the timeline),
+stacked by the categories ``simdl predict`` prints (simdl.report.memory_labels), with the CLI's
+peak figures in its title.
 matplotlib (Agg backend) is imported here only, so nothing else in simdl needs it.
 """
 
@@ -43,11 +44,11 @@ def run_figure(run):
 
     classes = list(range(min(len(run.classes), MAX_CLASSES)))
     rows = _stream_rows(run, classes)
-    fig, (ax, axm) = plt.subplots(2, 1, figsize=(12, 3 + 0.35 * len(rows) + 3), sharex=True,
+    fig, (ax, axm) = plt.subplots(2, 1, figsize=(12, 3 + 0.35 * len(rows) + 3),
                                   gridspec_kw={"height_ratios": [max(len(rows), 1), 4]})
     _timeline(ax, run, rows, plt)
     _memory(axm, run, classes)
-    ax.tick_params(labelbottom=True)
+    _align(ax, axm, run)
     fig.tight_layout()
     return fig
 
@@ -92,6 +93,21 @@ def _timeline(ax, run, rows: list[tuple[int, str]], plt) -> None:
     ax.legend(handles, list(_COLORS), loc="upper left", fontsize=8, ncol=4)
 
 
+def _align(ax, axm, run, min_share: float = 0.2) -> None:
+    """The memory panel on the timeline's time axis; zoomed on the marked iteration when that
+    iteration is under ``min_share`` of the timeline (a parameter server's short compute)."""
+    lo, hi = ax.get_xlim()
+    start = last_iteration_start(run, 0) * SCALE
+    end = max((r.end for r in run.records if r.cls == 0), default=start / SCALE) * SCALE
+    if end - start >= min_share * (hi - lo):
+        axm.set_xlim(lo, hi)
+        return
+    pad = 0.03 * (end - start)
+    axm.set_xlim(start - pad, end + pad)
+    axm.ticklabel_format(axis="x", useOffset=False, style="plain")
+    axm.set_title("zoomed on the iteration marked above; " + axm.get_title(), fontsize=10)
+
+
 def _memory(axm, run, classes: list[int]) -> None:
     from ..memory.timeline import CATEGORIES
     from ..report.memory_labels import cli_levels, label, peak_line
@@ -115,7 +131,7 @@ def _memory(axm, run, classes: list[int]) -> None:
     axm.set_ylim(bottom=0)
     axm.set_ylabel(f"tensor memory ({unit})")
     axm.set_xlabel("simulated time (ms)")
-    axm.set_title(f"{_label(run.classes[0])}: live tensors over the last iteration, by category; "
+    axm.set_title(f"{_label(run.classes[0])}: live tensors over the last iteration, by category\n"
                   f"{peak_line(r)}", fontsize=10)
     axm.legend(fontsize=8, loc="upper left", ncol=3)
 

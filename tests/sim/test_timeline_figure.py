@@ -77,3 +77,18 @@ def test_plot_writes_a_png(run, tmp_path):
     out = tmp_path / "t.png"
     plot_run(run, out)
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_a_short_iteration_in_a_long_run_is_zoomed_on():
+    """Asynchronous PS: the marked iteration is a sliver of the run; the panel zooms on it."""
+    import matplotlib.pyplot as plt
+
+    ps = simdl.predict(model="resnet18", strategy="ps-async", gpus=2, cluster="a10g-ps", engine="sim",
+                       return_run=True)
+    fig = run_figure(ps)
+    ax, axm = fig.axes[:2]
+    start = last_iteration_start(ps, 0) * 1e3
+    lo, hi = axm.get_xlim()
+    assert lo < start < hi and (hi - lo) < 0.5 * (ax.get_xlim()[1] - ax.get_xlim()[0])
+    assert axm.get_title().startswith("zoomed on the iteration marked above")
+    plt.close(fig)
