@@ -75,19 +75,25 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argu
     from .strategies import registry
     from .strategies.config import ALGORITHMS, SHARDINGS
     from .workload.datasets import DATASETS
-    from .workload.workload import OPTIMIZERS, PRECISIONS
+    from .workload.workload import OPTIMIZER_MEANING, OPTIMIZERS, PRECISIONS
 
     g = {name: p.add_argument_group(name) for name in ("workload", "strategy", "cluster", "engine", "output")}
     w, s, c, e = g["workload"], g["strategy"], g["cluster"], g["engine"]
     w.add_argument("--model", default="vgg16", help="zoo model name, package.module:factory or ./file.py:factory "
                    "(default vgg16; `simdl models` lists the zoo)")
     w.add_argument("--dataset", default=None, metavar=_choices(DATASETS), help="dataset (default cifar10)")
-    w.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
+    w.add_argument("--input", dest="input_shape", default=None,
+                   help="one sample's shape, overrides the dataset's: CxHxW images; any AxB... for a "
+                        "package.module:factory model (128x512 vectors; 512 token ids with --vocab)")
+    w.add_argument("--vocab", type=_int, default=None,
+                   help="inputs are int64 token ids below this vocabulary size (factory models; passed "
+                        "to a factory that takes vocab_size)")
     w.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
     w.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
     w.add_argument("--batch-size", type=_int, default=None, help="per-GPU batch size (default 32)")
     w.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
-    w.add_argument("--optimizer", default=None, metavar=_choices(OPTIMIZERS), help="optimizer (default momentum)")
+    w.add_argument("--optimizer", default=None, metavar=_choices(OPTIMIZERS),
+                   help="; ".join(f"{k}: {OPTIMIZER_MEANING[k]}" for k in OPTIMIZERS) + " (default momentum)")
     w.add_argument("--precision", default=None, metavar=_choices(PRECISIONS), help="precision (default fp32)")
     w.add_argument("--grad-accumulation", type=_int, default=1, help="micro-steps per optimizer step")
     w.add_argument("--activation-checkpointing", action="store_true",
@@ -125,7 +131,7 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argu
 
 
 def _prediction_kwargs(a: argparse.Namespace) -> dict:
-    keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes",
+    keys = ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "input_shape", "num_classes", "vocab",
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
@@ -383,7 +389,7 @@ def _cmd_recommend(a: argparse.Namespace) -> int:
     """Rank strategy, sharding, batch, precision (issue 7) and explain the winner."""
     from .explore.commands import recommend_command
 
-    fixed = {k: getattr(a, k) for k in ("dataset", "input_shape", "num_classes", "train_samples", "epochs",
+    fixed = {k: getattr(a, k) for k in ("dataset", "input_shape", "num_classes", "vocab", "train_samples", "epochs",
                                          "optimizer", "wrap", "loader_workers", "grad_accumulation")}
     return recommend_command(model=a.model, cluster=a.cluster, gpus=a.gpus, memory_budget=a.memory_budget,
                              objective=a.objective, price_per_gpu_hour=a.price_per_gpu_hour,
@@ -408,11 +414,13 @@ def _add_recommend_parser(sub) -> None:
                    help="precisions (default: fp32 and what the GPU runs faster: tf32, bf16 or fp16-amp)")
     r.add_argument("--allow-stale", action="store_true", help="also rank ps-async and ps-ssp (stale updates)")
     r.add_argument("--dataset", default=None, help="cifar10 | mnist | imagenet (default cifar10)")
-    r.add_argument("--input", dest="input_shape", default=None, help="input shape CxHxW, overrides the dataset's")
+    r.add_argument("--input", dest="input_shape", default=None,
+                   help="one sample's shape: CxHxW images, any AxB... for a factory model (as simdl predict)")
+    r.add_argument("--vocab", type=_int, default=None, help="inputs are token ids below this vocabulary size")
     r.add_argument("--classes", dest="num_classes", type=_int, default=None, help="number of classes")
     r.add_argument("--samples", dest="train_samples", type=_int, default=None, help="training samples per epoch")
     r.add_argument("--epochs", type=_number, default=None, help="epochs (default 10)")
-    r.add_argument("--optimizer", default=None, help="sgd | momentum | adam (default momentum)")
+    r.add_argument("--optimizer", default=None, help="sgd | momentum | adam | adamw | lamb (default momentum)")
     r.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
     r.add_argument("--loader-workers", type=_int, default=None, help="DataLoader workers per rank (default 4)")
     r.add_argument("--grad-accumulation", type=_int, default=None, help="micro-steps per optimizer step")

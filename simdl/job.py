@@ -34,6 +34,8 @@ class Job:
     """Input shape CxHxW, overriding the dataset's."""
     num_classes: int | None = None
     """Classes, overriding the dataset's."""
+    vocab: int | None = None
+    """Token-id inputs below this vocabulary size (factory models; simdl.workload.inputs)."""
     train_samples: int | None = None
     """Training samples per epoch (None: the dataset's)."""
     batch_size: int | None = None

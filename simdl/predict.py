@@ -47,6 +47,7 @@ def predict(
     dataset: str | None = None,
     input_shape: str | tuple[int, ...] | None = None,
     num_classes: int | None = None,
+    vocab: int | None = None,
     train_samples: int | None = None,
     batch_size: int | None = None,
     epochs: float | None = None,
@@ -107,8 +108,8 @@ def predict(
     algorithm = algorithm or "auto"
     if isinstance(gpus, bool) or not isinstance(gpus, int):
         raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
-    workload = _workload(model, dataset, input_shape, num_classes, train_samples, batch_size, epochs, optimizer,
-                         precision, grad_accumulation, activation_checkpointing)
+    workload = _workload(model, dataset, input_shape, num_classes, vocab, train_samples, batch_size, epochs,
+                         optimizer, precision, grad_accumulation, activation_checkpointing)
     # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
     spec, alloc, placement_why = _place(spec, gpus, nodes, family, strategy, strategy_kw)
@@ -122,6 +123,7 @@ def predict(
     echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
     if placement_why:
         echo["assumed"]["ps_placement"] = placement_why
+    _echo_input(echo, workload, dataset, vocab, train_samples)
     return _run(workload, alloc, plan, echo, engine, engine_options)
 
 
@@ -144,19 +146,23 @@ def _place(spec, gpus: int, nodes: int | None, family, strategy: str, strategy_k
     return spec, alloc, why
 
 
-def _workload(model, dataset, input_shape, num_classes, train_samples, batch_size, epochs, optimizer, precision,
-              grad_accumulation, activation_checkpointing):
-    """The workload: the model's table for the input and classes, the batch and the training length."""
+def _workload(model, dataset, input_shape, num_classes, vocab, train_samples, batch_size, epochs, optimizer,
+              precision, grad_accumulation, activation_checkpointing):
+    """The workload: the model's table for the input, classes and vocabulary (token-id inputs),
+    the batch and the training length."""
     from .workload import workload as wl
     from .workload.datasets import get_dataset, parse_input_shape
+    from .workload.inputs import check_vocab
     from .workload.library import load_workload
 
     ds = get_dataset(dataset)
     shape = parse_input_shape(input_shape) if isinstance(input_shape, str) else (tuple(input_shape) if input_shape else None)
     if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1):
         raise SimdlError(f"--classes {num_classes!r} must be an integer >= 1")
+    vocab = check_vocab(vocab)
     table = load_workload(model, dataset=None if (shape or num_classes) else dataset,
-                          input_shape=shape or ds.input_shape, num_classes=num_classes or ds.num_classes)
+                          input_shape=shape or ds.input_shape, num_classes=num_classes or ds.num_classes,
+                          vocab=vocab)
     return wl.Workload(
         table=table,
         batch_size=wl.DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
@@ -211,6 +217,21 @@ def _echo(workload, alloc, config, plan, *, dataset: str, loader_workers: int, e
         echo["model_adaptation"] = table.adaptation
     echo["compute_source"] = _compute_source(alloc, workload)
     return echo
+
+
+def _echo_input(echo: dict, workload, dataset: str, vocab: int | None, train_samples: int | None) -> None:
+    """The input's kind where it is not the dataset's images (simdl.workload.inputs): token ids
+    and their vocabulary, and the sample count assumed from the dataset when not given."""
+    from .workload.inputs import describe, is_image
+
+    shape = workload.table.input_shape
+    if vocab is not None:
+        echo["vocab_size"] = vocab
+    if not is_image(shape, vocab):
+        echo["input"] = describe(shape, vocab)
+        if train_samples is None:
+            echo["assumed"]["train_samples"] = (f"{dataset}'s {workload.train_samples} samples per epoch, for "
+                                                "inputs that are not its images: give --samples for your data set")
 
 
 def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):

@@ -69,7 +69,7 @@ def test_predict_human_output_has_units(capsys):
         (["--gpus", "5", "--nodes", "2"], "5"),
         (["--gpus", "8"], "a100-80gb-nvlink"),  # a one-node preset with 4 GPUs
         (["--dataset", "cifar100"], "cifar10"),
-        (["--optimizer", "adamw"], "adam"),
+        (["--optimizer", "adagrad"], "adamw"),
         (["--precision", "fp8"], "fp32"),
         (["--sharding", "zero3"], "full"),
         (["--cluster", "dgx-a1000"], "dgx-a100"),

@@ -148,7 +148,7 @@ def _sibling_with_ranks(path: Path, spec, ranks: int) -> Path | None:
     return None
 
 
-def _sha256(path: str) -> str:
+def profile_digest(path: str) -> str:
     """Digest of everything a prediction reads from a cluster profile: the YAML, the resolved
     profile (a preset it ``extends`` included) and the compute profile (JSON) it names."""
     from simdl.cluster import load_cluster
@@ -504,12 +504,12 @@ def profile_allocator_mismatches(profiles: dict[int, tuple[str, str, str]]) -> l
 
 def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, tuple[str, str, str]]:
     """Per rank count: (profile path, note, digest of what predictions read from it:
-    :func:`_sha256`), resolved once when a sweep
+    :func:`profile_digest`), resolved once when a sweep
     starts, so that every run of the sweep is predicted with the same profile."""
     out = {}
     for n in sorted(set(ranks)):
         path, note = profile_for_ranks(cluster, n, root)
-        out[n] = (path, note, _sha256(path))
+        out[n] = (path, note, profile_digest(path))
     return out
 
 
@@ -521,7 +521,7 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
     cluster_path, profile_note, sha = profiles[run.ranks]
-    now = _sha256(cluster_path) if Path(cluster_path).is_file() else "missing"
+    now = profile_digest(cluster_path) if Path(cluster_path).is_file() else "missing"
     if now != sha:
         # A profile edited (or recalibrated) while the sweep runs: predicting this run with it
         # would mix two profiles in one sweep, and a half-written file may not load.

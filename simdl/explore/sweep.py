@@ -103,8 +103,14 @@ def _flat(result: Any) -> dict[str, Any]:
     """
     d: dict[str, Any] = {}
     for f in _RESULT_FIELDS:
-        if f not in ("memory_breakdown_bytes", "staleness", "config", "notes"):
+        if f not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
+                     "iteration_time_band_s"):
             d[f] = getattr(result, f)
+    # Flattened as Result.row() does: one column per number, so a CSV cell never holds a dict.
+    lo, hi = result.iteration_time_band_s or (None, None)
+    d["iteration_time_band_low_s"], d["iteration_time_band_high_s"] = lo, hi
+    for k, v in result.step_split_s.items():
+        d[f"step_{k}_s"] = v
     for k, v in result.memory_breakdown_bytes.items():
         d[f"memory_{k}_bytes"] = v
     st = result.staleness

@@ -62,7 +62,8 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     r = predict(**kwargs)  # validates every argument and resolves the defaults
     c = r.config
     table = load_workload(c["model"], dataset=None if kwargs.get("input_shape") or kwargs.get("num_classes") else c["dataset"],
-                          input_shape=tuple(int(x) for x in c["input_shape"].split("x")), num_classes=c["num_classes"])
+                          input_shape=tuple(int(x) for x in c["input_shape"].split("x")), num_classes=c["num_classes"],
+                          vocab=c.get("vocab_size"))
     wl = Workload(table=table, batch_size=c["batch_size"], optimizer=c["optimizer"], precision=c["precision"],
                   grad_accumulation=c["grad_accumulation"], activation_checkpointing=c["activation_checkpointing"])
     alloc = allocate(load_cluster(kwargs.get("cluster") or c["cluster"]), c["gpus"], kwargs.get("nodes"))

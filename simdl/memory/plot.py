@@ -10,6 +10,8 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
+from ..report.memory_labels import cli_levels
+from ..report.memory_labels import label as category_label
 from .timeline import CATEGORIES
 
 COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
@@ -35,14 +37,15 @@ def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: 
     for ax, (label, (times, levels)) in zip(axes[:, 0], curves.items()):
         t = np.asarray(times, dtype=float) * 1e3
         lv = np.asarray(levels, dtype=float) / 2**20
-        ax.stackplot(t, *[lv[:, i] for i in range(len(CATEGORIES))], labels=CATEGORIES,
-                     colors=[COLORS[c] for c in CATEGORIES], step="post", alpha=0.9)
+        parts = cli_levels(lv, CATEGORIES)  # the CLI's categories: temporaries count as activations
+        ax.stackplot(t, *parts.values(), labels=[category_label(c) for c in parts],
+                     colors=[COLORS[c] for c in parts], step="post", alpha=0.9)
         total = lv.sum(axis=1)
         k = int(np.argmax(total))
-        ax.annotate(f"peak {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
+        ax.annotate(f"peak tensors {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
         if overhead_bytes:
             ax.step(t, total + overhead_bytes / 2**20, where="post", ls="--", color="k", lw=0.8,
-                    label="+ context, workspace, fragmentation")
+                    label="+ other (context, workspace, fragmentation)")
         top = total.max() + overhead_bytes / 2**20
         if capacity_bytes and capacity_bytes / 2**20 < 1.5 * top:  # only when it is in view
             ax.axhline(capacity_bytes / 2**20, color="red", lw=1, label="capacity")

@@ -31,6 +31,8 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import SimdlError
+
 # Untracked steps before the tracked one: the first creates the optimizer state (SGD's
 # momentum buffers by a per-tensor clone), the second runs the steady-state foreach ops
 # once, so that DTensor has cached their sharding propagation.
@@ -80,6 +82,10 @@ def _optimizer(name: str, params, foreach: bool):
 
     if name == "adam":
         return torch.optim.Adam(params, lr=1e-3, foreach=foreach)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=1e-3, foreach=foreach)
+    if name not in ("sgd", "momentum"):
+        raise SimdlError(f"optimizer {name!r} has no torch.optim class to measure against")
     momentum = 0.9 if name == "momentum" else 0.0
     return torch.optim.SGD(params, lr=0.1, momentum=momentum, foreach=foreach)
 

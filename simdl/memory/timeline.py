@@ -337,7 +337,7 @@ def _optimizer_events(ev: _Events, n: int, workload: Workload, opts: MemoryOptio
     copies = workload.optimizer_state_copies
     if opts.first_iteration and copies:
         ev.add(pos + 0.1, OPT, copies * local_fixed, copies * local_sharded, STEP, label="optimizer state (lazy)")
-    if workload.optimizer == "adam":
+    if workload.optimizer in ("adam", "adamw"):  # AdamW runs Adam's code (torch/optim/adamw.py)
         if opts.foreach:
             tf, ts = local_fixed, local_sharded
         else:

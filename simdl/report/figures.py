@@ -130,10 +130,11 @@ def memory_over_time(records: list[dict], out: Path, limit: int = 6) -> str | No
                 pass
         an = (r.get("predicted") or {}).get("analytic") or {}
         if an.get("peak_tensor_bytes"):
-            ax.axhline(an["peak_tensor_bytes"] / 2**20, color="C3", ls="--", lw=1, label="analytic peak")
+            ax.axhline(an["peak_tensor_bytes"] / 2**20, color="C3", ls="--", lw=1,
+                       label="predicted peak tensors (analytic)")
         ax.set_title(f"{r['model_name'].rpartition(':')[2]} {r['label']} x{r['spec']['ranks']}", fontsize=9)
         ax.set_xlabel("fraction of the step")
-        ax.set_ylabel("live tensor MiB")
+        ax.set_ylabel("tensor memory (MiB)")
         ax.legend(fontsize=7)
     fig.tight_layout()
     name = "memory_over_time.png"

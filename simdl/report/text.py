@@ -11,7 +11,8 @@ def format_result(r: Result) -> str:
     c = r.config
     mesh = f" ({c['replicas']} replicas x {c['shard_group']} shards)" if c.get("shard_group") else ""
     head = (
-        f"{c.get('model')} on {c.get('dataset')} ({c.get('input_shape')}), {c.get('label')}{mesh}, "
+        f"{c.get('model')} on {c.get('input') or str(c.get('dataset')) + ' (' + str(c.get('input_shape')) + ')'}, "
+        f"{c.get('label')}{mesh}, "
         f"{c.get('gpus')} x {c.get('gpu')} ({c.get('cluster')}, {c.get('nodes')} node{'s' if c.get('nodes', 1) > 1 else ''}), "
         f"batch {c.get('batch_size')}/GPU, {c.get('precision')}, {c.get('optimizer')}  [{r.engine}]"
     )

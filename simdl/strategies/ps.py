@@ -24,7 +24,7 @@ from ..workload.workload import Workload
 from .config import StrategyConfig
 from .options import PSOptions
 from .registry import PredictKey, StrategySpec, register
-from .optimizer_step import PASSES
+from .optimizer_step import host_update_bytes
 from .plan import COMPUTE, PlanFacts, PSPlan, Task
 from ..memory.rowtree import add_recompute
 
@@ -67,7 +67,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         servers=config.ps_servers,
         push_bytes=grads,
         pull_bytes=workload.param_bytes,
-        update_bytes=PASSES[workload.optimizer] * workload.param_bytes,
+        update_bytes=host_update_bytes(workload.optimizer, workload.param_bytes),
         synchronous=config.name == "ps-sync",
         staleness_bound=config.staleness_bound if config.name == "ps-ssp" else None,
         facts=PSFacts(comm_buffer_bytes=grads, param_tensor_bytes=sizes),

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import SimdlError, unknown
+from ..errors import unknown
+from .inputs import parse_input_shape  # noqa: F401 -- imported from here by callers
 
 
 @dataclass(frozen=True)
@@ -40,17 +41,3 @@ def get_dataset(name: str) -> Dataset:
         return DATASETS[name]
     except KeyError:
         raise unknown("dataset", name, DATASETS) from None
-
-
-def parse_input_shape(text: str) -> tuple[int, ...]:
-    """``"3x32x32"`` -> ``(3, 32, 32)``: channels x height x width, positive integers."""
-    parts = str(text).strip().lower().split("x")
-    try:
-        shape = tuple(int(p) for p in parts)
-    except ValueError:
-        shape = ()
-    if len(shape) != 3 or min(shape) <= 0:
-        raise SimdlError(
-            f"bad input shape {text!r}; expected CxHxW with positive integers, e.g. 3x32x32"
-        )
-    return shape

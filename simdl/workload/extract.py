@@ -73,12 +73,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import flop_registry
 
 from ..errors import SimdlError
 from .table import SCHEMA, SCALED_COLUMNS
+from .inputs import describe, is_image, sample_batch
 from .zoo import build_adapted
 
 aten = torch.ops.aten
@@ -333,7 +334,7 @@ class _Tracer(TorchDispatchMode):
 
 
 def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: int,
-           batch: int) -> tuple[list[_Row], str]:
+           batch: int, vocab: int | None = None) -> tuple[list[_Row], str]:
     """One forward+backward on meta at ``batch``; returns the rows and the loss used."""
     for p in model.parameters():
         p.grad = None  # a fresh step: no gradient accumulation kernels
@@ -342,15 +343,20 @@ def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: in
     for m in model.modules():
         handles.append(m.register_forward_pre_hook(tracer.pre_hook, with_kwargs=True))
         handles.append(m.register_forward_hook(tracer.post_hook, with_kwargs=True))
-    x = torch.empty((batch, *input_shape), device="meta")
-    y = torch.zeros(batch, dtype=torch.long, device="meta")
+    x = sample_batch(batch, tuple(input_shape), vocab)
     try:
         with gpu_attention(), tracer:
             with torch.autograd.graph.saved_tensors_hooks(tracer.pack, lambda t: t):
                 out = model(x)
-                if isinstance(out, torch.Tensor) and tuple(out.shape) == (batch, num_classes):
-                    loss_kind = "cross_entropy"
-                    loss = F.cross_entropy(out, y)
+                # Logits over the classes, or over the vocabulary (a language model's next token).
+                labels = next((n for n in (num_classes, vocab) if n and _has_logits(out, batch, n)), None)
+                if labels is not None:
+                    # (batch, labels), or (batch, ..., labels) for a label per position:
+                    # cross-entropy over every position.
+                    loss_kind = "cross_entropy" if labels == num_classes else "cross_entropy over the vocabulary"
+                    with _disable_current_modes():  # the labels come with the batch: not traced
+                        y = torch.zeros(out.shape[:-1], dtype=torch.long, device="meta")
+                    loss = F.cross_entropy(out if out.dim() == 2 else out.reshape(-1, labels), y.reshape(-1))
                 else:  # a factory model without (batch, classes) logits
                     loss_kind = "sum"
                     loss = sum(t.float().sum() for t in _tensors(out))
@@ -365,20 +371,28 @@ def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: in
     return tracer.rows, loss_kind
 
 
+def _has_logits(out: Any, batch: int, num_classes: int) -> bool:
+    return (isinstance(out, torch.Tensor) and out.dim() >= 2 and out.shape[0] == batch
+            and out.shape[-1] == num_classes and out.is_floating_point())
+
+
 def _number(x: float) -> float | int:
     """Integers stay integers; others keep 6 decimals so regenerated files diff cleanly."""
     return int(x) if float(x).is_integer() else round(float(x), 6)
 
 
 def extract(model_spec: str, input_shape: tuple[int, ...], num_classes: int,
-            dataset: str = "", batches: tuple[int, int] = (2, 4)) -> dict[str, Any]:
-    """Trace ``model_spec`` and return its workload table as a schema-1 dict."""
+            dataset: str = "", batches: tuple[int, int] = (2, 4), vocab: int | None = None) -> dict[str, Any]:
+    """Trace ``model_spec`` and return its workload table as a schema-1 dict.
+
+    ``vocab``: the inputs are int64 token ids below it (simdl.workload.inputs), not float32.
+    """
     b1, b2 = (int(b) for b in batches)
     if not 2 <= b1 < b2:
         raise SimdlError(f"batches must be two sizes 2 <= b1 < b2, got {batches}")
-    model, note, shape = build_adapted(model_spec, tuple(input_shape), int(num_classes))
-    rows1, loss_kind = _trace(model, shape, num_classes, b1)
-    rows2, _ = _trace(model, shape, num_classes, b2)
+    model, note, shape = build_adapted(model_spec, tuple(input_shape), int(num_classes), vocab=vocab)
+    rows1, loss_kind = _trace(model, shape, num_classes, b1, vocab)
+    rows2, _ = _trace(model, shape, num_classes, b2, vocab)
     sig1 = [(r.name, r.type) for r in rows1]
     if sig1 != [(r.name, r.type) for r in rows2]:
         raise SimdlError(f"{model_spec}: module calls differ between batch {b1} and {b2}")
@@ -418,6 +432,9 @@ def extract(model_spec: str, input_shape: tuple[int, ...], num_classes: int,
             "device": "meta",
             "loss": loss_kind,
             "attention": "memory-efficient SDPA (CUDA float32 choice)",
+            # Images need no word (float32 CxHxW, the shipped tables); other inputs say theirs.
+            **({} if is_image(tuple(shape), vocab) else {"input": describe(tuple(shape), vocab)}),
+            **({"vocab_size": int(vocab)} if vocab is not None else {}),
         },
         "param_count": sum(p.numel() for _, p in params),
         "param_bytes": sum(p.numel() * p.element_size() for _, p in params),

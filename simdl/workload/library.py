@@ -63,11 +63,12 @@ def shipped_path(model: str, dataset: str) -> Path:
     return Path(str(_data_dir().joinpath(f"{model}__{dataset}{_SUFFIX}")))
 
 
-def cache_path(model: str, input_shape: tuple[int, ...], num_classes: int) -> Path:
+def cache_path(model: str, input_shape: tuple[int, ...], num_classes: int, vocab: int | None = None) -> Path:
     from .factory import cache_name  # a file.py:factory is cached under its content's digest
 
     shape = "x".join(str(int(s)) for s in input_shape)
-    return cache_dir() / f"{_safe(cache_name(model))}__{shape}__{int(num_classes)}c{_SUFFIX}"
+    tokens = "" if vocab is None else f"__v{int(vocab)}"  # token-id inputs: a table of their own
+    return cache_dir() / f"{_safe(cache_name(model))}__{shape}__{int(num_classes)}c{tokens}{_SUFFIX}"
 
 
 def _resolve(model: str, dataset: str | None, input_shape, num_classes):
@@ -103,25 +104,29 @@ def table_path(model: str, dataset: str | None = None, input_shape=None,
 
 
 def load_workload(model: str, dataset: str | None = None, input_shape=None,
-                  num_classes: int | None = None) -> WorkloadTable:
+                  num_classes: int | None = None, vocab: int | None = None) -> WorkloadTable:
     """The workload table of ``model`` on ``dataset`` (or ``input_shape``/``num_classes``).
 
-    ``num_classes`` defaults to the dataset's, or 1000 with a bare input shape.
+    ``num_classes`` defaults to the dataset's, or 1000 with a bare input shape. ``vocab``:
+    the inputs are token ids below it (simdl.workload.inputs), never a dataset's images.
     """
     from .factory import cache_name
 
     dataset, shape, classes = _resolve(model, dataset, input_shape, num_classes)
-    return _load(model, dataset, shape, classes, cache_name(model))
+    if vocab is not None:
+        dataset = None
+    return _load(model, dataset, shape, classes, cache_name(model), vocab)
 
 
 @lru_cache(maxsize=256)
 def _load(model: str, dataset: str | None, shape: tuple[int, ...], classes: int,
-          version: str = "") -> WorkloadTable:  # version: a model file's content (factory.cache_name)
+          version: str = "", vocab: int | None = None) -> WorkloadTable:
+    # version: a model file's content (factory.cache_name), so an edited file is traced anew
     if dataset is not None:
         path = shipped_path(model, dataset)
         if path.exists():
             return WorkloadTable.load(path)
-    path = cache_path(model, shape, classes)
+    path = cache_path(model, shape, classes, vocab)
     if path.exists():
         return WorkloadTable.load(path)
     try:
@@ -132,7 +137,7 @@ def _load(model: str, dataset: str | None, shape: tuple[int, ...], classes: int,
             f" with {classes} classes; tracing one needs torch ({e}): "
             "pip install 'simdl[torch]'"
         ) from None
-    table = extract(model, shape, classes, dataset=dataset or "")
+    table = extract(model, shape, classes, dataset=dataset or "", vocab=vocab)
     save_table(table, path)
     return WorkloadTable.from_dict(table, where=str(path))
 

@@ -11,13 +11,25 @@ from dataclasses import dataclass
 from ..errors import SimdlError, unknown
 from .table import WorkloadTable
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
+OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "lamb")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16-amp")
 
 # Optimizer state kept per parameter element, in parameter-sized copies.
-# torch/optim/sgd.py keeps one momentum buffer when momentum > 0; torch/optim/adam.py
-# keeps exp_avg and exp_avg_sq (plus a scalar step per tensor, negligible).
-OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2}
+# ``sgd`` is torch.optim.SGD without momentum: torch/optim/sgd.py keeps no state then, and one
+# momentum buffer when momentum > 0 (``momentum``, 0.9). torch/optim/adam.py keeps exp_avg and
+# exp_avg_sq (plus a scalar step per tensor, negligible). torch/optim/adamw.py (torch 2.14) is
+# Adam with decoupled_weight_decay=True and weight_decay=1e-2: the same two states.
+# apex.optimizers.FusedLAMB (apex/optimizers/fused_lamb.py) keeps exp_avg and exp_avg_sq too; its
+# update is written into the gradient buffer (csrc/multi_tensor_lamb.cu), no copy of its own.
+OPTIMIZER_STATE_COPIES = {"sgd": 0, "momentum": 1, "adam": 2, "adamw": 2, "lamb": 2}
+# The torch.optim class and arguments each name stands for (simdl.memory.reference builds them).
+OPTIMIZER_MEANING = {
+    "sgd": "torch.optim.SGD(momentum=0)",
+    "momentum": "torch.optim.SGD(momentum=0.9)",
+    "adam": "torch.optim.Adam (weight_decay=0)",
+    "adamw": "torch.optim.AdamW (weight_decay=1e-2, decoupled)",
+    "lamb": "apex.optimizers.FusedLAMB (weight_decay=0.01, CUDA only)",
+}
 
 # Defaults, each from a public source. The studies simdl grew from do not state them.
 DEFAULT_BATCH_SIZE = 32  # torchvision references/classification/train.py: --batch-size 32 "images per gpu"

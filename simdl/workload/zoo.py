@@ -21,6 +21,7 @@ import inspect
 from typing import Any, Callable
 
 from ..errors import SimdlError, unknown
+from .inputs import describe, forward_error, input_hint, is_image
 
 # Zoo name -> torchvision builder name (torchvision.models.get_model), or a
 # ``module:factory`` spec for models torchvision does not have.
@@ -130,7 +131,7 @@ def load_factory(spec: str) -> Callable[..., Any]:
     return load(spec)
 
 
-def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> Any:
+def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int, vocab: int | None = None) -> Any:
     from torch import nn
 
     factory = load_factory(spec)
@@ -143,6 +144,8 @@ def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int) -> 
         kwargs["num_classes"] = num_classes
     if "input_shape" in accepted:
         kwargs["input_shape"] = tuple(input_shape)
+    if vocab is not None and "vocab_size" in accepted:
+        kwargs["vocab_size"] = vocab
     from .factory import call_factory
 
     model = call_factory(spec, factory, kwargs)  # its exceptions: one line naming it
@@ -184,14 +187,7 @@ def _set_in_channels(model: Any, channels: int) -> str:
 
 def _runs(model: Any, shape: tuple[int, ...]) -> bool:
     """Does a batch of 2 at ``shape`` go through the model? (meta tensors: no compute)."""
-    import torch
-
-    try:
-        with torch.no_grad():
-            model(torch.empty((2, *shape), device="meta"))
-        return True
-    except RuntimeError:
-        return False
+    return forward_error(model, shape, None) is None
 
 
 def _construct(name_or_spec: str, shape: tuple[int, ...], num_classes: int) -> Any:
@@ -221,18 +217,21 @@ def build_model(
 
 
 def build_adapted(
-    name_or_spec: str, input_shape: tuple[int, ...], num_classes: int, device: str = "meta"
+    name_or_spec: str, input_shape: tuple[int, ...], num_classes: int, device: str = "meta",
+    vocab: int | None = None,
 ) -> tuple[Any, str, tuple[int, ...]]:
     """Like :func:`build_model`, also returning the (possibly padded) input shape used.
 
-    Built on the meta device by default: no memory, no initialisation cost.
+    Built on the meta device by default: no memory, no initialisation cost. Inputs that are
+    not images (any other shape, or token ids with ``vocab``) go to the factory as given
+    (:mod:`simdl.workload.inputs`); only images are adapted.
     """
     import torch
 
     check_model_name(name_or_spec)
     shape = tuple(int(s) for s in input_shape)
-    if len(shape) != 3:
-        raise SimdlError(f"input shape must be CxHxW, got {'x'.join(map(str, shape))}")
+    if not is_image(shape, vocab):
+        return _build_unadapted(name_or_spec, shape, num_classes, device, vocab)
     c, h, w = shape
     notes = []
     if name_or_spec in VIT_PATCH:
@@ -263,8 +262,28 @@ def build_adapted(
                 shape = padded
                 break
         else:
+            error = forward_error(model, tuple(int(s) for s in input_shape), None)
             raise SimdlError(
                 f"model {name_or_spec!r} does not run on input {'x'.join(map(str, input_shape))}"
-                f" even padded by {_MAX_PAD} px"
+                f" even padded by {_MAX_PAD} px ({error}); {input_hint()}"
             )
     return model, "; ".join(notes), shape
+
+
+def _build_unadapted(name_or_spec: str, shape: tuple[int, ...], num_classes: int, device: str,
+                     vocab: int | None) -> tuple[Any, str, tuple[int, ...]]:
+    """A factory model on a non-image input, checked by one forward on meta."""
+    import torch
+
+    if name_or_spec in MODELS:
+        raise SimdlError(f"model {name_or_spec!r} takes images (--input CxHxW, no --vocab); "
+                         f"{describe(shape, vocab)} inputs need a package.module:factory model")
+    with torch.device(device):
+        model = _call_factory(name_or_spec, shape, num_classes, vocab)
+    model.train()
+    if device == "meta":
+        error = forward_error(model, shape, vocab)
+        if error is not None:
+            raise SimdlError(f"model {name_or_spec!r} does not run on {describe(shape, vocab)} inputs "
+                             f"({error}); {input_hint()}")
+    return model, "", shape

@@ -26,6 +26,8 @@ def _check(c):
 
 SINGLE = [
     ("mnist_cnn", 256, "adam"),
+    ("mnist_cnn", 256, "adamw"),
+    ("resnet18", 32, "sgd"),
     ("resnet18", 32, "momentum"),
     ("resnet50", 256, "adam"),
     ("vgg16", 32, "momentum"),

@@ -19,10 +19,17 @@ def test_datasets():
         get_dataset("cifar")
 
 
-@pytest.mark.parametrize("text", ["3x32", "3x32xa", "0x3x3", "", "3x-1x4"])
+@pytest.mark.parametrize("text", ["3x32xa", "0x3x3", "", "3x-1x4"])
 def test_parse_input_shape_rejects(text):
-    with pytest.raises(SimdlError, match="expected CxHxW"):
+    with pytest.raises(SimdlError, match="bad input shape .*CxHxW for images"):
         parse_input_shape(text)
+
+
+def test_zoo_models_refuse_a_shape_that_is_not_an_image():
+    from simdl.workload.zoo import build_adapted
+
+    with pytest.raises(SimdlError, match="'resnet18' takes images .*3x32"):
+        build_adapted("resnet18", (3, 32), 10)
 
 
 def test_parse_input_shape():
