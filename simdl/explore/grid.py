@@ -84,7 +84,10 @@ def accepted_keys() -> dict[str, type]:
 
 def describe_keys() -> str:
     """A table of the accepted keys for ``simdl sweep --list-keys``."""
-    lines = ["predict keywords (as simdl predict; strategy also takes fsdp-full, fsdp-grad_op, fsdp-hybrid, fsdp-none):"]
+    from ..strategies import registry
+
+    also = [lab for lab in registry.labels() if lab not in registry.names()]
+    lines = [f"predict keywords (as simdl predict; strategy also takes {', '.join(also)}):"]
     lines += [f"  {k:<26} {t.__name__}" for k, t in predict_keys().items()]
     lines.append("simulator options (need engine=sim):")
     lines += [f"  {k:<26} {SIM_HELP[k]}" for k in SIM_KEYS]
