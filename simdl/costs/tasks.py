@@ -25,6 +25,7 @@ from ..cluster import Cluster
 # Re-exported: callers (calibration, engines, tests) take the glibc constant from here.
 from ..cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold  # noqa: F401
 from ..collectives import collective_time
+from ..hosts import host_for
 from ..strategies.plan import PSPlan
 from ..workload.table import WorkloadTable
 
@@ -116,8 +117,6 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
 def host_rates(cluster: Cluster) -> dict:
     """The host's page-fault cost (s per byte) and mmap threshold (bytes), as ``Rates``
     fields; empty when the host pays none (GPU memory: PyTorch's caching allocator)."""
-    from ..hosts import host_for
-
     threshold = host_for(cluster).mapped_threshold()
     if threshold is None:
         return {}
@@ -136,7 +135,7 @@ def _measured(cluster: Cluster, precision: str) -> dict:
         return {}
     # Measured with ranks_sharing_device ranks on one device; this prediction's ranks each
     # get cluster.device_share of it (1 on devices that are not shared).
-    measured_share = 1.0 / prof.ranks_sharing_device if cluster.spec.shared_device else 1.0
+    measured_share = 1.0 / prof.ranks_sharing_device if host_for(cluster).shares_cores() else 1.0
     return {"measured": prof, "measured_scale": measured_share / cluster.device_share}
 
 

@@ -35,6 +35,9 @@ class HostBackend(Protocol):
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         """What the result should say about the bytes that fault in again every step."""
 
+    def shares_cores(self) -> bool:
+        """Whether the ranks of a node (and a PS server on it) share one device's cores."""
+
 
 def host_for(cluster) -> HostBackend:
     """The backend of ``cluster``'s device (its file's ``kind``)."""

@@ -49,6 +49,10 @@ class GlibcCpuHost:
             return 0.0
         return mmap_threshold(self.cluster)
 
+    def shares_cores(self) -> bool:
+        """The profile's ``shared_device``: the ranks of a node are processes of one host."""
+        return bool(self.cluster.spec.shared_device)
+
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         """A warning where gradients fault in again: the charge (bytes x the idle fill rate)
         under-prices what trimming cost on the Zen 4, and the cost moves with the heap's history
