@@ -238,9 +238,7 @@ class Cluster:
     def device_share(self) -> float:
         """Fraction of the device one rank gets: 1, or 1/ranks_per_node when the ranks of a
         node share one device (``shared_device: true``, the cpu-local preset)."""
-        from ..hosts import host_for
-
-        return 1.0 / self.gpus_per_node if host_for(self).shares_cores() else 1.0
+        return 1.0 / self.gpus_per_node if self.spec.shared_device else 1.0
 
     def per_rank_peak_flops(self, precision: str) -> float:
         return self.spec.gpu.peak(precision) * self.device_share

@@ -135,7 +135,7 @@ def _measured(cluster: Cluster, precision: str) -> dict:
         return {}
     # Measured with ranks_sharing_device ranks on one device; this prediction's ranks each
     # get cluster.device_share of it (1 on devices that are not shared).
-    measured_share = 1.0 / prof.ranks_sharing_device if host_for(cluster).shares_cores() else 1.0
+    measured_share = 1.0 / prof.ranks_sharing_device if cluster.spec.shared_device else 1.0
     return {"measured": prof, "measured_scale": measured_share / cluster.device_share}
 
 

@@ -36,7 +36,9 @@ class HostBackend(Protocol):
         """What the result should say about the bytes that fault in again every step."""
 
     def shares_cores(self) -> bool:
-        """Whether the ranks of a node (and a PS server on it) share one device's cores."""
+        """Whether the ranks of a node and a PS server on it are processes sharing one host's
+        CPU cores (the PS shared-host bound, simdl.sim.cores). Ranks sharing one device's
+        compute is the profile's ``shared_device`` on any kind (Cluster.device_share)."""
 
 
 def host_for(cluster) -> HostBackend:
