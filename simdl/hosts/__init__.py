@@ -18,7 +18,9 @@ from typing import Protocol, Sequence
 class HostBackend(Protocol):
     """The questions plans ask about the device they run on."""
 
-    kind: str
+    @property
+    def kind(self) -> str:
+        """The device kind it serves (a device file's ``kind``)."""
 
     def collectives_block(self) -> bool:
         """Whether a collective blocks the training thread (no side streams)."""

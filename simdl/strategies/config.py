@@ -36,11 +36,11 @@ class StrategyConfig:
         # A knob of another family left at that family's default says nothing: dropped.
         knobs = {k: v for k, v in knobs.items() if k in own or v != registry.field_default(k)}
         registry.refuse_inapplicable(name, knobs)
-        opts = options if options is not None else spec.options()
+        opts: Any = options if options is not None else spec.options()
         if not isinstance(opts, spec.options):
             raise TypeError(f"strategy {name!r} takes {spec.options.__name__}, not {type(opts).__name__}")
         if knobs:
-            opts = dataclasses.replace(opts, **knobs)
+            opts = dataclasses.replace(opts, **knobs)  # type: ignore[type-var]
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "options", opts)
         object.__setattr__(self, "algorithm", algorithm)

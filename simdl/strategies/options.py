@@ -48,7 +48,7 @@ def check_fields(options: object) -> None:
     """Validate every field of an options dataclass against its declared type: Literal
     choices, integers (bool refused), numbers, booleans, Optional of those."""
     for f in dataclasses.fields(options):  # type: ignore[arg-type]
-        value, kind = getattr(options, f.name), _hints(type(options))[f.name]
+        value, kind = getattr(options, f.name), _hints(type(options))[f.name]  # type: ignore[arg-type]
         args = typing.get_args(kind)
         if typing.get_origin(kind) is typing.Union and type(None) in args:
             if value is None:

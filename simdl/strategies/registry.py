@@ -192,7 +192,7 @@ def is_client_server(name: str) -> bool:
 
 def cli_options(declared: set[str]) -> list[tuple[str, PredictKey]]:
     """Strategy keywords the CLI has no option for yet, with their declarations."""
-    out = []
+    out: list[tuple[str, PredictKey]] = []
     for s in _SPECS.values():
         for k, key in s.predict_keys.items():
             if k not in declared and k not in (o for o, _ in out):
