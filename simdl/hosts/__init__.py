@@ -45,7 +45,8 @@ class HostBackend(Protocol):
 
 def host_for(cluster) -> HostBackend:
     """The backend of ``cluster``'s device (its file's ``kind``)."""
-    from .cpu_glibc import GlibcCpuHost
-    from .cuda import CudaHost
-
     return GlibcCpuHost(cluster) if cluster.spec.gpu.is_cpu else CudaHost(cluster)
+
+
+from .cpu_glibc import GlibcCpuHost  # noqa: E402 -- the backends implement the protocol above
+from .cuda import CudaHost  # noqa: E402
