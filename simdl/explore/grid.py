@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+from functools import lru_cache
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import SimdlError, unknown
@@ -265,6 +266,7 @@ def to_call(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return kwargs, over
 
 
+@lru_cache(maxsize=1)
 def default_strategy() -> str:
     """The strategy ``predict`` uses when none is given (read from its signature)."""
     from ..predict import predict
@@ -277,7 +279,7 @@ def _drop_inapplicable(kwargs: dict[str, Any]) -> None:
     axis on a DDP point): the point is the same configuration without them."""
     from ..strategies import registry
 
-    name = kwargs.get("strategy", default_strategy())
+    name = kwargs["strategy"] if "strategy" in kwargs else default_strategy()
     spec = registry.get(name)
     for k in registry.predict_keys():
         if k in kwargs and not spec.applies(k, name):
