@@ -46,7 +46,8 @@ class StrategyConfig:
         object.__setattr__(self, "options", opts)
         object.__setattr__(self, "algorithm", algorithm)
         for f in dataclasses.fields(opts):  # read directly (config.sharding), not through __getattr__
-            object.__setattr__(self, f.name, getattr(opts, f.name))
+            if not hasattr(StrategyConfig, f.name):  # a field named like a property stays in .options
+                object.__setattr__(self, f.name, getattr(opts, f.name))
 
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__"):
