@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .band import LEVEL, band, step_spread
@@ -181,8 +182,18 @@ def _plan(workload, alloc, family, strategy: str, algorithm: str, strategy_kw: d
 
     knobs = {key.field: key.to_field(strategy_kw[k]) for k, key in family.predict_keys.items()
              if strategy_kw.get(k) is not None}
-    config = StrategyConfig(name=strategy, algorithm=algorithm, **knobs)
+    try:  # a sweep builds the same settings many times; each value's type is part of the key
+        config = _config(strategy, algorithm, tuple((k, type(v), v) for k, v in knobs.items()))
+    except TypeError:  # an unhashable value: built (and rejected) without the cache
+        config = StrategyConfig(name=strategy, algorithm=algorithm, **knobs)
     return config, build_plan(workload, alloc, config)
+
+
+@lru_cache(maxsize=1024)
+def _config(strategy: str, algorithm: str, knobs: tuple):
+    from .strategies import StrategyConfig
+
+    return StrategyConfig(name=strategy, algorithm=algorithm, **{k: v for k, _, v in knobs})
 
 
 def _echo(workload, alloc, config, plan, *, dataset: str, loader_workers: int, engine: str) -> dict[str, Any]:

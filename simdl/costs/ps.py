@@ -11,6 +11,7 @@ import math
 
 from ..cluster import Cluster
 from ..cluster.allocator import host_mmap_threshold
+from ..hosts import host_for
 from ..result import Staleness
 from ..strategies.plan import PSPlan
 from .step import bytes_sent
@@ -170,7 +171,7 @@ def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, transfers:
     takes at least that CPU time over K. Without it, async PS on cpu-local was predicted as if
     the server's work were free for the workers (VGG16 -23%).
     """
-    if not cluster.spec.shared_device or cluster.nodes != 1:
+    if not host_for(cluster).shares_cores() or cluster.nodes != 1:
         return 0.0
     cores = float(cluster.spec.host.cpu_cores.value)
     worker_cpu = compute * min(1.0, cores / cluster.gpus_per_node) + transfers

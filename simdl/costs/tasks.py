@@ -25,6 +25,7 @@ from ..cluster import Cluster
 # Re-exported: callers (calibration, engines, tests) take the glibc constant from here.
 from ..cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold  # noqa: F401
 from ..collectives import collective_time
+from ..hosts import host_for
 from ..strategies.plan import PSPlan
 from ..workload.table import WorkloadTable
 
@@ -116,8 +117,6 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
 def host_rates(cluster: Cluster) -> dict:
     """The host's page-fault cost (s per byte) and mmap threshold (bytes), as ``Rates``
     fields; empty when the host pays none (GPU memory: PyTorch's caching allocator)."""
-    from ..hosts import host_for
-
     threshold = host_for(cluster).mapped_threshold()
     if threshold is None:
         return {}

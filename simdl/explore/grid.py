@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 import itertools
 import math
+from functools import lru_cache
 from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from ..errors import SimdlError, unknown
@@ -84,7 +85,10 @@ def accepted_keys() -> dict[str, type]:
 
 def describe_keys() -> str:
     """A table of the accepted keys for ``simdl sweep --list-keys``."""
-    lines = ["predict keywords (as simdl predict; strategy also takes fsdp-full, fsdp-grad_op, fsdp-hybrid, fsdp-none):"]
+    from ..strategies import registry
+
+    also = [lab for lab in registry.labels() if lab not in registry.names()]
+    lines = [f"predict keywords (as simdl predict; strategy also takes {', '.join(also)}):"]
     lines += [f"  {k:<26} {t.__name__}" for k, t in predict_keys().items()]
     lines.append("simulator options (need engine=sim):")
     lines += [f"  {k:<26} {SIM_HELP[k]}" for k in SIM_KEYS]
@@ -264,6 +268,7 @@ def to_call(params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     return kwargs, over
 
 
+@lru_cache(maxsize=1)
 def default_strategy() -> str:
     """The strategy ``predict`` uses when none is given (read from its signature)."""
     from ..predict import predict
@@ -276,7 +281,7 @@ def _drop_inapplicable(kwargs: dict[str, Any]) -> None:
     axis on a DDP point): the point is the same configuration without them."""
     from ..strategies import registry
 
-    name = kwargs.get("strategy", default_strategy())
+    name = kwargs["strategy"] if "strategy" in kwargs else default_strategy()
     spec = registry.get(name)
     for k in registry.predict_keys():
         if k in kwargs and not spec.applies(k, name):

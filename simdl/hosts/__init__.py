@@ -18,7 +18,9 @@ from typing import Protocol, Sequence
 class HostBackend(Protocol):
     """The questions plans ask about the device they run on."""
 
-    kind: str
+    @property
+    def kind(self) -> str:
+        """The device kind it serves (a device file's ``kind``)."""
 
     def collectives_block(self) -> bool:
         """Whether a collective blocks the training thread (no side streams)."""
@@ -35,10 +37,16 @@ class HostBackend(Protocol):
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         """What the result should say about the bytes that fault in again every step."""
 
+    def shares_cores(self) -> bool:
+        """Whether the ranks of a node and a PS server on it are processes sharing one host's
+        CPU cores (the PS shared-host bound, simdl.sim.cores). Ranks sharing one device's
+        compute is the profile's ``shared_device`` on any kind (Cluster.device_share)."""
+
 
 def host_for(cluster) -> HostBackend:
     """The backend of ``cluster``'s device (its file's ``kind``)."""
-    from .cpu_glibc import GlibcCpuHost
-    from .cuda import CudaHost
-
     return GlibcCpuHost(cluster) if cluster.spec.gpu.is_cpu else CudaHost(cluster)
+
+
+from .cpu_glibc import GlibcCpuHost  # noqa: E402 -- the backends implement the protocol above
+from .cuda import CudaHost  # noqa: E402

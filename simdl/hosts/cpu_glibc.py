@@ -44,10 +44,14 @@ class GlibcCpuHost:
         per unit) faults in again every step: the mmap threshold once the step's gradients
         reach the trim threshold (larger ones are mapped fresh anyway: their ``allocs``); 0
         below it, or where no faults are priced."""
-        trim = trim_threshold(self.cluster)
-        if trim is None or sum(grad_bytes) < trim:
+        trim, mapped = trim_threshold(self.cluster), mmap_threshold(self.cluster)
+        if trim is None or mapped is None or sum(grad_bytes) < trim:
             return 0.0
-        return mmap_threshold(self.cluster)
+        return mapped
+
+    def shares_cores(self) -> bool:
+        """The profile's ``shared_device``: the ranks of a node are processes of one host."""
+        return bool(self.cluster.spec.shared_device)
 
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         """A warning where gradients fault in again: the charge (bytes x the idle fill rate)

@@ -31,3 +31,6 @@ class CudaHost:
 
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         return ()
+
+    def shares_cores(self) -> bool:
+        return False

@@ -130,13 +130,14 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         from functools import lru_cache
 
         from ..costs.ps import ps_snapshot_time, ps_update_time
+        from ..hosts import host_for
         from .ps import run_ps
 
         durations = [_compute_time(t, rows, rates) for t in plan.worker_tasks]
         # One value per aggregation count, asked for at every applied update.
         update_time = lru_cache(maxsize=None)(lambda k: ps_update_time(cluster, plan, k))
         cores = None
-        if cluster.spec.shared_device and cluster.nodes == 1:
+        if host_for(cluster).shares_cores() and cluster.nodes == 1:
             # The workers and the server are processes of one host and share its cores
             # (simdl.sim.cores).
             from .cores import SharedCores

@@ -36,14 +36,18 @@ class StrategyConfig:
         # A knob of another family left at that family's default says nothing: dropped.
         knobs = {k: v for k, v in knobs.items() if k in own or v != registry.field_default(k)}
         registry.refuse_inapplicable(name, knobs)
-        opts = options if options is not None else spec.options()
-        if not isinstance(opts, spec.options):
-            raise TypeError(f"strategy {name!r} takes {spec.options.__name__}, not {type(opts).__name__}")
-        if knobs:
-            opts = dataclasses.replace(opts, **knobs)
+        if options is None:
+            opts: Any = spec.options(**knobs)
+        elif not isinstance(options, spec.options):
+            raise TypeError(f"strategy {name!r} takes {spec.options.__name__}, not {type(options).__name__}")
+        else:
+            opts = dataclasses.replace(options, **knobs) if knobs else options  # type: ignore[type-var]
         object.__setattr__(self, "name", name)
         object.__setattr__(self, "options", opts)
         object.__setattr__(self, "algorithm", algorithm)
+        for f in dataclasses.fields(opts):  # read directly (config.sharding), not through __getattr__
+            if not hasattr(StrategyConfig, f.name):  # a field named like a property stays in .options
+                object.__setattr__(self, f.name, getattr(opts, f.name))
 
     def __getattr__(self, item: str) -> Any:
         if item.startswith("__"):

@@ -27,6 +27,7 @@ from .optimizer_step import optimizer_task, uses_foreach
 from .plan import COMM, COMPUTE, Group, PlanFacts, SpmdPlan, Task
 from .rows import first_row_of_params
 from ..memory.rowtree import add_recompute
+from ..memory.timeline import replica_timeline
 
 
 @dataclass(frozen=True)
@@ -131,12 +132,6 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     )
 
 
-def _timeline(workload, plan, options):
-    from ..memory.timeline import replica_timeline
-
-    return replica_timeline(workload, plan, options)
-
-
 def _echo(config, plan) -> dict:
     return {"bucket_cap_bytes": config.bucket_cap_bytes, "first_bucket_bytes": config.first_bucket_bytes,
             "buckets": plan.facts.buckets}
@@ -147,7 +142,7 @@ SPEC = register(StrategySpec(
     names=("ddp",),
     options=DDPOptions,
     build_plan=build_plan,
-    memory_timeline=_timeline,
+    memory_timeline=replica_timeline,
     predict_keys={"bucket_cap_mb": PredictKey("bucket_cap_bytes", lambda mb: mb * MiB)},
     labels={"ddp": ("ddp", {})},
     variants=lambda v: ("ddp",),

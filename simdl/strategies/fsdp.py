@@ -71,6 +71,7 @@ from .fsdp_units import fsdp_units
 from .optimizer_step import optimizer_task, uses_foreach
 from .plan import COMM, COMM_REDUCE, COMPUTE, Group, PlanFacts, SpmdPlan, Task
 from ..memory.rowtree import add_recompute
+from ..memory.timeline import fsdp_timeline
 
 
 def _runs(row_unit) -> list[tuple[int, int, int]]:
@@ -341,12 +342,6 @@ class _Builder:
         )
 
 
-def _timeline(workload, plan, options):
-    from ..memory.timeline import fsdp_timeline
-
-    return fsdp_timeline(workload, plan, options)
-
-
 def _echo(config, plan) -> dict:
     f = plan.facts
     out = {"sharding": config.sharding, "wrap": config.wrap, "fsdp_units": f.units,
@@ -365,7 +360,7 @@ SPEC = register(StrategySpec(
     names=("fsdp",),
     options=FSDPOptions,
     build_plan=build_plan,
-    memory_timeline=_timeline,
+    memory_timeline=fsdp_timeline,
     predict_keys={
         "sharding": PredictKey("sharding", default_reason="FSDP's default ShardingStrategy.FULL_SHARD"),
         "wrap": PredictKey("wrap", default_reason="the model's block classes as FSDP units"),

@@ -47,9 +47,27 @@ def _hints(cls: type) -> dict[str, object]:
 
 def check_fields(options: object) -> None:
     """Validate every field of an options dataclass against its declared type: Literal
-    choices, integers (bool refused), numbers, booleans, Optional of those."""
+    choices, integers (bool refused), numbers, booleans, Optional of those. Options that
+    passed once are not checked again (a sweep builds the same options many times)."""
+    # Keyed on each value's type too: True == 1, but a bool is no integer here.
+    key = (type(options), tuple((type(v), v) for v in (getattr(options, f.name) for f in dataclasses.fields(options))))  # type: ignore[arg-type]
+    try:
+        if key in _CHECKED:
+            return
+    except TypeError:  # an unhashable value: checked below, not remembered
+        _check(options)
+        return
+    _check(options)
+    if len(_CHECKED) < 4096:
+        _CHECKED.add(key)
+
+
+_CHECKED: set = set()
+
+
+def _check(options: object) -> None:
     for f in dataclasses.fields(options):  # type: ignore[arg-type]
-        value, kind = getattr(options, f.name), _hints(type(options))[f.name]
+        value, kind = getattr(options, f.name), _hints(type(options))[f.name]  # type: ignore[arg-type]
         args = typing.get_args(kind)
         if typing.get_origin(kind) is typing.Union and type(None) in args:
             if value is None:

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from functools import cached_property
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol
 
 COMPUTE = "compute"  # the default CUDA stream: forward, backward, optimizer kernels
 COMM = "comm"  # NCCL's stream (DDP all-reduce, FSDP all-gather)
@@ -88,8 +90,13 @@ class PlanFacts:
     # Collectives block the compute stream (a CPU device has no side streams: simdl.strategies.fsdp).
     blocking_collectives: bool = False
 
-    def as_dict(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+    def as_dict(self) -> Mapping[str, Any]:
+        """The facts by name, read-only (built once per plan: the memory model reads it per prediction)."""
+        return self._as_dict
+
+    @cached_property
+    def _as_dict(self) -> Mapping[str, Any]:
+        return MappingProxyType({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
 
 
 class Plan(Protocol):
@@ -122,7 +129,7 @@ class SpmdPlan:
     family: str = ""  # the registry family that built it (simdl.strategies.registry)
 
     @property
-    def details(self) -> dict[str, Any]:
+    def details(self) -> Mapping[str, Any]:
         """The facts as a plain dict (read-only view, for callers that index by name)."""
         return self.facts.as_dict()
 
@@ -149,7 +156,7 @@ class PSPlan:
     family: str = "ps"
 
     @property
-    def details(self) -> dict[str, Any]:
+    def details(self) -> Mapping[str, Any]:
         """The facts as a plain dict (read-only view, for callers that index by name)."""
         return self.facts.as_dict()
 

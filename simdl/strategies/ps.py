@@ -27,6 +27,7 @@ from .registry import PredictKey, StrategySpec, register
 from .optimizer_step import host_update_bytes
 from .plan import COMPUTE, PlanFacts, PSPlan, Task
 from ..memory.rowtree import add_recompute
+from ..memory.timeline import ps_worker_timeline
 
 
 @dataclass(frozen=True)
@@ -74,12 +75,6 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     )
 
 
-def _timeline(workload, plan, options):
-    from ..memory.timeline import ps_worker_timeline
-
-    return ps_worker_timeline(workload, plan, options)
-
-
 def _evaluate(workload, cluster, plan, rows, rates):
     from ..costs.ps import ps_timing
 
@@ -98,7 +93,7 @@ SPEC = register(StrategySpec(
     names=("ps-sync", "ps-async", "ps-ssp"),
     options=PSOptions,
     build_plan=build_plan,
-    memory_timeline=_timeline,
+    memory_timeline=ps_worker_timeline,
     predict_keys={
         "ps_servers": PredictKey("ps_servers", default_reason="one server, as study 1 ran it"),
         "staleness_bound": PredictKey("staleness_bound", names=("ps-ssp",),

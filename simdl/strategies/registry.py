@@ -92,6 +92,7 @@ def register(spec: StrategySpec) -> StrategySpec:
     _SPECS[spec.family] = spec
     for n in spec.names:
         _BY_NAME[n] = spec
+    _PREDICT_KEYS.clear()
     return spec
 
 
@@ -100,6 +101,7 @@ def unregister(family: str) -> None:
     spec = _SPECS.pop(family)
     for n in spec.names:
         _BY_NAME.pop(n, None)
+    _PREDICT_KEYS.clear()
 
 
 def specs() -> tuple[StrategySpec, ...]:
@@ -192,7 +194,7 @@ def is_client_server(name: str) -> bool:
 
 def cli_options(declared: set[str]) -> list[tuple[str, PredictKey]]:
     """Strategy keywords the CLI has no option for yet, with their declarations."""
-    out = []
+    out: list[tuple[str, PredictKey]] = []
     for s in _SPECS.values():
         for k, key in s.predict_keys.items():
             if k not in declared and k not in (o for o, _ in out):
@@ -202,7 +204,12 @@ def cli_options(declared: set[str]) -> list[tuple[str, PredictKey]]:
 
 def predict_keys() -> tuple[str, ...]:
     """Every strategy-specific predict keyword, over all families."""
-    return tuple(dict.fromkeys(k for s in _SPECS.values() for k in s.predict_keys))
+    if not _PREDICT_KEYS:
+        _PREDICT_KEYS.extend(dict.fromkeys(k for s in _SPECS.values() for k in s.predict_keys))
+    return tuple(_PREDICT_KEYS)
+
+
+_PREDICT_KEYS: list[str] = []  # predict_keys(), rebuilt after a family is registered or removed
 
 
 def refuse_inapplicable(name: str, given: Mapping[str, Any]) -> None:

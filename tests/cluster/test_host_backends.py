@@ -50,3 +50,4 @@ def test_each_kind_gets_its_backend():
     assert cpu.refault_limit(big) == cpu.mapped_threshold() and gpu.refault_limit(big) == 0.0
     assert cpu.refault_limit([1.0]) == 0.0
     assert cpu.refault_notes(5e8) and gpu.refault_notes(5e8) == ()
+    assert host_for(allocate("cpu-local", 2)).shares_cores() and not gpu.shares_cores()
