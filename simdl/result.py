@@ -32,8 +32,8 @@ class Result:
     total_time_s: float
     throughput_samples_per_s: float
     iterations_per_epoch: int
-    peak_memory_bytes: float  # the largest rank, process total (tensors + overheads)
-    peak_tensor_bytes: float  # what torch.cuda.max_memory_allocated would report
+    peak_memory_bytes: float  # the largest rank, process total as nvidia-smi shows it (CUDA: reserved + context + NCCL)
+    peak_tensor_bytes: float  # live tensor bytes at the peak (what PyTorch's MemTracker counts)
     memory_breakdown_bytes: dict[str, float]
     memory_capacity_bytes: float
     fits_in_memory: bool
@@ -53,6 +53,13 @@ class Result:
     # Where a measured step should fall, LEVEL of the time (simdl.band): on a calibrated
     # profile, from its held-out step errors and step jitter; None where the profile has none.
     iteration_time_band_s: tuple[float, float] | None = None
+    # CUDA devices: torch.cuda.max_memory_allocated / max_memory_reserved over two steps, as the
+    # caching allocator model replays them (simdl.memory.cuda); None on the CPU device.
+    max_memory_allocated_bytes: float | None = None
+    max_memory_reserved_bytes: float | None = None
+    # What peak_memory_bytes is made of (CUDA: tensors, allocator_rounding, allocator_cache,
+    # cuda_context, nccl_buffers; CPU: tensors, context, workspace, fragmentation).
+    device_memory_bytes: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -66,13 +73,15 @@ class Result:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
         d = {k: v for k, v in self.to_dict().items()
              if k not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
-                          "iteration_time_band_s")}
+                          "iteration_time_band_s", "device_memory_bytes")}
         lo, hi = self.iteration_time_band_s or (None, None)
         d["iteration_time_band_low_s"], d["iteration_time_band_high_s"] = lo, hi
         for k, v in self.step_split_s.items():
             d[f"step_{k}_s"] = v
         for k, v in self.memory_breakdown_bytes.items():
             d[f"memory_{k}_bytes"] = v
+        for k, v in self.device_memory_bytes.items():
+            d[f"device_memory_{k}_bytes"] = v
         for k, v in asdict(self.staleness).items():
             d[f"staleness_{k}"] = v
         for k, v in self.config.items():

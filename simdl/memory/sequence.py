@@ -196,17 +196,21 @@ def _baseline(b: _Builder, table, timeline: Timeline, bucket_bytes, fsdp: bool):
         b.alloc(COMM, "ddp buckets", [float(x) for x in bucket_bytes], 0, DEFAULT_STREAM)
 
 
-def _events(b: _Builder, tl: Timeline) -> None:
-    """One iteration's events as allocations and frees."""
+def _events(b: _Builder, tl: Timeline) -> np.ndarray:
+    """One iteration's events as allocations and frees; returns the index of the first op
+    of each event (``len(events) + 1`` entries)."""
     d = tl.deltas
     cats, fixed, sharded, rows, labels = tl.category, tl.fixed, tl.sharded, tl.row, tl.labels
     n = len(cats)
+    starts = np.zeros(n + 1, dtype=np.int64)
     k = 0
     while k < n:
+        starts[k] = len(b.ops)
         amount, cat, label = float(d[k]), int(cats[k]), labels[k]
         kind = _kind(fixed[k], sharded[k])
         if amount < 0 and k + 1 < n and labels[k + 1] == label and d[k + 1] == -amount and cats[k + 1] != cat:
             if b.move(cat, int(cats[k + 1]), -amount, kind):  # AccumulateGrad: a new category, same storage
+                starts[k + 1] = len(b.ops)
                 k += 2
                 continue
         if amount > 0:
@@ -223,19 +227,28 @@ def _events(b: _Builder, tl: Timeline) -> None:
         elif amount < 0:
             b.free(cat, _tag(label), -amount, kind)
         k += 1
+    starts[n] = len(b.ops)
+    return starts
 
 
-def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict) -> list[Op]:
+def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict, with_events: bool = False):
     """Allocations and frees of setup, a first iteration and a steady-state one.
 
     ``steady``/``first``: the rank's timelines without and with ``first_iteration`` (the
     first creates the optimizer state at its step); ``details``: the plan's (DDP buckets,
-    FSDP wrap).
+    FSDP wrap). ``with_events``: also return, for each op, the index of the steady
+    iteration's timeline event it comes from (-1 for setup and the first iteration).
     """
     fsdp = "shard_size" in details
     b = _Builder(_Params(table, details.get("wrap", "block") if fsdp else None), steady.shard_size)
     buckets = details.get("bucket_bytes") if details.get("comm_buffer_bytes") else None
     _baseline(b, table, steady, buckets, fsdp)
     _events(b, first)
-    _events(b, steady)
-    return b.ops
+    before = len(b.ops)
+    starts = _events(b, steady)
+    if not with_events:
+        return b.ops
+    event = np.full(len(b.ops), -1, dtype=np.int64)
+    counts = np.diff(starts)
+    event[before:] = np.repeat(np.arange(len(counts)), counts)
+    return b.ops, event
