@@ -27,7 +27,7 @@ from tests.memory.compare import compare_fsdp, compare_single  # noqa: E402
 
 TARGET = 0.03
 MODELS = ["resnet34", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
-          "regnet_y_400mf", "shufflenet_v2_x1_0", "squeezenet1_1", "vgg11", "swin_t"]
+          "mnasnet1_0", "shufflenet_v2_x1_0", "squeezenet1_1", "vgg11", "swin_t"]
 # (dataset, batch): small images at a training batch, ImageNet size at a batch the fake
 # tensors trace in seconds.
 INPUTS = [("cifar10", 64), ("imagenet", 8)]
@@ -73,8 +73,9 @@ def sequence_peak(comparison_model: str, dataset: str, batch: int, optimizer: st
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="three models only")
+    ap.add_argument("--models", nargs="+", help="these torchvision models instead")
     args = ap.parse_args()
-    models = MODELS[:3] if args.quick else MODELS
+    models = args.models or (MODELS[:3] if args.quick else MODELS)
     rows, t0, c0 = [], time.time(), time.process_time()
     print(f"{'model':<22}{'input':>9}{'strategy':>10}{'batch':>6}{'opt':>9}{'simdl MiB':>12}{'PyTorch MiB':>13}"
           f"{'error':>9}")

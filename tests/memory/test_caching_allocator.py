@@ -202,3 +202,26 @@ def test_replay_curves_and_fragmentation():
     # c (>= 10 MiB) takes the 14 MiB tail of the first segment by best fit and splits it
     assert list(r.allocated) == [3 * MiB, 6 * MiB, 3 * MiB, 15 * MiB, 15 * MiB]
     assert r.max_reserved_bytes == 20 * MiB and r.fragmentation == pytest.approx(0.25)
+
+
+def test_snapshot_round_trip(tmp_path):
+    import pickle
+
+    from simdl.errors import SimdlError
+    from simdl.memory.allocator.snapshot import (load_snapshot, ops_from_trace, recorded_reserved,
+                                                 snapshot_of_replay)
+
+    ops = [Op(ALLOC, i, (i % 7 + 1) * 3 * MiB + 100, i % 2) for i in range(20)]
+    ops += [Op(FREE, i) for i in range(0, 20, 3)] + [Op(ALLOC, "z", 40 * MiB)]
+    snap, r = snapshot_of_replay(ops)
+    actions = {e["action"] for e in snap["device_traces"][0]}
+    assert {"alloc", "free_requested", "free_completed", "segment_alloc"} <= actions
+    p = tmp_path / "s.pickle"
+    p.write_bytes(pickle.dumps(snap))
+    back = load_snapshot(str(p))
+    again = replay(ops_from_trace(back["device_traces"][0]))
+    assert again.max_reserved_bytes == r.max_reserved_bytes == recorded_reserved(back["device_traces"][0])[0]
+    assert sum(s["total_size"] for s in snap["segments"]) == r.reserved[-1]
+    p.write_bytes(pickle.dumps({"device_traces": [[]], "x": DEFAULT}))  # a pickled object: refused
+    with pytest.raises(SimdlError, match="refers to"):
+        load_snapshot(str(p))

@@ -62,7 +62,13 @@ class CachingAllocator:
         self._events: dict[int, deque] = {}  # stream -> deque of (seq, block)
         self._seq = 0
         self._done: dict[int, int] = {}  # stream -> last seq known complete
-        self.segments_by_stream: dict[tuple[int, bool], expandable.ExpandableSegment] = {}
+        self.segment_ranges: dict[int, tuple[int, int, bool]] = {}  # cudaMalloc'd: addr -> (size, stream, small)
+        self.trace: list[dict] | None = None  # TraceEntry dicts, as _record_memory_history keeps them
+
+    def _record(self, action: str, addr: int, size: int, stream: int, **extra) -> None:
+        if self.trace is not None:
+            self.trace.append({"action": action, "addr": addr, "size": size, "stream": stream, "frames": [],
+                               **extra})
 
     # -- public ---------------------------------------------------------------------------
     def malloc(self, size: int, stream: int = 0) -> Block:
@@ -80,6 +86,8 @@ class CachingAllocator:
                          and self._alloc_block(pool, stream, size, alloc_size, retry=True)))
         if not block:
             self.num_ooms += 1
+            self._record("oom", 0, alloc_size, stream,
+                         device_free=max(self.cfg.capacity_bytes - self.total_mapped, 0))
             raise OutOfMemory(alloc_size, self.allocated.current, self.reserved.current, self.cfg.capacity_bytes)
         return self._alloc_found_block(block, pool, stream, size, orig)
 
@@ -88,6 +96,7 @@ class CachingAllocator:
         block.allocated = False
         self.allocated.sub(block.size)
         self.requested.sub(block.requested)
+        self._record("free_requested", block.addr, block.requested, block.stream)
         if block.stream_uses:
             for s in block.stream_uses:  # insert_events: one event per stream it was used on
                 self._seq += 1
@@ -156,6 +165,8 @@ class CachingAllocator:
         self.reserved.add(alloc_size)
         self.segments.add(1)
         self.num_device_alloc += 1
+        self.segment_ranges[addr] = (alloc_size, stream, pool.small)
+        self._record("segment_alloc", addr, alloc_size, stream)
         return Block(addr, alloc_size, stream, pool.small)
 
     def _release_available_cached_blocks(self, pool: BlockPool, stream: int, size: int) -> bool:
@@ -198,6 +209,8 @@ class CachingAllocator:
         self.reserved.sub(b.size)
         self.segments.sub(1)
         self.num_device_free += 1
+        self.segment_ranges.pop(b.addr, None)
+        self._record("segment_free", b.addr, b.size, b.stream)
 
     def _should_split(self, block: Block, size: int) -> bool:
         remaining = block.size - size
@@ -218,12 +231,14 @@ class CachingAllocator:
             pool.insert(rest)
         block.allocated = True
         block.requested = orig
+        self._record("alloc", block.addr, orig, stream)
         self.allocated.add(block.size)
         self.requested.add(orig)
         self.active.add(1)
         return block
 
     def _free_block(self, block: Block) -> None:
+        self._record("free_completed", block.addr, block.requested, block.stream)
         pool = self.small if block.small else self.large
         for other in (block.prev, block.next):
             self._try_merge(block, other, pool)

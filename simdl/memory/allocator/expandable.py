@@ -100,6 +100,7 @@ def _map(a: "CachingAllocator", pool: BlockPool, b: Block, size: int) -> bool:
     a.total_mapped += mapped
     a.reserved.add(mapped)
     a.num_device_alloc += 1
+    a._record("segment_map", end - mapped, mapped, b.stream)
     return True
 
 
@@ -145,5 +146,6 @@ def unmap_block(a: "CachingAllocator", pool: BlockPool, b: Block) -> None:
     a.total_mapped -= end - begin
     a.reserved.sub(end - begin)
     a.num_device_free += 1
+    a._record("segment_unmap", begin, end - begin, b.stream)
     if not b.is_split():  # release_expandable_segment
         pool.remove_unmapped(b)
