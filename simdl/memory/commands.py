@@ -91,7 +91,7 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)
     tl = timeline_for(wl, plan, alloc, opts)
     times, levels = analytic_memory_curve(wl, alloc, plan, tl)
-    mem = estimate_memory(wl, plan, alloc)
+    mem = estimate_memory(wl, plan, alloc, curves=True)
     role = "PS worker" if cfg.is_ps else "every rank"
     title = f"{c['model']} {c['label']} {c['gpus']}x{c['gpu']} batch {c['batch_size']}:"
     allocator = None

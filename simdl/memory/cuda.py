@@ -68,7 +68,8 @@ def _fallback(cluster) -> tuple[float, float, str]:
             "memory: block (assumed), no NCCL buffers counted")
 
 
-def cuda_memory(workload, plan, cluster, steady, options) -> CudaMemory:
+def cuda_memory(workload, plan, cluster, steady, options, curves: bool = False) -> CudaMemory:
+    """The replay's figures; ``curves``: also allocated/reserved after each op (for plots)."""
     from .model import timeline_for
 
     dm = device_memory(cluster.spec.gpu)
@@ -85,10 +86,10 @@ def cuda_memory(workload, plan, cluster, steady, options) -> CudaMemory:
         nccl, notes = 0.0, (note,)
     limit = memory * (1.0 - FIT_MARGIN)
     usable = int(max(limit - context - nccl, 0))
-    res, events = _replay(*key, workload.table, usable)
+    res, events = _replay(*key, workload.table, usable, curves)
     oom = res.oom_at is not None
     if oom:  # the figures of an unbounded device, to say by how much it does not fit
-        res, events = _replay(*key, workload.table, None)
+        res, events = _replay(*key, workload.table, None, curves)
     tensor_peak = steady.peak()[0]
     parts = {"tensors": tensor_peak, "allocator_rounding": res.max_allocated_bytes - tensor_peak,
              "allocator_cache": res.max_reserved_bytes - res.max_allocated_bytes,
@@ -107,8 +108,8 @@ def workspaces(dm: DeviceMemory | None, cluster) -> tuple[tuple[str, float], ...
     return (("cuBLAS workspace (cluster memory: block)", _fallback(cluster)[1]),)
 
 
-@lru_cache(maxsize=512)
-def _replay(steady, first, libs, buckets, wrap, fsdp, table, capacity):
+@lru_cache(maxsize=4096)
+def _replay(steady, first, libs, buckets, wrap, fsdp, table, capacity, curves):
     details = {"bucket_bytes": list(buckets), "comm_buffer_bytes": sum(buckets), "wrap": wrap}
     if fsdp:
         details["shard_size"] = steady.shard_size
@@ -117,4 +118,4 @@ def _replay(steady, first, libs, buckets, wrap, fsdp, table, capacity):
     ops += seq
     events = np.concatenate([np.full(len(ops) - len(seq), -1), events])
     cfg = AllocatorConfig(capacity_bytes=capacity) if capacity is not None else AllocatorConfig()
-    return replay(ops, cfg), events
+    return replay(ops, cfg, curves=curves), (events if curves else np.zeros(0, dtype=np.int64))

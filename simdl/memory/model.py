@@ -122,9 +122,10 @@ def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,
 
 
 def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, act_factor: float | None = None,
-                    options: MemoryOptions | None = None) -> MemoryEstimate:
+                    options: MemoryOptions | None = None, curves: bool = False) -> MemoryEstimate:
     """Peak memory of the busiest rank. ``act_factor`` is accepted for compatibility: the
-    timeline takes the precision from the workload."""
+    timeline takes the precision from the workload. ``curves``: keep the caching
+    allocator's allocated/reserved curves (CUDA; for plots)."""
     del act_factor
     tl = timeline_for(workload, plan, cluster, options)
     total, cats, _ = _peak(tl, tl.shard_size)
@@ -145,7 +146,7 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
     if block > 1 and not isinstance(plan, PSPlan):
         from .cuda import cuda_memory
 
-        cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster))
+        cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster), curves)
         other = max(cuda.device_bytes - total, 0.0)
         fragmentation = cuda.parts["allocator_cache"]
         context, workspace = cuda.parts["cuda_context"], cuda.parts["nccl_buffers"]

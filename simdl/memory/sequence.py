@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import re
 from collections import defaultdict
+from functools import lru_cache
 import numpy as np
 
 from .allocator.replay import ALLOC, FREE, Op
@@ -44,12 +45,14 @@ BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 INT64_BYTES = 8
 
 
+@lru_cache(maxsize=65536)
 def _tag(label: str) -> str:
     """The name shared by an allocation's and its free's label."""
     label = re.sub(r"^(reshard|unsharded) ", "unsharded ", label)
     return re.sub(r"^prefetched ", "", label)
 
 
+@lru_cache(maxsize=65536)
 def _stream(label: str) -> int:
     for prefix, s in _STREAM_OF:
         if label.startswith(prefix):

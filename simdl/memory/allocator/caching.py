@@ -66,7 +66,7 @@ class CachingAllocator:
         self.trace: list[dict] | None = None  # TraceEntry dicts, as _record_memory_history keeps them
 
     def _record(self, action: str, addr: int, size: int, stream: int, **extra) -> None:
-        if self.trace is not None:
+        if self.trace is not None:  # callers on the hot path test self.trace first
             self.trace.append({"action": action, "addr": addr, "size": size, "stream": stream, "frames": [],
                                **extra})
 
@@ -94,9 +94,10 @@ class CachingAllocator:
     def free(self, block: Block) -> None:
         assert block.allocated, f"double free of {block}"
         block.allocated = False
-        self.allocated.sub(block.size)
-        self.requested.sub(block.requested)
-        self._record("free_requested", block.addr, block.requested, block.stream)
+        self.allocated.current -= block.size
+        self.requested.current -= block.requested
+        if self.trace is not None:
+            self._record("free_requested", block.addr, block.requested, block.stream)
         if block.stream_uses:
             for s in block.stream_uses:  # insert_events: one event per stream it was used on
                 self._seq += 1
@@ -231,19 +232,27 @@ class CachingAllocator:
             pool.insert(rest)
         block.allocated = True
         block.requested = orig
-        self._record("alloc", block.addr, orig, stream)
-        self.allocated.add(block.size)
-        self.requested.add(orig)
-        self.active.add(1)
+        if self.trace is not None:
+            self._record("alloc", block.addr, orig, stream)
+        st = self.allocated
+        st.current += block.size
+        if st.current > st.peak:
+            st.peak = st.current
+        st = self.requested
+        st.current += orig
+        if st.current > st.peak:
+            st.peak = st.current
+        self.active.current += 1
         return block
 
     def _free_block(self, block: Block) -> None:
-        self._record("free_completed", block.addr, block.requested, block.stream)
+        if self.trace is not None:
+            self._record("free_completed", block.addr, block.requested, block.stream)
         pool = self.small if block.small else self.large
         for other in (block.prev, block.next):
             self._try_merge(block, other, pool)
         pool.insert(block)
-        self.active.sub(1)
+        self.active.current -= 1
 
     @staticmethod
     def _try_merge(dst: Block, src: Block | None, pool: BlockPool) -> int:
