@@ -68,8 +68,9 @@ def _fallback(cluster) -> tuple[float, float, str]:
             "memory: block (assumed), no NCCL buffers counted")
 
 
-def cuda_memory(workload, plan, cluster, steady, options, curves: bool = False) -> CudaMemory:
-    """The replay's figures; ``curves``: also allocated/reserved after each op (for plots)."""
+def cuda_memory(workload, plan, cluster, steady, options, tensor_peak: float, curves: bool = False) -> CudaMemory:
+    """The replay's figures. ``tensor_peak``: the timeline's peak (live tensors); ``curves``:
+    also allocated/reserved after each op (for plots)."""
     from .model import timeline_for
 
     dm = device_memory(cluster.spec.gpu)
@@ -90,11 +91,12 @@ def cuda_memory(workload, plan, cluster, steady, options, curves: bool = False) 
     oom = res.oom_at is not None
     if oom:  # the figures of an unbounded device, to say by how much it does not fit
         res, events = _replay(*key, workload.table, None, curves)
-    tensor_peak = steady.peak()[0]
     parts = {"tensors": tensor_peak, "allocator_rounding": res.max_allocated_bytes - tensor_peak,
              "allocator_cache": res.max_reserved_bytes - res.max_allocated_bytes,
              "cuda_context": context, "nccl_buffers": nccl}
     device = res.max_reserved_bytes + context + nccl
+    notes += (f"memory: peak = max reserved + CUDA {dm.cuda if dm else '?'} context + NCCL buffers; it fits when "
+              f"the allocator never runs out and the total leaves {FIT_MARGIN:.0%} of the memory free",)
     if oom:
         notes += (f"the caching allocator runs out of memory (after freeing its cache) with "
                   f"{usable / 2**30:.2f} GiB usable",)

@@ -77,10 +77,15 @@ def device_memory(gpu, cuda: str | None = None) -> DeviceMemory | None:
     """The GPU file's ``device_memory:`` block (None when the file has none)."""
     if not gpu.source_path or not Path(gpu.source_path).exists():
         return None
-    raw = _raw(gpu.source_path)
+    return _parse(gpu.source_path, cuda)
+
+
+@lru_cache(maxsize=64)
+def _parse(path: str, cuda: str | None) -> DeviceMemory | None:
+    raw = _raw(path)
     if not raw:
         return None
-    where = f"{gpu.source_path}: device_memory"
+    where = f"{path}: device_memory"
     unknown = sorted(set(raw) - set(KEYS))
     if unknown:
         raise SimdlError(f"{where}: unknown key(s) {', '.join(unknown)}; accepted: {', '.join(KEYS)}")

@@ -129,6 +129,7 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
     del act_factor
     tl = timeline_for(workload, plan, cluster, options)
     total, cats, _ = _peak(tl, tl.shard_size)
+    timeline_peak = total
     detail = dict(zip(CATEGORIES, cats))
     # Allocator rounding of the parameter-sized tensors the rank holds: its parameters,
     # each optimizer state copy, and the share of the gradients alive at the peak.
@@ -146,7 +147,8 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
     if block > 1 and not isinstance(plan, PSPlan):
         from .cuda import cuda_memory
 
-        cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster), curves)
+        cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster),
+                           timeline_peak, curves)
         other = max(cuda.device_bytes - total, 0.0)
         fragmentation = cuda.parts["allocator_cache"]
         context, workspace = cuda.parts["cuda_context"], cuda.parts["nccl_buffers"]
