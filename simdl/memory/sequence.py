@@ -38,6 +38,7 @@ from .rowtree import row_tree
 from .timeline import COMM, OPT, PARAMS, Timeline
 
 DEFAULT_STREAM, ALL_GATHER_STREAM, REDUCE_SCATTER_STREAM = 0, 1, 2
+_new = tuple.__new__  # builds an Op from a ready tuple without NamedTuple's Python-level __new__
 _STREAM_OF = (("all-gather", ALL_GATHER_STREAM), ("prefetched all-gather", ALL_GATHER_STREAM),
               ("H2D shard", ALL_GATHER_STREAM), ("sharded gradient", REDUCE_SCATTER_STREAM),
               ("reduce-scatter scratch", REDUCE_SCATTER_STREAM))
@@ -124,7 +125,7 @@ class _Builder:
         for k, s in enumerate(sizes):
             if s > 0:
                 key = (g, k)
-                self.ops.append(Op(ALLOC, key, int(round(s)), stream))
+                self.ops.append(_new(Op, (ALLOC, key, int(round(s)), stream)))
                 keys.append(key)
         self.groups[g] = [cat, tag, float(sum(sizes)), kind, keys]
         self.by_cat[cat].append(g)
@@ -133,7 +134,7 @@ class _Builder:
     def free_group(self, g: int) -> None:
         cat, _, _, _, keys = self.groups.pop(g)
         self.by_cat[cat].remove(g)
-        self.ops.extend(Op(FREE, k) for k in keys)
+        self.ops.extend(_new(Op, (FREE, k, 0, 0)) for k in keys)
 
     def move(self, src: int, dst: int, amount: float, kind: int) -> bool:
         """Relabel live groups of ``amount`` bytes from category ``src`` to ``dst`` (no allocation)."""
@@ -202,24 +203,25 @@ def _baseline(b: _Builder, table, timeline: Timeline, bucket_bytes, fsdp: bool):
 def _events(b: _Builder, tl: Timeline) -> np.ndarray:
     """One iteration's events as allocations and frees; returns the index of the first op
     of each event (``len(events) + 1`` entries)."""
-    d = tl.deltas
-    cats, fixed, sharded, rows, labels = tl.category, tl.fixed, tl.sharded, tl.row, tl.labels
+    d = tl.deltas.tolist()
+    cats, fixed, sharded, rows = tl.category.tolist(), tl.fixed.tolist(), tl.sharded.tolist(), tl.row.tolist()
+    labels = list(tl.labels)
     n = len(cats)
-    starts = np.zeros(n + 1, dtype=np.int64)
+    starts = [0] * (n + 1)
     k = 0
     while k < n:
         starts[k] = len(b.ops)
-        amount, cat, label = float(d[k]), int(cats[k]), labels[k]
+        amount, cat, label = d[k], cats[k], labels[k]
         kind = _kind(fixed[k], sharded[k])
         if amount < 0 and k + 1 < n and labels[k + 1] == label and d[k + 1] == -amount and cats[k + 1] != cat:
-            if b.move(cat, int(cats[k + 1]), -amount, kind):  # AccumulateGrad: a new category, same storage
+            if b.move(cat, cats[k + 1], -amount, kind):  # AccumulateGrad: a new category, same storage
                 starts[k + 1] = len(b.ops)
                 k += 2
                 continue
         if amount > 0:
             tag = _tag(label)
             if label == "gradients":
-                sizes = b.p.row_split(int(rows[k]), amount)
+                sizes = b.p.row_split(rows[k], amount)
             elif label.startswith("unsharded ") and cat == PARAMS:
                 sizes = _split(b.p.by_unit.get(label[len("unsharded "):], []), amount)
             elif cat == OPT:  # lazy state, foreach outputs: one tensor per parameter and copy
@@ -231,7 +233,7 @@ def _events(b: _Builder, tl: Timeline) -> np.ndarray:
             b.free(cat, _tag(label), -amount, kind)
         k += 1
     starts[n] = len(b.ops)
-    return starts
+    return np.asarray(starts, dtype=np.int64)
 
 
 def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict, with_events: bool = False):
