@@ -68,9 +68,11 @@ def _fallback(cluster) -> tuple[float, float, str]:
             "memory: block (assumed), no NCCL buffers counted")
 
 
-def cuda_memory(workload, plan, cluster, steady, options, tensor_peak: float, curves: bool = False) -> CudaMemory:
+def cuda_memory(workload, plan, cluster, steady, options, tensor_peak: float, curves: bool = False,
+                allocator: AllocatorConfig | None = None) -> CudaMemory:
     """The replay's figures. ``tensor_peak``: the timeline's peak (live tensors); ``curves``:
-    also allocated/reserved after each op (for plots)."""
+    also allocated/reserved after each op (for plots); ``allocator``: ``PYTORCH_CUDA_ALLOC_CONF``
+    options (its capacity is replaced by the memory the allocator may use)."""
     from .model import timeline_for
 
     dm = device_memory(cluster.spec.gpu)
@@ -87,10 +89,12 @@ def cuda_memory(workload, plan, cluster, steady, options, tensor_peak: float, cu
         nccl, notes = 0.0, (note,)
     limit = memory * (1.0 - FIT_MARGIN)
     usable = int(max(limit - context - nccl, 0))
-    res, events = _replay(*key, workload.table, usable, curves)
+    conf = allocator or AllocatorConfig()
+    res, events = _replay(*key, workload.table, replace(conf, capacity_bytes=usable), curves)
     oom = res.oom_at is not None
     if oom:  # the figures of an unbounded device, to say by how much it does not fit
-        res, events = _replay(*key, workload.table, None, curves)
+        res, events = _replay(*key, workload.table, replace(conf, capacity_bytes=AllocatorConfig().capacity_bytes),
+                              curves)
     parts = {"tensors": tensor_peak, "allocator_rounding": res.max_allocated_bytes - tensor_peak,
              "allocator_cache": res.max_reserved_bytes - res.max_allocated_bytes,
              "cuda_context": context, "nccl_buffers": nccl}
@@ -111,7 +115,7 @@ def workspaces(dm: DeviceMemory | None, cluster) -> tuple[tuple[str, float], ...
 
 
 @lru_cache(maxsize=4096)
-def _replay(steady, first, libs, buckets, wrap, fsdp, table, capacity, curves):
+def _replay(steady, first, libs, buckets, wrap, fsdp, table, cfg: AllocatorConfig, curves):
     details = {"bucket_bytes": list(buckets), "comm_buffer_bytes": sum(buckets), "wrap": wrap}
     if fsdp:
         details["shard_size"] = steady.shard_size
@@ -119,5 +123,4 @@ def _replay(steady, first, libs, buckets, wrap, fsdp, table, capacity, curves):
     seq, events = allocation_sequence(steady, first, table, details, with_events=True)
     ops += seq
     events = np.concatenate([np.full(len(ops) - len(seq), -1), events])
-    cfg = AllocatorConfig(capacity_bytes=capacity) if capacity is not None else AllocatorConfig()
     return replay(ops, cfg, curves=curves), (events if curves else np.zeros(0, dtype=np.int64))

@@ -122,10 +122,13 @@ def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,
 
 
 def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, act_factor: float | None = None,
-                    options: MemoryOptions | None = None, curves: bool = False) -> MemoryEstimate:
+                    options: MemoryOptions | None = None, curves: bool = False,
+                    allocator=None) -> MemoryEstimate:
     """Peak memory of the busiest rank. ``act_factor`` is accepted for compatibility: the
     timeline takes the precision from the workload. ``curves``: keep the caching
-    allocator's allocated/reserved curves (CUDA; for plots)."""
+    allocator's allocated/reserved curves (CUDA; for plots). ``allocator``: a
+    :class:`simdl.memory.allocator.AllocatorConfig` (``expandable_segments``,
+    ``max_split_size_bytes``, ``roundup_power2_divisions``; CUDA only)."""
     del act_factor
     tl = timeline_for(workload, plan, cluster, options)
     total, cats, _ = _peak(tl, tl.shard_size)
@@ -148,7 +151,7 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
         from .cuda import cuda_memory
 
         cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster),
-                           timeline_peak, curves)
+                           timeline_peak, curves, allocator)
         other = max(cuda.device_bytes - total, 0.0)
         fragmentation = cuda.parts["allocator_cache"]
         context, workspace = cuda.parts["cuda_context"], cuda.parts["nccl_buffers"]
