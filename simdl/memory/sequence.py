@@ -183,9 +183,11 @@ def _kind(fixed: float, sharded: float) -> int:
 
 def _baseline(b: _Builder, table, timeline: Timeline, bucket_bytes, fsdp: bool):
     """Parameters, buffers and DDP buckets, as the model and DDP's reducer set them up."""
-    shard = timeline.shard_size
     kind = 1 if fsdp else 0
-    b.alloc(PARAMS, "params", list(b.p.all / (shard if fsdp else 1)), kind, DEFAULT_STREAM)
+    # The rank's parameters as the timeline holds them (none on the GPU under CPU offload).
+    on_gpu = float(timeline.baseline[PARAMS]) - table.buffer_bytes
+    if on_gpu > 0:
+        b.alloc(PARAMS, "params", _split(list(b.p.all), on_gpu), kind, DEFAULT_STREAM)
     bufs = []
     for m in table.modules:
         if m.type in BN_TYPES and m.params:

@@ -47,6 +47,7 @@ def _live_curve(ops):
 @pytest.mark.parametrize("model,strategy,cfg", [
     ("resnet50", "ddp", {}), ("vit_b_16", "fsdp", {}), ("vgg16", "fsdp", {"sharding": "grad_op"}),
     ("resnet18", "fsdp", {"sharding": "none"}), ("mobilenet_v3_large", "ddp", {"gradient_as_bucket_view": True}),
+    ("resnet18", "fsdp", {"cpu_offload": True}), ("convnext_tiny", "fsdp", {"sharding": "hybrid"}),
 ])
 def test_live_bytes_follow_the_timeline(model, strategy, cfg):
     table, steady, ops = _sequence(model, strategy, 32, **cfg)
