@@ -225,3 +225,71 @@ def test_snapshot_round_trip(tmp_path):
     p.write_bytes(pickle.dumps({"device_traces": [[]], "x": DEFAULT}))  # a pickled object: refused
     with pytest.raises(SimdlError, match="refers to"):
         load_snapshot(str(p))
+
+
+def _check_invariants(a: CachingAllocator, live) -> None:
+    """Every segment is a chain of contiguous blocks; no two free neighbours are left
+    unmerged; allocated and reserved equal what the blocks say."""
+    blocks = [b for p in (a.small, a.large) for b in p.blocks()] + list(live)
+    heads = {}
+    for b in blocks:
+        h = b
+        while h.prev is not None:
+            h = h.prev
+        heads[h.addr] = h
+    reserved = allocated = 0
+    for h in heads.values():
+        b, total = h, 0
+        while b is not None:
+            total += b.size
+            if b.mapped:
+                reserved += b.size
+            if b.allocated:
+                allocated += b.size
+            nxt = b.next
+            if nxt is not None:
+                assert b.addr + b.size == nxt.addr
+                free = lambda x: not x.allocated and not x.event_count and not x.stream_uses  # noqa: E731
+                assert not (free(b) and free(nxt) and b.mapped == nxt.mapped), f"unmerged {b} {nxt}"
+            b = nxt
+        if h.segment is None:
+            assert (h.addr in a.segment_ranges and a.segment_ranges[h.addr][0] == total)
+    assert allocated == a.allocated.current and reserved == a.reserved.current
+
+
+@pytest.mark.parametrize("cfg,pressure", [(AllocatorConfig(), False), (AllocatorConfig(expandable_segments=True), False),
+                                          (AllocatorConfig(), True), (AllocatorConfig(expandable_segments=True), True),
+                                          (AllocatorConfig(max_split_size_bytes=8 * MiB), True)])
+def test_invariants_hold_through_a_training_step(cfg, pressure):
+    from dataclasses import replace as dc_replace
+
+    from simdl.cluster import allocate, load_cluster
+    from simdl.memory.model import memory_options, timeline_for
+    from simdl.memory.sequence import allocation_sequence
+    from simdl.strategies import StrategyConfig, build_plan
+    from simdl.workload.library import load_workload
+    from simdl.workload.workload import Workload
+
+    table = load_workload("resnet18", dataset="imagenet")
+    wl = Workload(table=table, batch_size=16, optimizer="adam")
+    alloc = allocate(load_cluster("dgx-a100"), 8)
+    plan = build_plan(wl, alloc, StrategyConfig("fsdp"))
+    opts = memory_options(wl, plan, alloc)
+    ops = allocation_sequence(timeline_for(wl, plan, alloc, opts),
+                              timeline_for(wl, plan, alloc, dc_replace(opts, first_iteration=True)), table, plan.details)
+    if pressure:  # less memory than the unbounded replay reserves: release-and-retry must run
+        free_run = replay(ops, cfg)
+        cfg = replace(cfg, capacity_bytes=(free_run.max_allocated_bytes + free_run.max_reserved_bytes) // 2)
+    a = CachingAllocator(cfg)
+    live = {}
+    for i, op in enumerate(ops):
+        if op.kind == ALLOC:
+            live[op.key] = a.malloc(op.size, op.stream)
+        elif op.kind == FREE:
+            a.free(live.pop(op.key))
+        if i % 97 == 0:
+            _check_invariants(a, live.values())
+    _check_invariants(a, live.values())
+    assert (a.num_alloc_retries > 0) == pressure
+    a.empty_cache()
+    _check_invariants(a, live.values())
