@@ -53,18 +53,21 @@ class Result:
     """Training samples per second over all data-parallel ranks."""
     iterations_per_epoch: int
     """Iterations one epoch takes: the training samples over the global batch, rounded up."""
-    peak_memory_bytes: float  # the largest rank, process total (tensors + overheads)
-    """Peak device memory of the largest rank, process total: tensors plus the framework's and
-    allocator's overheads (the ``other`` category)."""
-    peak_tensor_bytes: float  # what torch.cuda.max_memory_allocated would report
-    """Peak bytes of live tensors on the largest rank: what ``torch.cuda.max_memory_allocated`` reports."""
+    peak_memory_bytes: float  # the largest rank, process total as nvidia-smi shows it
+    """Peak device memory of the largest rank, the process total as nvidia-smi shows it. CUDA
+    devices: max reserved (the caching-allocator replay) + CUDA context + NCCL buffers; CPU
+    devices: tensors plus the framework's and allocator's overheads (the ``other`` category)."""
+    peak_tensor_bytes: float  # live tensor bytes at the peak (what PyTorch's MemTracker counts)
+    """Peak bytes of live tensors on the largest rank, what PyTorch's MemTracker counts."""
     memory_breakdown_bytes: dict[str, float]
     """``peak_memory_bytes`` by category (``MEMORY_CATEGORIES``: params, grads, optimizer,
     activations, comm_buffers, other), at the peak; the values add up to it."""
     memory_capacity_bytes: float
     """Device memory one rank may use (the GPU's capacity as the cluster file gives it)."""
     fits_in_memory: bool
-    """Whether ``peak_memory_bytes`` fits in ``memory_capacity_bytes``."""
+    """Whether the rank fits: on CUDA devices the allocator replay never runs out and
+    ``peak_memory_bytes`` stays within ``memory_capacity_bytes`` less the fit margin
+    (simdl.memory.cuda.FIT_MARGIN); elsewhere ``peak_memory_bytes`` <= ``memory_capacity_bytes``."""
     gpu_utilization: float  # compute-stream busy fraction, 0-1
     """Fraction of the iteration the compute stream is busy, 0-1."""
     gpu_utilization_any_kernel: float  # any kernel (compute or communication) busy, as nvidia-smi counts
@@ -92,6 +95,17 @@ class Result:
     iteration_time_band_s: tuple[float, float] | None = None
     """``(low, high)`` seconds a measured step should fall in, ``simdl.band.LEVEL`` of the time: on a
     calibrated profile, from its held-out step errors and step jitter; None where the profile has none."""
+    max_memory_allocated_bytes: float | None = None
+    """CUDA devices: what ``torch.cuda.max_memory_allocated`` reports over setup and two steps, as
+    the caching-allocator model replays them (simdl.memory.cuda): tensors, their 512 B rounding and
+    the cuBLAS workspaces. None on CPU devices and parameter-server plans."""
+    max_memory_reserved_bytes: float | None = None
+    """CUDA devices: what ``torch.cuda.max_memory_reserved`` reports (segments the caching allocator
+    holds from cudaMalloc) over the same replay. None on CPU devices and parameter-server plans."""
+    device_memory_bytes: dict[str, float] = field(default_factory=dict)
+    """What ``peak_memory_bytes`` is made of; the values add up to it. CUDA: tensors,
+    allocator_rounding, allocator_cache, cuda_context, nccl_buffers; CPU: tensors, context,
+    workspace, fragmentation."""
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -107,13 +121,15 @@ class Result:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
         d = {k: v for k, v in self.to_dict().items()
              if k not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
-                          "iteration_time_band_s")}
+                          "iteration_time_band_s", "device_memory_bytes")}
         lo, hi = self.iteration_time_band_s or (None, None)
         d["iteration_time_band_low_s"], d["iteration_time_band_high_s"] = lo, hi
         for k, v in self.step_split_s.items():
             d[f"step_{k}_s"] = v
         for k, v in self.memory_breakdown_bytes.items():
             d[f"memory_{k}_bytes"] = v
+        for k, v in self.device_memory_bytes.items():
+            d[f"device_memory_{k}_bytes"] = v
         for k, v in asdict(self.staleness).items():
             d[f"staleness_{k}"] = v
         for k, v in self.config.items():

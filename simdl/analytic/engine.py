@@ -69,6 +69,9 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         step_split_s=split,
         config=config or {},
         notes=notes + getattr(plan, "notes", ()) + mem.notes,
+        max_memory_allocated_bytes=mem.max_allocated_bytes,
+        max_memory_reserved_bytes=mem.max_reserved_bytes,
+        device_memory_bytes=mem.device_parts,
     )
 
 

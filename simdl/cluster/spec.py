@@ -197,6 +197,8 @@ def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tu
 
 _GPU_KEYS = ("name", "kind", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
              *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors", "host")
+# device_memory: read by simdl.memory.device (context, library workspaces, NCCL buffers).
+_GPU_KEYS += ("device_memory",)
 _GPU_HOST_KEYS = ("model_name", "caches", "source")
 
 

@@ -40,7 +40,8 @@ EXECUTORS = ("process", "serial", "dask", "ray")
 SERIAL_BELOW = 400
 #: Result fields copied into every row first, in this order (the rest of Result.row() follows).
 LEAD_COLUMNS = ("label", "iteration_time_s", "total_time_s", "gpu_hours", "throughput_samples_per_s",
-                "peak_memory_bytes", "memory_capacity_bytes", "fits_in_memory", "gpu_utilization",
+                "peak_memory_bytes", "max_memory_allocated_bytes", "max_memory_reserved_bytes",
+                "memory_capacity_bytes", "fits_in_memory", "gpu_utilization",
                 "compute_time_s", "comm_time_s", "exposed_comm_time_s", "comm_bytes_per_iteration")
 
 
@@ -104,7 +105,7 @@ def _flat(result: Any) -> dict[str, Any]:
     d: dict[str, Any] = {}
     for f in _RESULT_FIELDS:
         if f not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
-                     "iteration_time_band_s"):
+                     "iteration_time_band_s", "device_memory_bytes"):
             d[f] = getattr(result, f)
     # Flattened as Result.row() does: one column per number, so a CSV cell never holds a dict.
     lo, hi = result.iteration_time_band_s or (None, None)
@@ -113,6 +114,8 @@ def _flat(result: Any) -> dict[str, Any]:
         d[f"step_{k}_s"] = v
     for k, v in result.memory_breakdown_bytes.items():
         d[f"memory_{k}_bytes"] = v
+    for k, v in result.device_memory_bytes.items():
+        d[f"device_memory_{k}_bytes"] = v
     st = result.staleness
     for f in _STALENESS_FIELDS:
         d[f"staleness_{f}"] = getattr(st, f)

@@ -1,7 +1,9 @@
 """Per-rank GPU memory: allocation timeline, peak and breakdown for every strategy.
 
-Submodules: :mod:`.timeline` (events per rank), :mod:`.model` (peak, allocator
-overheads), :mod:`.place` (event times on a schedule), :mod:`.maxbatch`, :mod:`.plot`
+Submodules: :mod:`.timeline` (events per rank), :mod:`.model` (peak, breakdown),
+:mod:`.sequence` (the tensors the step allocates, in order), :mod:`.allocator` (PyTorch's
+CUDA caching allocator), :mod:`.cuda` and :mod:`.device` (GPU memory as nvidia-smi shows
+it), :mod:`.place` (event times on a schedule), :mod:`.maxbatch`, :mod:`.plot`
 (matplotlib, imported only there) and :mod:`.reference` (PyTorch's trackers; torch).
 Names are resolved lazily so that importing this package stays cheap and free of
 import cycles with :mod:`simdl.strategies`.

@@ -42,6 +42,18 @@ def sim_memory_plot_command(run, output: str) -> int:
     return 0
 
 
+def allocator_curve(cuda, times):
+    """(times, allocated, reserved, bytes outside the allocator) of the replay's steady iteration,
+    each op at the time of the timeline event it comes from (``times[0]`` is the start)."""
+    import numpy as np
+
+    ev = cuda.event_of_op
+    keep = ev >= 0
+    t = np.asarray(times)[1 + ev[keep]]
+    outside = cuda.parts["cuda_context"] + cuda.parts["nccl_buffers"]
+    return t, cuda.allocated[keep], cuda.reserved[keep], outside
+
+
 def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: bool = False) -> int:
     """Predict with the analytic engine, then draw each rank role's memory over one iteration."""
     check_figure_path(output)
@@ -76,10 +88,18 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)
     tl = timeline_for(wl, plan, alloc, opts)
     times, levels = analytic_memory_curve(wl, alloc, plan, tl)
-    mem = estimate_memory(wl, plan, alloc)
+    mem = estimate_memory(wl, plan, alloc, curves=True)
     role = family.role
     title = f"{c['model']} {c['label']} {c['gpus']}x{c['gpu']} batch {c['batch_size']}:"
+    allocator = None
+    if mem.cuda is not None and not first_iteration:
+        allocator = {role: allocator_curve(mem.cuda, times)}
     path = plot_memory({role: (times, levels)}, output, title=title, capacity_bytes=mem.capacity_bytes,
-                       overhead_bytes=mem.breakdown["other"])
-    print(f"wrote {path}: peak tensors {format_bytes(mem.peak_tensor_bytes)}, process {format_bytes(mem.peak_bytes)}")
+                       overhead_bytes=mem.breakdown["other"], allocator=allocator)
+    extra = ""
+    if mem.cuda is not None:
+        extra = (f", max allocated {format_bytes(mem.cuda.max_allocated_bytes)}, "
+                 f"max reserved {format_bytes(mem.cuda.max_reserved_bytes)}")
+    print(f"wrote {path}: peak tensors {format_bytes(mem.peak_tensor_bytes)}{extra}, "
+          f"device {format_bytes(mem.peak_bytes)}")
     return 0

@@ -1,18 +1,20 @@
 """Peak memory per rank, with its breakdown at the moment of the peak.
 
 The peak comes from the allocation timeline (:mod:`simdl.memory.timeline`) of one
-steady-state iteration. Two figures are reported:
+steady-state iteration. Figures reported:
 
-* **tensor bytes** (``peak_tensor_bytes``): what ``torch.cuda.max_memory_allocated``
-  would show: the timeline's peak plus the caching allocator's rounding of every
-  allocation up to 512 bytes (``kMinBlockSize``, c10/cuda/CUDACachingAllocator.cpp),
-  counted exactly for parameters, gradients and optimizer state (their tensor sizes are
-  known) and not for activations (their count is not). No rounding on the CPU device.
-* **process bytes** (``peak_bytes``): what nvidia-smi would show: tensors, plus the
-  CUDA context, the cuBLAS/cuDNN workspace and the memory the caching allocator holds
-  reserved beyond the live tensors (fragmentation), all named parameters of the cluster
-  profile (``memory:`` in the cluster YAML: context_MiB, workspace_MiB,
-  allocator_fragmentation as a fraction of the tensor peak), to be calibrated.
+* **tensor bytes** (``peak_tensor_bytes``): the live tensors at the timeline's peak (what
+  PyTorch's MemTracker counts), plus on CUDA the 512-byte rounding (``kMinBlockSize``) of
+  the parameter-sized tensors.
+* On a CUDA device, the rank's allocation sequence replayed through the caching
+  allocator model (:mod:`simdl.memory.cuda`): ``max_allocated_bytes`` and
+  ``max_reserved_bytes`` as ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved``
+  would report them, and **process bytes** (``peak_bytes``) as nvidia-smi shows them:
+  reserved + CUDA context + NCCL's buffers (the GPU file's ``device_memory:`` block).
+  It fits when the allocator never runs out and the total leaves ``FIT_MARGIN`` free.
+* On the CPU device (glibc heap): tensors plus the cluster profile's ``memory:`` terms
+  (context_MiB: the process baseline, workspace_MiB, allocator_fragmentation as a
+  fraction of the tensor peak).
 
 Breakdown keys (:data:`simdl.result.MEMORY_CATEGORIES`): params, grads, optimizer,
 activations (saved activations *and* the temporaries of the running op: activation
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -32,6 +35,9 @@ from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.table import WorkloadTable
 from ..workload.workload import Workload
 from .timeline import CATEGORIES, MemoryOptions, Timeline, build_timeline
+
+if TYPE_CHECKING:
+    from .cuda import CudaMemory
 
 # c10/cuda/CUDACachingAllocator.cpp: kMinBlockSize = 512, every allocation is rounded up to it.
 CUDA_BLOCK_BYTES = 512
@@ -45,10 +51,29 @@ class MemoryEstimate:
     capacity_bytes: float
     detail: dict[str, float] = field(default_factory=dict)  # timeline categories + overheads, at the peak
     notes: tuple[str, ...] = ()
+    cuda: "CudaMemory | None" = None  # the caching allocator's replay (CUDA devices only)
 
     @property
     def fits(self) -> bool:
+        if self.cuda is not None:
+            return self.cuda.fits
         return self.peak_bytes <= self.capacity_bytes
+
+    @property
+    def max_allocated_bytes(self) -> float | None:
+        return self.cuda.max_allocated_bytes if self.cuda is not None else None
+
+    @property
+    def max_reserved_bytes(self) -> float | None:
+        return self.cuda.max_reserved_bytes if self.cuda is not None else None
+
+    @property
+    def device_parts(self) -> dict[str, float]:
+        """What the process total is made of (CUDA: tensors, rounding, cache, context, NCCL)."""
+        if self.cuda is not None:
+            return dict(self.cuda.parts)
+        return {k: self.detail[k] for k in ("context", "workspace", "fragmentation")} | {
+            "tensors": self.peak_tensor_bytes}
 
 
 @lru_cache(maxsize=256)
@@ -97,12 +122,17 @@ def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,
 
 
 def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, act_factor: float | None = None,
-                    options: MemoryOptions | None = None) -> MemoryEstimate:
+                    options: MemoryOptions | None = None, curves: bool = False,
+                    allocator=None) -> MemoryEstimate:
     """Peak memory of the busiest rank. ``act_factor`` is accepted for compatibility: the
-    timeline takes the precision from the workload."""
+    timeline takes the precision from the workload. ``curves``: keep the caching
+    allocator's allocated/reserved curves (CUDA; for plots). ``allocator``: a
+    :class:`simdl.memory.allocator.AllocatorConfig` (``expandable_segments``,
+    ``max_split_size_bytes``, ``roundup_power2_divisions``; CUDA only)."""
     del act_factor
     tl = timeline_for(workload, plan, cluster, options)
     total, cats, _ = _peak(tl, tl.shard_size)
+    timeline_peak = total
     detail = dict(zip(CATEGORIES, cats))
     # Allocator rounding of the parameter-sized tensors the rank holds: its parameters,
     # each optimizer state copy, and the share of the gradients alive at the peak.
@@ -116,14 +146,24 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
         detail["grads"] += r * min(detail["grads"] / local, 1.0) if local else 0.0
         total = sum(detail.values())
     spec = cluster.spec.memory
-    fragmentation = spec.allocator_fragmentation.value * total
-    other = spec.context_bytes.value + spec.workspace_bytes.value + fragmentation
+    cuda = None
+    if block > 1 and not isinstance(plan, PSPlan):
+        from .cuda import cuda_memory
+
+        cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster),
+                           timeline_peak, curves, allocator)
+        other = max(cuda.device_bytes - total, 0.0)
+        fragmentation = cuda.parts["allocator_cache"]
+        context, workspace = cuda.parts["cuda_context"], cuda.parts["nccl_buffers"]
+    else:
+        fragmentation = spec.allocator_fragmentation.value * total
+        context, workspace = spec.context_bytes.value, spec.workspace_bytes.value
+        other = context + workspace + fragmentation
     bd = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
     bd.update(params=detail["params"], grads=detail["grads"], optimizer=detail["optimizer"],
               activations=detail["activations"] + detail["temporaries"], comm_buffers=detail["comm_buffers"],
               other=other)
-    detail.update(context=spec.context_bytes.value, workspace=spec.workspace_bytes.value,
-                  fragmentation=fragmentation)
+    detail.update(context=context, workspace=workspace, fragmentation=fragmentation)
     capacity = cluster.spec.gpu.memory_bytes.value
     notes: tuple[str, ...] = ()
     if isinstance(plan, PSPlan):
@@ -131,7 +171,9 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
 
         notes = (f"parameter-server host memory per shard: {format_bytes(ps_server_bytes(workload, plan))} "
                  "(parameters, optimizer state, gradient buffers)",)
-    return MemoryEstimate(total, total + other, bd, capacity, detail, notes)
+    if cuda is not None:
+        notes += cuda.notes
+    return MemoryEstimate(total, total + other, bd, capacity, detail, notes, cuda)
 
 
 def ps_server_bytes(workload: Workload, plan: PSPlan) -> float:

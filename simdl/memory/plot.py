@@ -19,13 +19,17 @@ COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "acti
 
 
 def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: str | Path, *,
-                title: str = "", capacity_bytes: float | None = None, overhead_bytes: float = 0.0) -> Path:
+                title: str = "", capacity_bytes: float | None = None, overhead_bytes: float = 0.0,
+                allocator: Mapping[str, tuple] | None = None) -> Path:
     """Draw one panel per rank: live bytes per category (stacked) against time.
 
     ``curves``: rank label -> (times in s, levels of shape (len(times), len(CATEGORIES)))
     as :func:`simdl.memory.place.analytic_memory_curve` returns. ``overhead_bytes`` (context,
     workspace) is drawn as a dashed line above the tensors; ``capacity_bytes`` as a red line
-    when it is close enough to the peak to be seen.
+    when it is close enough to the peak to be seen. ``allocator``: rank label -> (times,
+    allocated bytes, reserved bytes, bytes outside the allocator) of the caching allocator's
+    replay (CUDA devices); drawn as lines (allocated, reserved, device total) instead of
+    the dashed overhead line.
     """
     import matplotlib
 
@@ -43,10 +47,21 @@ def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: 
         total = lv.sum(axis=1)
         k = int(np.argmax(total))
         ax.annotate(f"peak tensors {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
-        if overhead_bytes:
+        top = total.max()
+        if allocator and label in allocator:
+            at, alloc, res, outside = allocator[label]
+            at = np.asarray(at, dtype=float) * 1e3
+            res = np.asarray(res, dtype=float) / 2**20
+            ax.step(at, np.asarray(alloc, dtype=float) / 2**20, where="post", color="k", lw=0.8,
+                    label="allocated (caching allocator)")
+            ax.step(at, res, where="post", color="k", ls="--", lw=0.8, label="reserved")
+            ax.step(at, res + outside / 2**20, where="post", color="0.4", ls=":", lw=1.0,
+                    label="device (+ context, NCCL)")
+            top = max(top, (res.max() if len(res) else 0.0) + outside / 2**20)
+        elif overhead_bytes:
             ax.step(t, total + overhead_bytes / 2**20, where="post", ls="--", color="k", lw=0.8,
                     label="+ other (context, workspace, fragmentation)")
-        top = total.max() + overhead_bytes / 2**20
+            top = total.max() + overhead_bytes / 2**20
         if capacity_bytes and capacity_bytes / 2**20 < 1.5 * top:  # only when it is in view
             ax.axhline(capacity_bytes / 2**20, color="red", lw=1, label="capacity")
         ax.set_ylabel("MiB")

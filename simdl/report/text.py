@@ -7,6 +7,12 @@ from ..strategies import registry
 from ..units import GB, GiB, format_bytes, format_seconds
 
 
+def _fit_limit() -> float:
+    from ..memory.cuda import FIT_MARGIN
+
+    return 1.0 - FIT_MARGIN
+
+
 def format_result(r: Result) -> str:
     c = r.config
     mesh = f" ({c['replicas']} replicas x {c['shard_group']} shards)" if c.get("shard_group") else ""
@@ -44,6 +50,12 @@ def format_result(r: Result) -> str:
         f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}")
     parts = [f"{k.replace('_', ' ')} {format_bytes(r.memory_breakdown_bytes[k])}" for k in MEMORY_CATEGORIES]
     lines.append("    " + " | ".join(parts))
+    if r.max_memory_reserved_bytes is not None:
+        dm = r.device_memory_bytes
+        lines.append(f"    allocator: max allocated {format_bytes(r.max_memory_allocated_bytes)}, max reserved "
+                     f"{format_bytes(r.max_memory_reserved_bytes)} | CUDA context "
+                     f"{format_bytes(dm.get('cuda_context', 0.0))} | NCCL buffers {format_bytes(dm.get('nccl_buffers', 0.0))}"
+                     f" | fits when the total leaves {100 * (1 - _fit_limit()):.0f} % of memory free")
     s = r.staleness
     if registry.is_client_server(c.get("strategy", "")):
         if s.p50 is None or s.p99 is None or s.max is None:

@@ -309,7 +309,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         peak_tensor_bytes=peak_tensor,
         memory_breakdown_bytes=breakdown,
         memory_capacity_bytes=capacity,
-        fits_in_memory=peak_tensor + other <= capacity,
+        fits_in_memory=est.fits,
         gpu_utilization=min(compute / iteration, 1.0) if iteration > 0 else 0.0,
         gpu_utilization_any_kernel=min(any_busy / iteration, 1.0) if iteration > 0 else 0.0,
         compute_time_s=compute,
@@ -320,7 +320,10 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         step_split_s=step_split(compute_split(plan.worker_tasks if is_ps else plan.tasks, rows, durations), compute,
                                 iteration, **added),
         config=cfg,
-        notes=notes + tuple(getattr(plan, "notes", ())),
+        notes=notes + tuple(getattr(plan, "notes", ())) + est.notes,
+        max_memory_allocated_bytes=est.max_allocated_bytes,
+        max_memory_reserved_bytes=est.max_reserved_bytes,
+        device_memory_bytes=est.device_parts,
     )
     if not return_run:
         return result

@@ -147,4 +147,5 @@ SPEC = register(StrategySpec(
     labels={"ddp": ("ddp", {})},
     variants=lambda v: ("ddp",),
     echo=_echo,
+    communicators=lambda plan: 1,  # the default process group DDP's reducer all-reduces on
 ))

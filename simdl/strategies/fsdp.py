@@ -355,6 +355,13 @@ def _echo(config, plan) -> dict:
 # optimizer sharding before full sharding; hybrid only matters across nodes).
 _LABELS = ("none", "grad_op", "full", "hybrid")
 
+def _communicators(plan) -> int:
+    """The device mesh's groups that run collectives: the shard group (all-gather,
+    reduce-scatter) when it has more than one rank, the replicate group (all-reduce) likewise."""
+    shard = int(plan.details["shard_size"])
+    return int(shard > 1) + int(plan.world_size // max(shard, 1) > 1)
+
+
 SPEC = register(StrategySpec(
     family="fsdp",
     names=("fsdp",),
@@ -372,4 +379,5 @@ SPEC = register(StrategySpec(
     label=lambda config: f"fsdp-{config.sharding}",
     variants=lambda v: tuple(f"fsdp-{s}" for s in _LABELS if s != "hybrid" or v.multi_node),
     echo=_echo,
+    communicators=_communicators,
 ))

@@ -70,6 +70,9 @@ class StrategySpec:
     # step stream and updates carry a staleness (the report shows both).
     client_server: bool = False
     evaluate: Callable[..., Any] | None = None  # analytic closed form: (workload, cluster, plan, rows, rates)
+    # NCCL communicators one rank opens (process groups that run collectives), for the device
+    # memory their buffers take (simdl.memory.device): plan -> count.
+    communicators: Callable[[Any], int] = lambda plan: 0
 
     def option_fields(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.options))

@@ -1,0 +1,101 @@
+"""The device total (nvidia-smi's figure) and the fit decision built on it (no torch)."""
+
+from __future__ import annotations
+
+import pytest
+
+import simdl
+from simdl.cluster import allocate, load_cluster, load_gpu
+from simdl.cluster.spec import gpu_names, is_cpu_device_name
+from simdl.errors import SimdlError
+from simdl.memory.cuda import FIT_MARGIN, communicators
+from simdl.memory.device import device_memory
+from simdl.memory.maxbatch import max_batch
+from simdl.strategies import StrategyConfig, build_plan
+from simdl.workload.library import load_workload
+from simdl.workload.workload import Workload
+
+A100_40 = dict(model="vgg16", dataset="imagenet", cluster="dgx-a100", gpus=8)
+
+
+@pytest.mark.parametrize("strategy,kw", [("ddp", {}), ("fsdp", {"sharding": "full"}),
+                                         ("fsdp", {"sharding": "grad_op"})])
+def test_device_total_is_reserved_plus_context_plus_nccl(strategy, kw):
+    r = simdl.predict(strategy=strategy, batch_size=32, **A100_40, **kw)
+    parts = r.device_memory_bytes
+    assert r.peak_memory_bytes == pytest.approx(sum(parts.values()))
+    assert r.peak_memory_bytes == pytest.approx(r.max_memory_reserved_bytes + parts["cuda_context"]
+                                                + parts["nccl_buffers"])
+    assert r.max_memory_reserved_bytes >= r.max_memory_allocated_bytes >= parts["tensors"]
+    assert parts["nccl_buffers"] > 0 and parts["cuda_context"] > 0
+    assert sum(r.memory_breakdown_bytes.values()) == pytest.approx(r.peak_memory_bytes)
+    row = r.row()
+    assert row["max_memory_reserved_bytes"] == r.max_memory_reserved_bytes
+    assert row["device_memory_nccl_buffers_bytes"] == parts["nccl_buffers"]
+
+
+def test_the_cpu_device_keeps_its_heap_model():
+    r = simdl.predict(model="resnet18", strategy="ddp", cluster="cpu-local", gpus=2, batch_size=8)
+    assert r.max_memory_allocated_bytes is None and r.max_memory_reserved_bytes is None
+    assert r.peak_memory_bytes == pytest.approx(r.peak_tensor_bytes + r.memory_breakdown_bytes["other"])
+
+
+@pytest.mark.parametrize("cluster,gpus,cfg,expected", [
+    ("dgx-a100", 1, {}, 0), ("dgx-a100", 8, {}, 1), ("a100-40gb-2node", 8, {"sharding": "hybrid"}, 2),
+    ("dgx-a100", 8, {"sharding": "none"}, 1), ("dgx-a100", 8, {"sharding": "full"}, 1),
+])
+def test_nccl_communicators(cluster, gpus, cfg, expected):
+    table = load_workload("resnet18", dataset="cifar10")
+    wl = Workload(table=table, batch_size=8)
+    alloc = allocate(load_cluster(cluster), gpus)
+    name = "fsdp" if cfg else "ddp"
+    plan = build_plan(wl, alloc, StrategyConfig(name, **cfg))
+    assert communicators(plan, alloc) == expected
+
+
+def test_every_cuda_gpu_file_has_a_device_memory_block():
+    for name in gpu_names():
+        if is_cpu_device_name(name):
+            continue
+        dm = device_memory(load_gpu(name))
+        assert dm is not None, name
+        assert dm.context_bytes.value > 100 * 2**20 and dm.cublas_workspace.value >= 8 * 2**20
+
+
+def test_bad_device_memory_block_is_one_line_error(tmp_path):
+    import yaml
+
+    src = load_gpu("A100-SXM4-40GB").source_path
+    raw = yaml.safe_load(open(src))
+    raw["device_memory"]["nccl_bufsize"] = 4
+    p = tmp_path / "bad.yaml"
+    p.write_text(yaml.safe_dump(raw))
+    with pytest.raises(SimdlError, match="unknown key"):
+        device_memory(load_gpu(str(p)))
+
+
+def test_maxbatch_agrees_with_fits():
+    kw = dict(model="vgg16", dataset="imagenet", cluster="dgx-a100", gpus=8, strategy="fsdp")
+    b, r = max_batch(**kw)
+    assert b > 1 and r.fits_in_memory
+    assert simdl.predict(batch_size=b, **kw).fits_in_memory
+    over = simdl.predict(batch_size=b + 1, **kw)
+    assert not over.fits_in_memory
+    assert over.peak_memory_bytes > (1 - FIT_MARGIN) * over.memory_capacity_bytes or \
+        any("runs out of memory" in n for n in over.notes)
+
+
+def test_allocator_options_reach_the_replay():
+    from simdl.memory.allocator import AllocatorConfig
+    from simdl.memory.model import estimate_memory
+
+    wl = Workload(table=load_workload("vgg16", dataset="imagenet"), batch_size=64)
+    alloc = allocate(load_cluster("a100-40gb-2node"), 8)
+    plan = build_plan(wl, alloc, StrategyConfig("fsdp"))
+    plain = estimate_memory(wl, plan, alloc)
+    grown = estimate_memory(wl, plan, alloc, allocator=AllocatorConfig(expandable_segments=True))
+    # expandable segments split any remainder >= 512 B, so no unsplit large remainder counts
+    assert grown.max_allocated_bytes <= plain.max_allocated_bytes
+    # VGG16's few large activations of distinct sizes leave holes in fixed segments; one
+    # growing segment per stream tiles them (PyTorch's Note [Expandable Segments])
+    assert grown.max_allocated_bytes <= grown.max_reserved_bytes < plain.max_reserved_bytes
