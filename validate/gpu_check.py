@@ -21,7 +21,8 @@ The whole run keeps to ``--budget-s`` of wall time counted from this process's s
 measurements stop where the calibration's share begins; one configuration runs at most
 ``--config-cap-s`` (it stops between steps, or the parent kills a worker whose step never
 returns and starts another for the rest); configurations left unstarted are recorded as
-stopped. ``--resume`` keeps what DIR holds and does the rest.
+stopped. ``--resume`` keeps what DIR holds (its predictions too, made before their first
+measurement) and measures again every configuration whose latest record is not ``ok``.
 
 Without CUDA the same code runs on the CPU with tiny settings (:data:`CPU`), in under a
 minute: CI's form. Files stay under eight, each one level below DIR, which is what the
@@ -108,10 +109,19 @@ def _stopped(cfg: dict, out: Path, why: str) -> None:
 
 
 def _pending(configs: list[dict], out: Path) -> list[dict]:
+    """The configurations with no record written since this run started."""
     from .run import read_results
 
-    done = {r["run_id"] for r in read_results(out / "results.jsonl") if r.get("status")}
+    done = {r["run_id"] for r in read_results(out / "results.jsonl") if r.get("recorded_at", 0) >= START}
     return [c for c in configs if c["run_id"] not in done]
+
+
+def _not_ok(configs: list[dict], out: Path) -> list[dict]:
+    """--resume: the configurations whose latest record is not a finished measurement."""
+    from .run import read_results
+
+    ok = {r["run_id"] for r in read_results(out / "results.jsonl") if r.get("status") == "ok"}
+    return [c for c in configs if c["run_id"] not in ok]
 
 
 def measure_all(configs: list[dict], s: dict, out: Path, work: Path, deadline: float, force_cpu: bool,
@@ -252,6 +262,8 @@ def _main(a) -> int:
     write_predictions(configs, cluster, out, tuple(e for e in a.engines.split(",") if e))
     print(f"predictions written at {time.time() - START:.1f} s", flush=True)
     calib_s = s["calibrate_s"]
+    if a.resume:  # measured ones stay; stopped and failed ones are measured again
+        configs = _not_ok(configs, out)
     measure_all(configs, s, out, work, budget_end - calib_s, force_cpu=a.cpu, expect_cuda=not a.cpu,
                 kill_grace_s=a.kill_grace_s)
     print(f"measurements done at {time.time() - START:.1f} s", flush=True)

@@ -45,12 +45,10 @@ def build(cfg: dict, device):
 
     ds = get_dataset(cfg["dataset"])
     torch.manual_seed(0)
-    model, note, shape = build_adapted(cfg["model"], ds.input_shape, ds.num_classes, device="meta")
-    model = model.to_empty(device=device)
-    with torch.no_grad():
-        for m in model.modules():
-            if hasattr(m, "reset_parameters"):
-                m.reset_parameters()
+    # On meta first: the input shape simdl traced (padded where the model needs it), then the
+    # model itself on the device, every parameter initialised by its own constructor.
+    _, note, shape = build_adapted(cfg["model"], ds.input_shape, ds.num_classes, device="meta")
+    model, _, _ = build_adapted(cfg["model"], shape, ds.num_classes, device=str(device))
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=1e-3, momentum=0.9)
     x = torch.randn(cfg["batch"], *shape, device=device)

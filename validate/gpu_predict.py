@@ -104,8 +104,13 @@ def predict_config(cfg: dict, cluster, engines=("analytic",)) -> dict:
             r = simdl.predict(**kw, engine=engine)
             out[engine] = {**summarise_result(r), **_memory_fields(r), "predict_s": time.perf_counter() - t}
             if engine == "analytic":
-                out[engine]["by_op_class_s"] = by_op_class(cfg["model"], cfg["dataset"], cfg["batch"],
-                                                           cfg["precision"], cluster)
+                per = by_op_class(cfg["model"], cfg["dataset"], cfg["batch"], cfg["precision"], cluster)
+                out[engine]["by_op_class_s"] = per
+                # The row times should be the step's forward and backward compute; say so where not.
+                compute = (r.step_split_s or {}).get("compute")
+                if compute and abs(sum(per.values()) - compute) > 0.01 * compute:
+                    out[engine]["by_op_class_note"] = (f"rows sum to {sum(per.values()):.4g} s, the step's compute "
+                                                       f"is {compute:.4g} s: the engine priced rows otherwise")
         except Exception as e:  # noqa: BLE001 -- recorded; the measurement still runs
             out[engine] = {"error": f"{type(e).__name__}: {e}"}
     return out

@@ -1,7 +1,7 @@
 """The measuring process of :mod:`validate.gpu_check`: ``python -m validate.gpu_worker PLAN.json``.
 
 Started by the parent once the predictions are written; measures the plan's configurations
-in order, skipping those the results file already holds, and appends one record per
+in order (those with no record of this run yet), and appends one record per
 configuration as soon as it ends (ok, stopped at its deadline, or failed with its error:
 the others go on). Before each configuration it writes ``progress.json`` (which one, since
 when) so that the parent can stop it if a step never returns.
@@ -48,7 +48,8 @@ def record(cfg: dict, pred: dict | None, status: str, measured: dict | None, env
             "status": status, "spec": spec_of(cfg), "model_name": cfg["model"],
             "label": f"{cfg['precision']} {cfg['size']}px",
             "predicted": (pred or {}).get("predicted", {}), "predicted_at": (pred or {}).get("t"),
-            "cluster": (pred or {}).get("cluster"), "measured": measured or {}, "host": env_host(env), **extra}
+            "cluster": (pred or {}).get("cluster"), "measured": measured or {}, "host": env_host(env),
+            "recorded_at": time.time(), **extra}
 
 
 def spec_of(cfg: dict) -> dict:
@@ -65,7 +66,7 @@ def env_host(env: dict) -> dict:
 def run(plan: dict) -> int:
     from . import gpu_device
     from .gpu_measure import Stopped, measure
-    from .run import append_result, read_results
+    from .run import append_result
 
     out, work = Path(plan["out"]), Path(plan["work"])
     device = gpu_device.pick_device(force_cpu=plan["force_cpu"])
@@ -75,11 +76,8 @@ def run(plan: dict) -> int:
     env = gpu_device.environment(device)
     update_run_info(out, env=env)
     preds = read_predictions(out / "predictions.jsonl")
-    done = {r["run_id"] for r in read_results(out / "results.jsonl") if r.get("status")}
-    for cfg in plan["configs"]:
+    for cfg in plan["configs"]:  # the parent's list: none of them has a record of this run yet
         rid = cfg["run_id"]
-        if rid in done:
-            continue
         now = time.time()
         if now + plan["min_config_s"] > plan["deadline"]:
             break  # the parent records what was left unstarted

@@ -23,8 +23,8 @@ class _Sleepy(nn.Module):
 
 
 def slow(num_classes: int = 10):
-    """0.8 s per step: a configuration capped at 2 s stops between its steps."""
-    return _Sleepy(0.8, num_classes)
+    """3 s per step: a configuration capped at 5 s stops between its steps."""
+    return _Sleepy(3.0, num_classes)
 
 
 def hung(num_classes: int = 10):

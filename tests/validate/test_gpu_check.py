@@ -82,7 +82,7 @@ def test_budget_stops_what_cannot_finish(tmp_path):
     out = tmp_path / "gpu"
     budget = 90.0
     p, wall = _run(out, "--models", "gpu_check_models:slow,gpu_check_models:hung,mnist_cnn", "--batches", "2",
-                   "--precisions", "fp32", "--config-cap-s", "2", "--kill-grace-s", "1", "--calibrate-s", "0",
+                   "--precisions", "fp32", "--config-cap-s", "5", "--kill-grace-s", "5", "--calibrate-s", "0",
                    "--budget-s", str(budget))
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < budget + 10
@@ -186,3 +186,22 @@ def test_report_gpu_section_from_synthetic_files(tmp_path):
     assert "+20.0%" in text  # step 12 ms predicted against 10 ms
     assert "| conv | 1 | 0.008 | 0.006 | +33.3% |" in text
     assert "8.00 / 6.00" in text and "-20.0%" in text  # allocated 2 GiB against 2.5
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_resume_measures_what_was_stopped(tmp_path):
+    """--resume keeps the predictions made before anything ran and measures the stopped ones."""
+    pytest.importorskip("torch")
+    out = tmp_path / "gpu"
+    args = ("--models", "mnist_cnn", "--batches", "2", "--precisions", "fp32", "--calibrate-s", "0")
+    first, _ = _run(out, *args, "--budget-s", "0.5", timeout=120)
+    assert first.returncode == 0 and read_jsonl(out / "results.jsonl")[0]["status"] == "stopped"
+    predicted_at = read_jsonl(out / "predictions.jsonl")[0]["t"]
+    again, _ = _run(out, *args, "--resume", "--budget-s", "120")
+    assert again.returncode == 0, again.stderr[-3000:]
+    from simdl.report.metrics import read_results
+
+    (rec,) = read_results(out / "results.jsonl")
+    assert rec["status"] == "ok" and rec["predicted_at"] == predicted_at < rec["measured"]["first_step_at"]
+    assert len(read_jsonl(out / "predictions.jsonl")) == 1
