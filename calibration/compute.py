@@ -297,15 +297,19 @@ def _micro(quick: bool, out: list, cuda: bool = False) -> None:
 
 class _Lazy:
     """A benchmark whose tensors are made at its first call (and dropped after it is
-    measured), so that the big buffers of the stream benchmarks are never all alive."""
+    measured), so that the big buffers of the stream benchmarks are never all alive. They
+    are made on the device that was the default when the benchmark was declared (the
+    ``torch.device`` context of :func:`micro_benchmarks`), not the CPU of the later call."""
 
     def __init__(self, make):
         self.make = make
+        self.device = torch.get_default_device()
         self.fn = None
 
     def __call__(self):
         if self.fn is None:
-            self.fn = self.make()
+            with torch.device(self.device):
+                self.fn = self.make()
         return self.fn()
 
     def release(self):

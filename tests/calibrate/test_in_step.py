@@ -135,3 +135,30 @@ def test_copy_fit_recovers_the_factor_and_predicts_a_held_out_model():
     assert f.held_out_["a"]["rel_errors"]["fsdp-full/a/16"] == pytest.approx(-0.5)
     with pytest.raises(ValueError, match="at least"):
         CopyFit().fit([{"model": "a", "key": "k", "measured_s": 1e-4, "predicted_s": 1e-4}])
+
+
+def _compute_module():
+    path = Path(__file__).resolve().parents[2] / "calibration" / "compute.py"
+    spec = importlib.util.spec_from_file_location("calibration_compute", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_quick_gpu_microbenchmarks_stay_on_the_declared_device():
+    """The quick CUDA set (built here on meta, which allocates nothing): GPU-sized GEMMs in fp32
+    and bf16, no host page-fault benchmarks, and the lazily built stream benchmarks made on the
+    device they were declared for, not on the CPU of the later call."""
+    import torch
+
+    mod = _compute_module()
+    out = []
+    with torch.device("meta"):
+        mod._micro(True, out, cuda=True)
+    keys = [k for k, _, _ in out]
+    assert "gemm/8192" in keys and "gemm_bf16/8192" in keys and not any(k.startswith("fault/") for k in keys)
+    assert {d["op_class"] for _, d, _ in out} >= {"gemm", "gemm_bf16", "conv", "elementwise", "launch", "stream"}
+    lazy = next(fn for k, _, fn in out if k.startswith("stream/copy/"))
+    lazy()  # made and run outside the context
+    assert lazy.fn.__closure__ is not None
+    assert {c.cell_contents.device.type for c in lazy.fn.__closure__} == {"meta"}
