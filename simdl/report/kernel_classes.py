@@ -9,8 +9,8 @@ that matches. The patterns are words of those names as ATen's CUDA sources and t
 libraries spell them (aten/src/ATen/native/cuda/*.cu kernel names; cuDNN's fprop / dgrad /
 wgrad convolution kernels and its NCHW/NHWC layout transforms), checked in order: norm
 before convolution because cuDNN's batch-norm kernels are ``cudnn::bn_*``, convolution
-before gemm because cuDNN's implicit-GEMM convolutions contain ``gemm``; the optimizer's ``multi_tensor_apply`` before
-elementwise.
+before gemm because cuDNN's implicit-GEMM convolutions contain ``gemm``, the optimizer's
+``multi_tensor_apply`` before elementwise.
 
 simdl prices rows, not kernels: :data:`ROW_GROUP` maps its row classes
 (:mod:`simdl.workload.op_classes`) onto the kernel groups they launch. Attention rows
@@ -28,13 +28,17 @@ KERNEL_CLASSES = ("conv", "gemm", "norm", "softmax", "pool", "reduction", "optim
 _PATTERNS: tuple[tuple[str, str], ...] = (
     ("copy", r"memcpy|memset|\[memory\]"),
     ("optimizer", r"multi_tensor_apply|foreach|aten::_fused_sgd|sgd"),
-    ("norm", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|welford|native_norm"),
-    ("conv", r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn::|xmma_cudnn|depthwise|nchwtonhwc|nhwctonchw"),
+    # LayerNorm's backward kernels are GammaBetaBackward / ComputeInternalGradients, its statistics RowwiseMoments.
+    ("norm", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|welford|native_norm|gammabeta"
+             r"|rowwisemoments|computeinternalgradients"),
+    ("conv", r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn::|xmma_cudnn|depthwise|nchwtonhwc|nhwctonchw"
+             r"|im2col|col2im"),
     ("softmax", r"softmax"),
     ("pool", r"pool"),
-    ("gemm", r"gemm|gemv|cutlass|nvjet|cublas|xmma|matmul|aten::mm\b|aten::addmm|aten::bmm|aten::linear"
-             r"|scaled_dot_product|flash|efficient_attention"),
-    ("reduction", r"reduce|nll_loss|aten::sum|aten::mean|cross_entropy"),
+    # cuBLAS's split-K GEMMs end in a splitKreduce kernel: part of the GEMM, not a reduction.
+    ("gemm", r"gemm|gemv|cutlass|nvjet|cublas|xmma|matmul|splitk|aten::mm\b|aten::addmm|aten::bmm|aten::linear"
+             r"|scaled_dot_product|flash|efficient_attention|fmha"),
+    ("reduction", r"reduce|nll|aten::sum|aten::mean|cross_entropy"),
     ("elementwise", r"elementwise|vectorized|unrolled|relu|gelu|silu|swish|sigmoid|tanh|dropout|fill|copy|"
                     r"add|mul|div|cat|where|clamp|threshold|aten::"),
 )
