@@ -57,10 +57,11 @@ KILL_GRACE_S = 15.0  # past a configuration's deadline before its worker is kill
 
 
 def gpu_name_from_driver() -> str | None:
-    """The name of CUDA device 0 from nvidia-smi (no CUDA context in this process), or None."""
+    """The name of CUDA device 0 from nvidia-smi, else NVML (no CUDA context in this process:
+    its memory would count in the device's used memory the worker reads), or None."""
     exe = shutil.which("nvidia-smi")
     if exe is None:
-        return None
+        return _nvml_name()
     try:
         out = subprocess.run([exe, "--id=0", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
                              text=True, timeout=20)
@@ -68,6 +69,17 @@ def gpu_name_from_driver() -> str | None:
         return None
     name = out.stdout.strip().splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
     return name or None
+
+
+def _nvml_name() -> str | None:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(0))
+        return name.decode() if isinstance(name, bytes) else str(name)
+    except Exception:  # noqa: BLE001 -- no NVML, no driver, no GPU: the CPU form
+        return None
 
 
 def plan_configs(s: dict) -> list[dict]:
@@ -129,7 +141,7 @@ def measure_all(configs: list[dict], s: dict, out: Path, work: Path, deadline: f
     """Run workers until every configuration has a record or the measuring time is over."""
     from simdl.calibrate.processes import kill_tree
 
-    starts = 0
+    starts, shown = 0, set()
     while _pending(configs, out) and time.time() + MIN_CONFIG_S < deadline and starts < len(configs):
         starts += 1
         plan = {"configs": _pending(configs, out), "out": str(out), "work": str(work), "deadline": deadline,
@@ -141,20 +153,13 @@ def measure_all(configs: list[dict], s: dict, out: Path, work: Path, deadline: f
         proc = subprocess.Popen([sys.executable, "-m", "validate.gpu_worker", str(work / "plan.json")],
                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
-        killed = None
-        while proc.poll() is None:
-            time.sleep(0.25)
-            prog = _progress(work)
-            now = time.time()
-            if prog and now > prog["deadline"] + kill_grace_s:
-                killed = prog
-            elif now > deadline + kill_grace_s:
-                killed = prog or {"run_id": None}
-            if killed:
-                kill_tree(proc, grace_s=2.0)
-                break
+        killed = _watch(proc, work, deadline, kill_grace_s, out, shown)
+        if killed:
+            kill_tree(proc, grace_s=2.0)
         proc.wait()
         log.close()
+        if proc.returncode not in (0, None) and not killed:
+            print("worker log, last lines:\n  " + "\n  ".join(_tail(work, 20)), flush=True)
         prog = killed or _progress(work)
         current = next((c for c in _pending(configs, out) if prog and c["run_id"] == prog["run_id"]), None)
         if current is not None:
@@ -170,6 +175,42 @@ def measure_all(configs: list[dict], s: dict, out: Path, work: Path, deadline: f
     for cfg in _pending(configs, out):
         _stopped(cfg, out, f"stopped: not started, the measuring time (to {deadline - START:.0f} s of the budget) "
                            "ran out")
+    _show_new(out, shown)
+    from .gpu_worker import update_run_info
+
+    update_run_info(out, worker_log_tail=_tail(work, 40))
+
+
+def _watch(proc, work: Path, deadline: float, kill_grace_s: float, out: Path, shown: set) -> dict | None:
+    """Wait for the worker, printing each record as it lands; the progress entry of the
+    configuration to stop it for, if it must be killed (its step never returned, or the
+    measuring time is over), else None once it exits."""
+    while proc.poll() is None:
+        time.sleep(0.25)
+        _show_new(out, shown)
+        prog = _progress(work)
+        now = time.time()
+        if prog and now > prog["deadline"] + kill_grace_s:
+            return prog
+        if now > deadline + kill_grace_s:
+            return prog or {"run_id": None}
+    return None
+
+
+def _show_new(out: Path, shown: set) -> None:
+    """One line per record not shown yet (the device tool returns the output's end)."""
+    from .run import read_results
+
+    for r in read_results(out / "results.jsonl"):
+        key = (r["run_id"], r.get("recorded_at"))
+        if key in shown or r.get("recorded_at", 0) < START:
+            continue
+        shown.add(key)
+        p = ((r.get("predicted") or {}).get("analytic") or {}).get("iteration_time_s")
+        m = ((r.get("measured") or {}).get("step_time_s") or {}).get("median")
+        what = (f"step {1e3 * m:.2f} ms, predicted {1e3 * p:.2f} ms ({100 * (p - m) / m:+.0f} %)" if p and m
+                else str(r.get("error", ""))[:120])
+        print(f"[{time.time() - START:6.1f} s] {r['run_id']}: {r['status']}, {what}", flush=True)
 
 
 def _progress(work: Path) -> dict | None:
@@ -179,12 +220,14 @@ def _progress(work: Path) -> dict | None:
         return None
 
 
-def _tail(work: Path) -> str:
+def _tail(work: Path, n: int = 1) -> list[str] | str:
+    """The worker log's last line (``n`` = 1), or its last ``n`` lines."""
     try:
         lines = (work / "worker.log").read_text(errors="replace").strip().splitlines()
     except OSError:
-        return ""
-    return lines[-1][:300] if lines else ""
+        lines = []
+    lines = [x[:300] for x in lines if "SyncActivityProfilerHandler" not in x]  # the profiler's start/stop notes
+    return (lines[-1] if lines else "") if n == 1 else lines[-n:]
 
 
 def parse_args(argv):

@@ -210,3 +210,22 @@ def test_resume_measures_what_was_stopped(tmp_path):
     (rec,) = read_results(out / "results.jsonl")
     assert rec["status"] == "ok" and rec["predicted_at"] == predicted_at < rec["measured"]["first_step_at"]
     assert len(read_jsonl(out / "predictions.jsonl")) == 1
+
+
+def test_driver_queries_through_nvidia_smi(tmp_path, monkeypatch):
+    """The parent names the GPU without a CUDA context of its own, and the device's memory and
+    clocks are read from nvidia-smi where pynvml is missing (a fake nvidia-smi on PATH here)."""
+    from validate.gpu_check import gpu_name_from_driver
+    from validate.gpu_device import _smi
+
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\ncase \"$*\" in *query-gpu=name*) echo 'NVIDIA H200';;\n"
+                   "*) echo '1024, 143771, 1980, 3201, 1980, 3201, 120.50, 35, 580.159.03';; esac\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    assert gpu_name_from_driver() == "NVIDIA H200"
+    got = _smi(0)
+    assert got["source"] == "nvidia-smi" and got["used_bytes"] == 1024 * 2**20
+    assert got["total_bytes"] == 143771 * 2**20 and got["sm_clock_MHz"] == 1980 and got["driver"] == "580.159.03"
+    smi.write_text("#!/bin/sh\necho 'garbage'\n")
+    assert "unexpected output" in _smi(0)["error"]
