@@ -8,11 +8,12 @@ from pathlib import Path
 
 
 def write(out: Path) -> str:
-    from simdl.report.gpu import table
+    from simdl.report.gpu import error_pivot, table
 
     from .run import read_results
 
     records = read_results(Path(out) / "results.jsonl")
-    text = "# GPU check: simdl's prediction against the measured step\n\n" + "\n".join(table(records)) + "\n"
+    lines = table(records) + ["", "Step-time error by model and configuration:", ""] + error_pivot(records)
+    text = "# GPU check: simdl's prediction against the measured step\n\n" + "\n".join(lines) + "\n"
     (Path(out) / "summary.md").write_text(text)
     return text

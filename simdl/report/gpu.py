@@ -104,6 +104,25 @@ def table(records: list[dict]) -> list[str]:
     return lines
 
 
+def error_pivot(records: list[dict]) -> list[str]:
+    """Signed step-time error by model (rows) and image size / batch / precision (columns)."""
+    cols: list[tuple] = []
+    cells: dict[tuple, str] = {}
+    for r in records:
+        sp = r.get("spec") or {}
+        col = (sp.get("image_size"), sp.get("batch_size"), sp.get("precision"))
+        if col not in cols:
+            cols.append(col)
+        e = _err(*_sides(r)["step"]) if r.get("status") == "ok" else None
+        cells[(r.get("model_name"), col)] = _pct(e) if e is not None else str(r.get("status", "-"))
+    models = list(dict.fromkeys(r.get("model_name") for r in records))
+    lines = ["| model | " + " | ".join(f"{c[0]} px b{c[1]} {c[2]}" for c in cols) + " |",
+             "|---|" + "---|" * len(cols)]
+    for m in models:
+        lines.append(f"| {m} | " + " | ".join(cells.get((m, c), "-") for c in cols) + " |")
+    return lines
+
+
 def kernel_rows(records: list[dict], kernels: dict[str, dict]) -> list[dict]:
     """Per configuration: predicted and profiled seconds per group."""
     out = []
@@ -181,6 +200,8 @@ def gpu_section(records: list[dict]) -> list[str]:
         folder = Path(src).parent
         mine = [r for r in gpu if r.get("_source_file", "") == src]
         lines += [f"### `{src}`", ""] + _env_lines(_run_info(folder)) + [""] + table(mine) + [""]
+        lines += ["Step-time error (predicted - measured) / measured, by model and configuration:", ""]
+        lines += error_pivot(mine) + [""]
         lines += ["#### Time per op class: simdl against the profiled kernels", ""]
         lines += kernel_tables(kernel_rows(mine, read_kernels(folder / "kernels.jsonl.gz")))
     return lines

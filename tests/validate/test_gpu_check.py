@@ -191,6 +191,8 @@ def test_report_gpu_section_from_synthetic_files(tmp_path):
     assert "+20.0%" in text  # step 12 ms predicted against 10 ms
     assert "| conv | 1 | 0.008 | 0.006 | +33.3% |" in text
     assert "8.00 / 6.00" in text and "-20.0%" in text  # allocated 2 GiB against 2.5
+    assert "| resnet18 | +20.0% |" in "\n".join(gpu_section([{**rec, "model_name": "resnet18", "spec": {
+        "image_size": 224, "batch_size": 32, "precision": "bf16"}}]))
 
 
 @pytest.mark.torch
