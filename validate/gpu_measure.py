@@ -11,8 +11,8 @@ or under ``torch.autocast(dtype=torch.bfloat16)``:
   ``torch.cuda.synchronize()`` at the end; on a CPU, ``time.perf_counter``;
 * ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` since the configuration
   started (its allocator cache emptied first) and the device's used memory from NVML;
-* one more step under ``torch.profiler``: every kernel's name, calls and seconds (on a
-  CPU, every op's self time);
+* one more step under ``torch.profiler``: every kernel's name, calls, seconds and the op
+  that launched it (on a CPU, every op's self time);
 * the GPU's clocks, power and temperature just after the timed steps.
 
 A configuration past its own deadline stops between steps (:class:`Stopped`).
@@ -120,20 +120,37 @@ def profile_step(model, opt, x, y, cfg: dict, device) -> dict:
     wall = time.perf_counter() - t0
     agg: dict[str, list] = {}
     if device.type == "cuda":
-        for e in prof.events():
+        events = prof.events()
+        for e in events:
             if e.device_type == torch.autograd.DeviceType.CUDA:
-                a = agg.setdefault(e.name, [0, 0.0])
+                a = agg.setdefault(e.name, [0, 0.0, ""])
                 a[0] += 1
                 a[1] += e.time_range.elapsed_us() / 1e6
-        source = "CUDA kernels and memory operations (torch.profiler, ProfilerActivity.CUDA), seconds each"
+        for name, op in _launching_ops(events).items():
+            if name in agg:
+                agg[name][2] = op
+        source = ("CUDA kernels and memory operations (torch.profiler, ProfilerActivity.CUDA), seconds each, "
+                  "with the op that launched most of each kernel's time")
     else:
         for e in prof.key_averages():
             if e.self_cpu_time_total > 0:
-                agg[e.key] = [e.count, e.self_cpu_time_total / 1e6]
+                agg[e.key] = [e.count, e.self_cpu_time_total / 1e6, e.key]
         source = "CPU ops' self time (torch.profiler key_averages, self_cpu_time_total)"
-    kernels = sorted(([n, c, s] for n, (c, s) in agg.items()), key=lambda k: -k[2])
+    kernels = sorted(([n, c, s, op] for n, (c, s, op) in agg.items()), key=lambda k: -k[2])
     return {"kernels": kernels, "source": source, "profiled_step_s": wall,
             "kernel_time_s": sum(k[2] for k in kernels)}
+
+
+def _launching_ops(events) -> dict[str, str]:
+    """Kernel name -> the op that launched most of its time. The profiler hands each CPU op
+    the kernels its launches ran (``FunctionEvent.kernels``, durations in us): the innermost
+    op, e.g. ``aten::cudnn_convolution`` for a cuDNN kernel whose name says only ``sgemm``."""
+    share: dict[str, dict[str, float]] = {}
+    for e in events:
+        for k in getattr(e, "kernels", None) or ():
+            by_op = share.setdefault(k.name, {})
+            by_op[e.name] = by_op.get(e.name, 0.0) + float(k.duration)
+    return {name: max(by_op, key=by_op.get) for name, by_op in share.items()}
 
 
 def measure(cfg: dict, device, deadline: float, warmup: int, steps: int) -> tuple[dict, dict]:

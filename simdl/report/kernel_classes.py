@@ -4,8 +4,9 @@ A torch.profiler trace of a CUDA step names kernels by their library symbols (cu
 ``sm90_xmma_fprop_implicit_gemm_...``, cuBLAS's ``nvjet_...`` / ``cutlass_...``, ATen's
 ``vectorized_elementwise_kernel<...>``, ``batch_norm_collect_statistics_kernel``, ...); on a
 CPU the same step lists ``aten::`` ops. :func:`kernel_class` sorts either into gemm, conv,
-elementwise, norm, softmax, pool, reduction, optimizer, copy or other by the first pattern
-that matches. The patterns are words of those names as ATen's CUDA sources and the NVIDIA
+elementwise, norm, softmax, pool, reduction, optimizer, copy or other: by the op that
+launched it where its name settles the class (``aten::cudnn_convolution``), else by the
+first pattern of the kernel's own name that matches. The patterns are words of those names as ATen's CUDA sources and the NVIDIA
 libraries spell them (aten/src/ATen/native/cuda/*.cu kernel names; cuDNN's fprop / dgrad /
 wgrad convolution kernels and its NCHW/NHWC layout transforms), checked in order: norm
 before convolution because cuDNN's batch-norm kernels are ``cudnn::bn_*``, convolution
@@ -31,8 +32,9 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     # LayerNorm's backward kernels are GammaBetaBackward / ComputeInternalGradients, its statistics RowwiseMoments.
     ("norm", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|welford|native_norm|gammabeta"
              r"|rowwisemoments|computeinternalgradients"),
-    ("conv", r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn::|xmma_cudnn|depthwise|nchwtonhwc|nhwctonchw"
-             r"|im2col|col2im"),
+    # cuDNN's own convolution kernels (scudnn_*, cask_cudnn*, its FFT path's fft2d_* / flip_filter / gcgemm).
+    ("conv", r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn|depthwise|nchwtonhwc|nhwctonchw"
+             r"|im2col|col2im|fft2d|flip_filter|gcgemm"),
     ("softmax", r"softmax"),
     ("pool", r"pool"),
     # cuBLAS's split-K GEMMs end in a splitKreduce kernel: part of the GEMM, not a reduction.
@@ -43,6 +45,17 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
                     r"add|mul|div|cat|where|clamp|threshold|aten::"),
 )
 _COMPILED = tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in _PATTERNS)
+# The launching op, where it settles the class: a cuDNN convolution may run a plain sgemm
+# kernel, a linear layer the same one.
+_OP_PATTERNS: tuple[tuple[str, str], ...] = (
+    ("optimizer", r"_foreach_|_fused_sgd|_fused_adam"),
+    ("norm", r"batch_norm|layer_norm|group_norm"),
+    ("conv", r"convolution|cudnn_conv|conv_depthwise|slow_conv|conv2d"),
+    ("softmax", r"softmax"),
+    ("pool", r"pool"),
+    ("gemm", r"aten::(mm|addmm|bmm|baddbmm|matmul|linear)$|scaled_dot_product|flash|efficient_attention"),
+)
+_OPS = tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in _OP_PATTERNS)
 
 # simdl's row classes -> comparison group; kernel classes -> comparison group.
 ROW_GROUP = {"conv": "conv", "linear": "gemm", "attention": "gemm", "norm": "norm", "pool": "pool",
@@ -53,7 +66,11 @@ KERNEL_GROUP = {"conv": "conv", "gemm": "gemm", "norm": "norm", "pool": "pool", 
 GROUPS = ("conv", "gemm", "norm", "pool", "elementwise", "optimizer", "copy", "other")
 
 
-def kernel_class(name: str) -> str:
+def kernel_class(name: str, op: str = "") -> str:
+    """The class of a kernel, by the op that launched it where that settles it, else by its name."""
+    for cls, rx in _OPS:
+        if op and rx.search(op):
+            return cls
     for cls, rx in _COMPILED:
         if rx.search(name):
             return cls
@@ -61,11 +78,11 @@ def kernel_class(name: str) -> str:
 
 
 def kernel_groups(kernels: list) -> dict[str, float]:
-    """Seconds per comparison group of ``[[name, calls, seconds], ...]``."""
+    """Seconds per comparison group of ``[[name, calls, seconds(, launching op)], ...]``."""
     out: dict[str, float] = {}
-    for name, _calls, seconds in kernels:
-        g = KERNEL_GROUP[kernel_class(name)]
-        out[g] = out.get(g, 0.0) + float(seconds)
+    for k in kernels:
+        g = KERNEL_GROUP[kernel_class(k[0], k[3] if len(k) > 3 else "")]
+        out[g] = out.get(g, 0.0) + float(k[2])
     return out
 
 

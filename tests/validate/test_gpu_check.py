@@ -162,6 +162,19 @@ def test_kernel_classes(name, cls):
     assert kernel_class(name) == cls
 
 
+@pytest.mark.parametrize("name, op, cls", [
+    ("ampere_sgemm_128x128_nn", "aten::cudnn_convolution", "conv"),  # cuDNN's GEMM-based convolution
+    ("ampere_sgemm_128x128_nn", "aten::addmm", "gemm"),
+    ("ampere_sgemm_128x128_nn", "", "gemm"),  # no launching op recorded: by the name
+    ("cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1", "", "conv"),
+    ("void fft2d_r2c_16x16<float>(float2*, float const*, int, int)", "", "conv"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>", "aten::_foreach_add_", "optimizer"),
+    ("void at::native::reduce_kernel<512, 1>", "aten::native_batch_norm_backward", "norm"),
+])
+def test_kernel_classes_by_launching_op(name, op, cls):
+    assert kernel_class(name, op) == cls
+
+
 def test_groups_add_up():
     kernels = [["sm90_xmma_fprop_implicit_gemm", 3, 0.002], ["cunn_SoftMaxForward", 1, 0.001],
                ["multi_tensor_apply_kernel", 2, 0.0005]]
@@ -231,3 +244,16 @@ def test_driver_queries_through_nvidia_smi(tmp_path, monkeypatch):
     assert got["total_bytes"] == 143771 * 2**20 and got["sm_clock_MHz"] == 1980 and got["driver"] == "580.159.03"
     smi.write_text("#!/bin/sh\necho 'garbage'\n")
     assert "unexpected output" in _smi(0)["error"]
+
+
+def test_launching_op_is_the_one_with_most_of_a_kernels_time():
+    from collections import namedtuple
+
+    from validate.gpu_measure import _launching_ops
+
+    K = namedtuple("Kernel", ["name", "device", "duration"])
+    E = namedtuple("Event", ["name", "kernels"])
+    events = [E("aten::cudnn_convolution", [K("sgemm_128", 0, 30.0), K("sgemm_128", 0, 30.0)]),
+              E("aten::addmm", [K("sgemm_128", 0, 50.0)]), E("aten::relu", [K("relu_k", 0, 2.0)]),
+              E("aten::empty", [])]
+    assert _launching_ops(events) == {"sgemm_128": "aten::cudnn_convolution", "relu_k": "aten::relu"}
