@@ -10,6 +10,7 @@ package) when it imports, else from ``nvidia-smi --query-gpu``; neither: None, w
 
 from __future__ import annotations
 
+import os
 import platform
 import shutil
 import subprocess
@@ -45,9 +46,12 @@ def environment(device) -> dict[str, Any]:
     import torch
     import torchvision
 
+    from simdl.cluster.host import cpu_model
+
     env: dict[str, Any] = {"torch": torch.__version__, "torchvision": torchvision.__version__,
                            "python": platform.python_version(), "device": device_name(device),
-                           "cuda": torch.version.cuda, "cudnn": None, "hostname": platform.node()}
+                           "cuda": torch.version.cuda, "cudnn": None, "hostname": platform.node(),
+                           "cpu_cores": os.cpu_count(), "cpu_model": cpu_model()}
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
         env.update(cudnn=torch.backends.cudnn.version(), capability=list(torch.cuda.get_device_capability(device)),

@@ -59,8 +59,11 @@ def spec_of(cfg: dict) -> dict:
 
 
 def env_host(env: dict) -> dict:
-    return {"hostname": env.get("hostname"), "device": env.get("device"), "torch": env.get("torch"),
-            "cuda": env.get("cuda"), "cudnn": env.get("cudnn")}
+    """The host fields validate.run records (the report's setup section reads them)."""
+    return {"hostname": env.get("hostname"), "cpu_cores": env.get("cpu_cores"), "cpu_model": env.get("cpu_model"),
+            "torch": env.get("torch"), "python": env.get("python"), "device": env.get("device"),
+            "cuda": bool(env.get("device")) and env.get("device") != "cpu", "cuda_version": env.get("cuda"),
+            "cudnn": env.get("cudnn")}
 
 
 def run(plan: dict) -> int:
