@@ -97,18 +97,20 @@ def plan_configs(s: dict) -> list[dict]:
     return out
 
 
-def write_predictions(configs: list[dict], cluster, out: Path, engines) -> None:
+def write_predictions(configs: list[dict], cluster, preset: str, out: Path, engines) -> None:
     from .gpu_predict import predict_config
     from .gpu_worker import read_predictions
-    from .run import append_result
+    from .run import _sha256, append_result, resolve_profile
 
     have = read_predictions(out / "predictions.jsonl")
+    path = resolve_profile(preset)
+    profile = {"cluster_profile": str(path), "cluster_profile_sha256": _sha256(str(path))}
     for cfg in configs:
         if cfg["run_id"] in have:
             continue
         pred = predict_config(cfg, cluster, engines)
         append_result(out / "predictions.jsonl", {"type": "prediction", "run_id": cfg["run_id"], "t": time.time(),
-                                                  "cluster": cluster.name, "gpu": cluster.gpu.name,
+                                                  "cluster": cluster.name, "gpu": cluster.gpu.name, **profile,
                                                   "config": cfg, "predicted": pred})
 
 
@@ -302,7 +304,7 @@ def _main(a) -> int:
     configs = plan_configs(s)
     print(f"device: {gpu or 'cpu (tiny settings)'}; preset {preset}; {len(configs)} configurations; "
           f"budget {a.budget_s:.0f} s", flush=True)
-    write_predictions(configs, cluster, out, tuple(e for e in a.engines.split(",") if e))
+    write_predictions(configs, cluster, preset, out, tuple(e for e in a.engines.split(",") if e))
     print(f"predictions written at {time.time() - START:.1f} s", flush=True)
     calib_s = s["calibrate_s"]
     if a.resume:  # measured ones stay; stopped and failed ones are measured again

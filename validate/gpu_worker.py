@@ -48,7 +48,9 @@ def record(cfg: dict, pred: dict | None, status: str, measured: dict | None, env
             "status": status, "spec": spec_of(cfg), "model_name": cfg["model"],
             "label": f"{cfg['precision']} {cfg['size']}px",
             "predicted": (pred or {}).get("predicted", {}), "predicted_at": (pred or {}).get("t"),
-            "cluster": (pred or {}).get("cluster"), "measured": measured or {}, "host": env_host(env),
+            "cluster": (pred or {}).get("cluster"), "cluster_profile": (pred or {}).get("cluster_profile"),
+            "cluster_profile_sha256": (pred or {}).get("cluster_profile_sha256"),
+            "measured": measured or {}, "host": env_host(env),
             "recorded_at": time.time(), **extra}
 
 

@@ -195,7 +195,9 @@ def gpu_section(records: list[dict]) -> list[str]:
         return []
     lines = ["## GPU check (`python -m validate.gpu_check`)", "",
              "One device, no collective; every prediction was written to predictions.jsonl before the first "
-             "measured step (each record's `predicted_at` against its `measured.first_step_at`).", ""]
+             "measured step (each record's `predicted_at` against its `measured.first_step_at`), with the "
+             "cluster profile above and its DataLoader cost set to 0: the check feeds one batch made on the "
+             "device to every step.", ""]
     for src in sorted({r.get("_source_file", "") for r in gpu}):
         folder = Path(src).parent
         mine = [r for r in gpu if r.get("_source_file", "") == src]
