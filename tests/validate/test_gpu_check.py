@@ -257,3 +257,19 @@ def test_launching_op_is_the_one_with_most_of_a_kernels_time():
               E("aten::addmm", [K("sgemm_128", 0, 50.0)]), E("aten::relu", [K("relu_k", 0, 2.0)]),
               E("aten::empty", [])]
     assert _launching_ops(events) == {"sgemm_128": "aten::cudnn_convolution", "relu_k": "aten::relu"}
+
+
+def test_every_default_gpu_configuration_is_predicted_on_the_h200_preset():
+    """The GPU plan's 64 configurations all have a prediction (the shipped tables, no torch),
+    with the per-class times that the kernel comparison needs."""
+    from validate.gpu_check import GPU, plan_configs
+    from validate.gpu_predict import cluster_without_loader, predict_config
+
+    configs = plan_configs(GPU)
+    assert len(configs) == 8 * 2 * 2 * 2 and len({c["run_id"] for c in configs}) == 64
+    cluster = cluster_without_loader("h200")
+    for cfg in configs:
+        a = predict_config(cfg, cluster)["analytic"]
+        assert "error" not in a, (cfg["run_id"], a)
+        assert a["iteration_time_s"] > 0 and a["peak_tensor_bytes"] > 0 and a["by_op_class_s"]
+        assert a["step_split_s"]["input_stall"] == 0.0  # no DataLoader in the check
