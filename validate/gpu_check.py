@@ -271,6 +271,13 @@ def settings(a) -> dict:
     for key in ("steps", "warmup", "config_cap_s", "calibrate_s"):
         if getattr(a, key) is not None:
             s[key] = getattr(a, key)
+    if s["steps"] < 1 or s["warmup"] < 0 or s["config_cap_s"] <= 0 or s["calibrate_s"] < 0 or a.budget_s <= 0:
+        raise SimdlError(f"--steps {s['steps']} / --warmup {s['warmup']} / --config-cap-s {s['config_cap_s']} / "
+                         f"--calibrate-s {s['calibrate_s']} / --budget-s {a.budget_s}: accepted: steps >= 1, "
+                         "warm-up >= 0, a cap and a budget > 0, calibration >= 0 (0: skip it)")
+    engines = [e for e in a.engines.split(",") if e]
+    if not engines or any(e not in ("analytic", "sim") for e in engines):
+        raise SimdlError(f"--engines {a.engines!r}: accepted: analytic, sim (comma-separated)")
     return s
 
 
@@ -293,8 +300,6 @@ def _main(a) -> int:
     if (out / "predictions.jsonl").exists() and not a.resume:
         print(f"{out} already holds a run; pass --resume to continue it", file=sys.stderr)
         return 2
-    out.mkdir(parents=True, exist_ok=True)
-    work.mkdir(parents=True, exist_ok=True)
     gpu = None if a.cpu else gpu_name_from_driver()
     a.cpu = gpu is None
     s = settings(a)
@@ -302,6 +307,8 @@ def _main(a) -> int:
     preset = a.cluster or preset_for_device(gpu or "cpu")
     cluster = cluster_without_loader(preset)
     configs = plan_configs(s)
+    out.mkdir(parents=True, exist_ok=True)
+    work.mkdir(parents=True, exist_ok=True)
     print(f"device: {gpu or 'cpu (tiny settings)'}; preset {preset}; {len(configs)} configurations; "
           f"budget {a.budget_s:.0f} s", flush=True)
     write_predictions(configs, cluster, preset, out, tuple(e for e in a.engines.split(",") if e))

@@ -107,10 +107,14 @@ def test_budget_spent_before_measuring_records_every_configuration(tmp_path):
     assert again.returncode == 2 and "--resume" in again.stderr
 
 
-def test_bad_setting_is_one_line(tmp_path):
-    p, _ = _run(tmp_path / "gpu", "--sizes", "64", timeout=120)
-    assert p.returncode == 2 and p.stderr.startswith("error:") and "sizes 224 or 32" in p.stderr
-    assert "Traceback" not in p.stderr
+@pytest.mark.parametrize("args, says", [(("--sizes", "64"), "sizes 224 or 32"), (("--steps", "0"), "steps >= 1"),
+                                        (("--engines", "fast"), "--engines 'fast'"),
+                                        (("--cluster", "no-such-preset"), "no-such-preset")])
+def test_bad_setting_is_one_line(tmp_path, args, says):
+    p, _ = _run(tmp_path / "gpu", *args, timeout=120)
+    assert p.returncode == 2 and p.stderr.startswith("error:") and says in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "gpu").exists()  # nothing written for a run that does not start
 
 
 def test_presets_from_device_names():
