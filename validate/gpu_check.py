@@ -115,11 +115,13 @@ def write_predictions(configs: list[dict], cluster, preset: str, out: Path, engi
 
 
 def _stopped(cfg: dict, out: Path, why: str) -> None:
+    """Record a configuration the parent ended: ``failed`` where ``why`` says so, else ``stopped``."""
     from .gpu_worker import read_predictions, record
     from .run import append_result
 
     pred = read_predictions(out / "predictions.jsonl").get(cfg["run_id"])
-    append_result(out / "results.jsonl", record(cfg, pred, "stopped", None, {}, error=why, wall_s=0.0))
+    status = "failed" if why.startswith("failed") else "stopped"
+    append_result(out / "results.jsonl", record(cfg, pred, status, None, {}, error=why, wall_s=0.0))
 
 
 def _pending(configs: list[dict], out: Path) -> list[dict]:

@@ -277,3 +277,22 @@ def test_every_default_gpu_configuration_is_predicted_on_the_h200_preset():
         assert "error" not in a, (cfg["run_id"], a)
         assert a["iteration_time_s"] > 0 and a["peak_tensor_bytes"] > 0 and a["by_op_class_s"]
         assert a["step_split_s"]["input_stall"] == 0.0  # no DataLoader in the check
+
+
+def test_a_worker_that_cannot_start_fails_every_configuration(tmp_path):
+    """The parent saw a GPU (a fake nvidia-smi) but torch has no CUDA: the worker exits at once,
+    and every configuration is recorded failed with the worker's reason, not left out."""
+    smi = tmp_path / "bin" / "nvidia-smi"
+    smi.parent.mkdir()
+    smi.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
+    smi.chmod(0o755)
+    out = tmp_path / "gpu"
+    env = dict(os.environ, PATH=f"{smi.parent}{os.pathsep}{os.environ['PATH']}", CUDA_VISIBLE_DEVICES="",
+               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-m", "validate.gpu_check", "-o", str(out), "--models", "mnist_cnn",
+                        "--batches", "2", "--precisions", "fp32", "--sizes", "32", "--calibrate-s", "0"],
+                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (rec,) = read_jsonl(out / "results.jsonl")
+    assert rec["status"] == "failed" and "exited with code 3" in rec["error"]
+    assert rec["cluster"].startswith("h200")  # predicted for the GPU the driver named
