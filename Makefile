@@ -6,7 +6,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: predict test bench clean
+.PHONY: predict test bench clean gpu-wheels
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,14 @@ test: $(VENV)/.test-installed
 
 bench: $(VENV)/.core-installed
 	$(PY) benchmarks/bench_predict.py
+
+# Pure-Python wheels a GPU machine without internet lacks (validate/README.md, "GPU ground
+# truth"): downloaded here into the git-ignored .whl/ and carried there. validate.gpu_check
+# itself does not need them (the analytic engine only); simpy serves --engines analytic,sim.
+GPU_WHEELS ?= simpy==4.1.2
+gpu-wheels:
+	$(PYTHON) -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation py \
+	  --platform any -d .whl $(GPU_WHEELS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

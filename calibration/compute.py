@@ -224,11 +224,42 @@ def micro_benchmarks(quick: bool, device) -> list[tuple[str, dict, object]]:
     """(key, description, zero-arg callable) for GEMM, conv, elementwise and tiny ops."""
     out = []
     with torch.device(device):
-        _micro(quick, out)
+        _micro(quick, out, cuda=torch.device(device).type == "cuda")
     return out
 
 
-def _micro(quick: bool, out: list) -> None:
+def _cuda_micro(out: list) -> None:
+    """Sizes that fill a data-centre GPU, and bf16 GEMMs on its tensor cores (op class
+    gemm_bf16, fitted on its own): the CPU sizes below finish in microseconds there, under
+    the launch cost. Operands are random (zeros run faster on tensor cores)."""
+    for n in (2048, 4096, 8192):
+        a, b = torch.randn(n, n), torch.randn(n, n)
+        out.append((f"gemm/{n}", {"op_class": "gemm", "flops": 2.0 * n ** 3, "bytes": 3.0 * 4 * n * n},
+                    (lambda a=a, b=b: torch.mm(a, b))))
+        ah, bh = a.bfloat16(), b.bfloat16()
+        out.append((f"gemm_bf16/{n}", {"op_class": "gemm_bf16", "flops": 2.0 * n ** 3, "bytes": 3.0 * 2 * n * n},
+                    (lambda a=ah, b=bh: torch.mm(a, b))))
+    for (bt, c, hw) in ((32, 128, 56), (32, 256, 28), (64, 512, 14)):
+        x = torch.randn(bt, c, hw, hw)
+        conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
+        out.append((f"conv3x3/{bt}x{c}x{hw}x{hw}", {"op_class": "conv", "flops": 2.0 * bt * c * c * 9 * hw * hw,
+                                                    "bytes": 4.0 * (2 * bt * c * hw * hw + c * c * 9)},
+                    (lambda x=x, conv=conv: conv(x))))
+    for numel in (1 << 22, 1 << 25, 1 << 28):
+        a, b = torch.randn(numel), torch.randn(numel)
+        out.append((f"add/{numel}", {"op_class": "elementwise", "flops": 0.0, "bytes": 12.0 * numel},
+                    (lambda a=a, b=b: torch.add(a, b))))
+    t = torch.randn(16)
+    out.append(("tiny/add16", {"op_class": "launch", "flops": 0.0, "bytes": 0.0}, (lambda t=t: t + 1)))
+
+
+def _micro(quick: bool, out: list, cuda: bool = False) -> None:
+    if cuda and quick:
+        # Quick on a GPU: the sizes that reach its rates; the CPU's per-call convolution and
+        # page-fault benchmarks measure host costs a GPU's caching allocator does not pay.
+        _cuda_micro(out)
+        _stream_micro(quick, out, faults=False)
+        return
     for n in ((256, 512, 1024) if quick else (128, 256, 512, 1024, 2048)):
         a, b = torch.randn(n, n), torch.randn(n, n)
         out.append((f"gemm/{n}", {"op_class": "gemm", "flops": 2.0 * n ** 3, "bytes": 3.0 * 4 * n * n},
@@ -266,15 +297,19 @@ def _micro(quick: bool, out: list) -> None:
 
 class _Lazy:
     """A benchmark whose tensors are made at its first call (and dropped after it is
-    measured), so that the big buffers of the stream benchmarks are never all alive."""
+    measured), so that the big buffers of the stream benchmarks are never all alive. They
+    are made on the device that was the default when the benchmark was declared (the
+    ``torch.device`` context of :func:`micro_benchmarks`), not the CPU of the later call."""
 
     def __init__(self, make):
         self.make = make
+        self.device = torch.get_default_device()
         self.fn = None
 
     def __call__(self):
         if self.fn is None:
-            self.fn = self.make()
+            with torch.device(self.device):
+                self.fn = self.make()
         return self.fn()
 
     def release(self):
@@ -293,7 +328,7 @@ def _sgd_step(numel: int, tensors: int):
     return _Lazy(make)
 
 
-def _stream_micro(quick: bool, out: list) -> None:
+def _stream_micro(quick: bool, out: list, faults: bool = True) -> None:
     """Large streaming ops (issue 5): the optimizer step and whole-tensor copies, to fit the
     stream bandwidth and per-call cost of simdl.strategies.optimizer_step and FSDP/DDP
     copies; and fresh vs reused buffers above glibc's 32 MiB mmap threshold, whose time
@@ -314,7 +349,7 @@ def _stream_micro(quick: bool, out: list) -> None:
             return lambda: a.copy_(b)
         out.append((f"stream/copy/{numel}", {"op_class": "stream", "bytes": 2.0 * 4 * numel, "calls": 1},
                     _Lazy(make)))
-    for numel in ((1 << 24,) if quick else (1 << 24, 1 << 25, 1 << 26)):  # 64, 128, 256 MiB
+    for numel in ((1 << 24,) if quick else (1 << 24, 1 << 25, 1 << 26)) if faults else ():  # 64, 128, 256 MiB
         def reuse(numel=numel):
             a = torch.empty(numel)
             return lambda: a.fill_(1.0)

@@ -264,7 +264,7 @@ def _cmd_calibrate(a: argparse.Namespace) -> int:
         settings = make_settings(
             nproc_per_node=a.nproc_per_node, quick=a.quick, time_budget=a.time_budget, output=a.output,
             name=a.name, gpu=a.gpu, stages=_stages(a.stages), profile_models=a.profile_models,
-            collective_passes=a.collective_passes, nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
+            compute_models=a.compute_models, collective_passes=a.collective_passes, nnodes=a.nnodes, node_rank=a.node_rank, rdzv_backend=a.rdzv_backend,
             rdzv_endpoint=a.rdzv_endpoint, rdzv_id=a.rdzv_id, master_addr=a.master_addr, master_port=a.master_port)
         calibrate(settings, new_run_dir(a.run_root), wait_quiet_s=a.wait_quiet)
         return 0
@@ -307,6 +307,9 @@ def _add_calibrate_parser(sub) -> None:
     k.add_argument("--profile-models", default=None, metavar="M:D:B1,B2;...",
                    help="also profile these models' rows at these batch sizes (e.g. vgg16:cifar10:24,48): "
                         "predictions of them then use the measured row times (a compute profile)")
+    k.add_argument("--compute-models", default=None, metavar="M:D:B1,B2;...",
+                   help="the compute stage's models instead of its default set: the roofline is fitted on all "
+                        "but the last, which is held out (e.g. resnet18:cifar10:32,128;vgg16:cifar10:32,128)")
     k.add_argument("--collective-passes", type=_int, default=None, metavar="N",
                    help="passes over the collective size grid (default 7, --quick 3); more narrow each size's "
                         "time on a noisy host, in proportion more time (within the collectives' budget share)")

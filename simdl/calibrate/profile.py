@@ -38,7 +38,7 @@ _RPC_TRANSPORTS = ("uv",)
 GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
     ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("A100-SXM4-40GB", "A100-SXM4-40GB"),
     ("A100 80GB PCIe", "A100-PCIe-80GB"), ("A100-PCIE-80GB", "A100-PCIe-80GB"),
-    ("H100", "H100-SXM"), ("A10G", "A10G"), ("V100", "V100-SXM2"),
+    ("H200", "H200"), ("H100 PCIe", "H100-PCIe"), ("H100", "H100-SXM"), ("A10G", "A10G"), ("V100", "V100-SXM2"),
 )
 
 

@@ -81,7 +81,7 @@ def new_run_dir(root: Path | None = None) -> Path:
 def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None, output: str | None,
                   name: str | None = None, gpu: str | None = None, stages: tuple[str, ...] = STAGES,
                   profile_models: str | None = None, collective_passes: int | None = None,
-                  **torchrun: Any) -> dict[str, Any]:
+                  compute_models: str | None = None, **torchrun: Any) -> dict[str, Any]:
     if nproc_per_node < 1:
         raise SimdlError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
     budget = DEFAULT_BUDGET[quick] if time_budget is None else float(time_budget)
@@ -90,11 +90,17 @@ def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None
     if collective_passes is not None and collective_passes < 1:
         raise SimdlError(f"--collective-passes {collective_passes}: must be >= 1 (passes over the size grid)")
     models, held = COMPUTE_MODELS[quick]
+    if compute_models:
+        # The caller's fit set, the last model held out (predicted, never fitted) when there are two or more.
+        chosen = parse_profile_models(compute_models, "--compute-models")
+        models = ";".join(f"{m}:{d}:{','.join(map(str, b))}" for m, d, b in chosen)
+        held = [chosen[-1][0]] if len(chosen) > 1 else []
     extra = parse_profile_models(profile_models)
     # The strategy stage's models: the compute stage profiles them at the same batch sizes,
     # so that the strategy fit sees the communication, not the compute model's error.
     strategy_models = STRATEGY_MODELS[quick]
-    extra += [(m, d, [int(b)]) for m, d, b in (x.rsplit(":", 2) for x in strategy_models.split(";"))]
+    if "strategies" in stages or not compute_models:
+        extra += [(m, d, [int(b)]) for m, d, b in (x.rsplit(":", 2) for x in strategy_models.split(";"))]
     return {
         "nproc_per_node": int(nproc_per_node), "quick": bool(quick), "time_budget_s": budget,
         "output": output, "name": name, "gpu": gpu, "stages": list(stages),
@@ -114,8 +120,9 @@ def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None
     }
 
 
-def parse_profile_models(spec: str | None) -> list[tuple[str, str, list[int]]]:
-    """``model:dataset:b1,b2;...`` -> [(model, dataset, [b1, b2])] (``--profile-models``)."""
+def parse_profile_models(spec: str | None, flag: str = "--profile-models") -> list[tuple[str, str, list[int]]]:
+    """``model:dataset:b1,b2;...`` -> [(model, dataset, [b1, b2])] (``--profile-models``, or
+    the option named by ``flag`` in errors)."""
     if not spec:
         return []
     from ..workload.datasets import get_dataset
@@ -125,7 +132,7 @@ def parse_profile_models(spec: str | None) -> list[tuple[str, str, list[int]]]:
     for item in spec.split(";"):
         parts = item.strip().rsplit(":", 2)
         if len(parts) != 3:
-            raise SimdlError(f"--profile-models {item!r}: accepted: MODEL:DATASET:B1,B2[;...] "
+            raise SimdlError(f"{flag} {item!r}: accepted: MODEL:DATASET:B1,B2[;...] "
                              "(e.g. vgg16:cifar10:24,48)")
         model, dataset, batches = parts
         check_model_name(model)
@@ -133,9 +140,9 @@ def parse_profile_models(spec: str | None) -> list[tuple[str, str, list[int]]]:
         try:
             bs = sorted({int(b) for b in batches.split(",")})
         except ValueError:
-            raise SimdlError(f"--profile-models {item!r}: batch sizes must be integers, got {batches!r}") from None
+            raise SimdlError(f"{flag} {item!r}: batch sizes must be integers, got {batches!r}") from None
         if not bs or bs[0] < 2:
-            raise SimdlError(f"--profile-models {item!r}: batch sizes must be >= 2 (BatchNorm in training)")
+            raise SimdlError(f"{flag} {item!r}: batch sizes must be >= 2 (BatchNorm in training)")
         out.append((model, dataset, bs))
     return out
 

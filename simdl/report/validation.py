@@ -832,6 +832,9 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     lines += strategy_table(records, "analytic") + ordering_table(records, "analytic") + relative_table(records)
     lines += split_table(records)
     lines += repeats_table(records) + drift_table(records)
+    from .gpu import gpu_section
+
+    lines += gpu_section(records)
     names = figures.write_all(records, out, engines)
     if names:
         lines += ["## Figures", ""] + [f"![{n}]({n})" for n in names] + [""]

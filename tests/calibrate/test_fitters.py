@@ -551,3 +551,23 @@ def test_the_threshold_comes_from_the_backend_of_the_run(tmp_path):
     assert temp_threshold(st) == GLIBC_MMAP_THRESHOLD_MAX
     st.headers = {0: {"backend": "nccl"}}
     assert temp_threshold(st) is None
+
+
+def test_compute_models_replace_the_fit_set_and_hold_out_the_last():
+    """--compute-models (the quick GPU calibration of validate.gpu_check): the compute stage
+    measures exactly these, fits on all but the last and holds the last out; without the
+    strategies stage no strategy model is added."""
+    from pathlib import Path
+
+    from simdl.calibrate.run import _torchrun_cmd, make_settings
+    from simdl.errors import SimdlError
+
+    s = make_settings(nproc_per_node=1, quick=True, time_budget=50, output=None, stages=("compute",),
+                      compute_models="resnet18:cifar10:32,128;vgg16:cifar10:32,128")
+    assert s["compute_models"] == "resnet18:cifar10:32,128;vgg16:cifar10:32,128"
+    assert s["compute_held_out"] == ["vgg16"] and s["compute_fit_models"] == 2
+    assert s["compute_profile_only"] == []
+    cmd = _torchrun_cmd(s, "compute", Path("/tmp/x"))
+    assert cmd[cmd.index("--models") + 1] == s["compute_models"]
+    with pytest.raises(SimdlError, match="^--compute-models 'resnet18:cifar10': accepted"):
+        make_settings(nproc_per_node=1, quick=True, time_budget=None, output=None, compute_models="resnet18:cifar10")

@@ -48,12 +48,17 @@ def test_summary_per_step_against_idle_curves_and_the_charge():
     assert set(out["per_step"]) == {"reduce_scatter"}
 
 
-def _strategies_module():
-    path = Path(__file__).resolve().parents[2] / "calibration" / "strategies.py"
-    spec = importlib.util.spec_from_file_location("calibration_strategies", path)
+def _calibration_module(name: str):
+    """A script of calibration/ (not a package) loaded as a module."""
+    path = Path(__file__).resolve().parents[2] / "calibration" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"calibration_{name}", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _strategies_module():
+    return _calibration_module("strategies")
 
 
 def test_call_timer_logs_the_calls_fsdp2_makes_and_restores_torch_distributed(monkeypatch):
@@ -135,3 +140,22 @@ def test_copy_fit_recovers_the_factor_and_predicts_a_held_out_model():
     assert f.held_out_["a"]["rel_errors"]["fsdp-full/a/16"] == pytest.approx(-0.5)
     with pytest.raises(ValueError, match="at least"):
         CopyFit().fit([{"model": "a", "key": "k", "measured_s": 1e-4, "predicted_s": 1e-4}])
+
+
+def test_quick_gpu_microbenchmarks_stay_on_the_declared_device():
+    """The quick CUDA set (built here on meta, which allocates nothing): GPU-sized GEMMs in fp32
+    and bf16, no host page-fault benchmarks, and the lazily built stream benchmarks made on the
+    device they were declared for, not on the CPU of the later call."""
+    import torch
+
+    mod = _calibration_module("compute")
+    out = []
+    with torch.device("meta"):
+        mod._micro(True, out, cuda=True)
+    keys = [k for k, _, _ in out]
+    assert "gemm/8192" in keys and "gemm_bf16/8192" in keys and not any(k.startswith("fault/") for k in keys)
+    assert {d["op_class"] for _, d, _ in out} >= {"gemm", "gemm_bf16", "conv", "elementwise", "launch", "stream"}
+    lazy = next(fn for k, _, fn in out if k.startswith("stream/copy/"))
+    lazy()  # made and run outside the context
+    assert lazy.fn.__closure__ is not None
+    assert {c.cell_contents.device.type for c in lazy.fn.__closure__} == {"meta"}
