@@ -1,0 +1,120 @@
+"""Time of one GPU kernel (one operator call) from its shape, per op class.
+
+The model prices a call as ``floor + body``, where the body is the longer of its compute
+time and its memory time (roofline, Williams, Waterman & Patterson, CACM 2009) and each
+rate depends on the call's size, not one scalar:
+
+- **GEMM** (``linear``, ``bmm``, and a convolution as its implicit GEMM, cuDNN's
+  ``implicit_gemm`` / NVIDIA "Convolutional Layers User's Guide", section "Convolution
+  Algorithms": a convolution of N x C x H x W by K filters of C x R x S is a GEMM with
+  M = N*P*Q, N = K, K = C*R*S). The output is cut into thread-block tiles; a GPU runs
+  ``sms x blocks_per_sm`` tiles at once, so time goes in *waves* of tiles and the last wave
+  may be nearly empty (wave quantisation), and a tile that hangs over the matrix edge does
+  the whole tile's work (tile quantisation): NVIDIA "Matrix Multiplication Background
+  User's Guide", sections "Tile Quantization" and "Wave Quantization". cuBLAS picks among
+  tiles per shape; the model takes the fastest of :data:`TILES` (the tile sizes of the
+  ``sgemm_<M>x<N>`` kernels the measured calls ran). A tile reaches ``compute_efficiency``
+  of its share of the peak less a penalty that falls with the tile's reuse
+  (``tm*tn/(tm+tn)``, FLOPs per operand element loaded) and pays a fixed prologue /
+  epilogue (``tile_setup_s``).
+- **Streaming classes** (elementwise, normalisation, softmax, pooling, embedding,
+  reduction, and depthwise/grouped convolutions): bytes moved over the memory bandwidth at
+  the class's fitted fraction, reached only once the call has enough elements to fill the
+  GPU (``half_bytes``: the size at which half the asymptotic bandwidth is reached, scaled
+  by the SM count).
+- ``floor_s``: the time of the smallest call. In the measured data (one operator timed
+  alone) it also holds the call's launch gap; :func:`stream_time` and :func:`gemm_time`
+  take ``floor`` as a parameter so that a step's device stream can use the device-side
+  floor only (the host stream prices the rest, :mod:`simdl.costs.gpu_host`).
+
+All arguments are numpy arrays (or scalars) in SI units; every function is vectorised.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+# Thread-block tiles (rows x columns of the output) and how many of them one SM holds at
+# once: the sgemm kernels the measured calls ran (benchmarks/data/gpu_kernels_neusight,
+# kernel families sgemm_128x128 ... sgemm_32x32); blocks per SM from their launch records
+# (``Blocks per SM`` column of the published CSVs: 1-2 for 128x128/128x64, 2-4 for the
+# smaller tiles), rounded.
+TILES = ((128, 128, 1), (128, 64, 2), (64, 64, 4), (32, 128, 4), (32, 32, 8))
+
+# Shortest K range a split-K part gets (elements): the K tile of the sgemm kernels is 8 and
+# a part of fewer than a few dozen K tiles would spend its time in the prologue; assumed.
+SPLIT_K_MIN = 256
+
+# Classes the model prices, and which of them are streaming (bytes-bound) kinds.
+GEMM_CLASSES = ("gemm", "conv")
+STREAM_CLASSES = ("elementwise", "norm", "softmax")
+CLASSES = GEMM_CLASSES + STREAM_CLASSES
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """What the model needs of a GPU: SM count, peak FLOP/s of the path used, memory bytes/s."""
+
+    sms: int
+    peak_flops: float
+    memory_bandwidth: float
+
+
+@dataclass(frozen=True)
+class GemmParams:
+    compute_efficiency: float  # fraction of peak a full, large tile reaches
+    memory_efficiency: float  # fraction of the memory bandwidth for the operands
+    reuse_penalty: float  # efficiency lost per 1/(tile reuse); 0 = every tile as good
+    tile_setup_s: float  # fixed cost per tile per wave (prologue, epilogue)
+    floor_s: float  # smallest call
+
+
+@dataclass(frozen=True)
+class StreamParams:
+    memory_efficiency: float  # fraction of the memory bandwidth at large sizes
+    half_bytes_per_sm: float  # bytes per SM at which half that bandwidth is reached
+    floor_s: float
+
+
+def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None):
+    """Seconds of ``B`` independent M x K by K x N products moving ``nbytes`` bytes."""
+    B, M, N, K = (np.asarray(x, dtype=float) for x in (B, M, N, K))
+    best = None
+    nbytes = np.asarray(nbytes, dtype=float)
+    for tm, tn, per_sm in TILES:
+        slots = hw.sms * per_sm
+        tiles = B * np.ceil(M / tm) * np.ceil(N / tn)
+        # Split-K: with fewer tiles than slots, the K loop is cut into `split` parts run as
+        # separate tiles and summed after (CUTLASS "split-K" / cuBLAS's sliced kernels), no
+        # part shorter than SPLIT_K_MIN; the partial sums cost one write and read each.
+        split = np.clip(np.minimum(np.floor(slots / tiles), np.floor(K / SPLIT_K_MIN)), 1.0, None)
+        waves = np.ceil(tiles * split / slots)
+        reuse = tm * tn / (tm + tn)
+        eff = p.compute_efficiency / (1.0 + p.reuse_penalty / reuse)
+        # One tile's work over its share of the GPU's rate: the peak split over the slots.
+        per_tile = 2.0 * tm * tn * (K / split) / (hw.peak_flops * eff / slots) + p.tile_setup_s
+        partials = np.where(split > 1, 2.0 * 4.0 * split * B * M * N, 0.0)
+        memory = (nbytes + partials) / (hw.memory_bandwidth * p.memory_efficiency)
+        t = np.maximum(waves * per_tile, memory)
+        best = t if best is None else np.minimum(best, t)
+    return (p.floor_s if floor is None else floor) + best
+
+
+def stream_time(hw: Hardware, p: StreamParams, nbytes, floor: float | None = None):
+    """Seconds of a bytes-bound call moving ``nbytes`` bytes."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    half = p.half_bytes_per_sm * hw.sms
+    # Bandwidth rises with size as b/(b + half) (a GPU needs enough bytes in flight, Little's
+    # law: bandwidth x latency bytes outstanding, to reach its streaming rate).
+    bw = hw.memory_bandwidth * p.memory_efficiency * nbytes / (nbytes + half)
+    body = np.divide(nbytes, bw, out=np.zeros_like(nbytes), where=nbytes > 0)
+    return (p.floor_s if floor is None else floor) + body
+
+
+def conv_gemm_shape(B, Cin, Cout, R, HW, stride, padding, groups=1):
+    """(batch, M, N, K, output side) of a square convolution as its implicit GEMM (per group)."""
+    out = (np.asarray(HW) + 2 * np.asarray(padding) - np.asarray(R)) // np.asarray(stride) + 1
+    M = np.asarray(B) * out * out
+    return groups, M, np.asarray(Cout) // groups, np.asarray(Cin) // groups * np.asarray(R) ** 2, out
