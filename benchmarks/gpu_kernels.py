@@ -109,9 +109,48 @@ def yaml_blocks(fits: dict) -> None:
             print(f"  {cls}: {{{vals}}}  # in-sample MAPE {100 * e.mean():.1f} %, {len(e)} rows")
 
 
+GPU_DIR = Path(__file__).parent.parent / "simdl" / "cluster" / "data" / "gpus"
+# simdl GPU file -> (measured GPU its values come from, kind, SMs and their source).
+TARGETS = {
+    "A100-PCIe-80GB": ("A100-PCIe", "calibrated", 108, "NeuSight devices/NVIDIA_A100_80GB_PCIe.json: 108 SMs"),
+    "V100-SXM2": ("V100-PCIe", "calibrated", 80, "NVIDIA Tesla V100 datasheet: 80 SMs (NeuSight devices/Tesla_V100-PCIE-32GB.json)"),
+    "A100-SXM4-40GB": ("A100-PCIe", "derived", 108, "NeuSight devices/NVIDIA_A100-SXM4-40GB.json: 108 SMs"),
+    "A100-SXM4-80GB": ("A100-PCIe", "derived", 108, "same GA100 die as the 40 GB part: 108 SMs"),
+    "H100-SXM": ("A100-PCIe", "derived", 132, "NeuSight devices/NVIDIA_H100_80GB_HBM3.json: 132 SMs"),
+    "A10G": ("A100-PCIe", "derived", 72, "NVIDIA A10 datasheet: 72 SMs (the A10 proxy this file's peaks use)"),
+}
+DERIVED_WHY = {
+    "calibrated": "fitted on {src}'s measured fp32 kernels (benchmarks/data/gpu_kernels_neusight, NeuSight, MIT) "
+                  "by benchmarks/gpu_kernels.py --write-yaml; efficiencies are fractions of this file's peaks",
+    "derived": "no measured kernels for this GPU: {src}'s fitted fractions (benchmarks/gpu_kernels.py --write-yaml, "
+               "NeuSight data) applied to this file's datasheet peaks, bandwidth and SM count; the held-out-GPU "
+               "check of that rule is the first table benchmarks/gpu_kernels.py prints",
+}
+
+
+def write_yaml(fits: dict) -> None:
+    """Replace the ``kernels:`` block at the end of each :data:`TARGETS` GPU file."""
+    for name, (src, kind, sms, sms_source) in TARGETS.items():
+        path = GPU_DIR / f"{name}.yaml"
+        text = path.read_text()
+        cut = text.find("\nkernels:\n")
+        if cut >= 0:
+            text = text[:cut + 1]
+        lines = ["kernels:", f"  kind: {kind}", f"  source: \"{DERIVED_WHY[kind].format(src=src)}\"",
+                 f"  sm_count: {{value: {sms}, kind: datasheet, source: \"{sms_source}\"}}"]
+        for cls in ("gemm", "conv", "elementwise", "norm", "softmax"):
+            f = fits[(src, cls)]
+            vals = ", ".join(f"{k}: {v:.4g}" for k, v in f.params_.__dict__.items())
+            e = np.abs(np.exp(f.residuals_) - 1)
+            lines.append(f"  {cls}: {{{vals}}}  # {len(e)} rows, in-sample MAPE {100 * e.mean():.1f} %")
+        path.write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")
+        print(f"wrote {path}")
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--yaml", action="store_true", help="print each GPU's fitted kernels block")
+    ap.add_argument("--write-yaml", action="store_true", help="rewrite the kernels blocks of the GPU files")
     args = ap.parse_args(argv)
     t0, c0 = time.perf_counter(), time.process_time()
     data = load()
@@ -120,6 +159,8 @@ def main(argv=None) -> None:
     table(f"Held-out shapes ({TRAIN_FRACTION:.0%} of each GPU's rows fitted, seed {SEED})", held_out_shapes(data))
     if args.yaml:
         yaml_blocks(fits)
+    if args.write_yaml:
+        write_yaml(fits)
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(f"\nwall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s "
           f"(user {ru.ru_utime:.1f} s; host shared with other jobs)")

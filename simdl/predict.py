@@ -175,6 +175,7 @@ def predict(
     echo["compute_source"] = _compute_source(alloc, workload)
     relevant = set(echo) | {"cluster", "dataset"}
     echo["assumed"] = {k: DEFAULT_REASONS[k] for k in DEFAULT_REASONS if k not in given and k in relevant}
+    echo["assumed"].update(_kernel_assumptions(alloc, workload))
     if engine == "analytic":
         from .analytic.engine import evaluate
 
@@ -216,6 +217,20 @@ def _with_noise_note(result: Result, spec) -> Result:
     return dataclasses.replace(result, notes=tuple(result.notes) + (f"cluster {spec.name}: {why}",))
 
 
+def _kernel_assumptions(alloc, workload) -> dict:
+    """What the GPU kernel model takes that the user did not give: the math path per op class
+    (PyTorch's TF32 defaults) and the eager host's per-op costs (simdl.costs.gpu_rows)."""
+    from .analytic.costs import device_rates
+    from .costs.gpu_rows import HOST_BWD_OP_S, HOST_OP_S
+
+    rates = device_rates(alloc, workload.precision)
+    if rates.kernels is None or (rates.measured is not None and rates.measured.find(workload.table) is not None):
+        return {}
+    return {"math_path": rates.kernels.describe_paths(workload.precision),
+            "host_per_op": f"eager PyTorch, {HOST_OP_S * 1e6:.0f} us per forward op and {HOST_BWD_OP_S * 1e6:.0f} us "
+                           "per backward op issued by the host (simdl.costs.gpu_rows: assumed within cited range)"}
+
+
 def _compute_source(alloc, workload) -> str:
     """Where the per-row compute times come from: the cluster's compute profile of this model
     (measured rows, simdl.analytic.measured) or the roofline of simdl.analytic.costs."""
@@ -223,6 +238,8 @@ def _compute_source(alloc, workload) -> str:
 
     rates = device_rates(alloc, workload.precision)
     m = rates.measured.find(workload.table) if rates.measured is not None else None
+    if m is None and rates.kernels is not None:
+        return f"GPU kernel model ({rates.kernels.kind} kernels block of {alloc.spec.gpu.name}), eager host stream"
     if m is None:
         return "roofline"
     batches = ",".join(str(int(b)) for b in m.batches)

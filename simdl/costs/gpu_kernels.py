@@ -14,9 +14,9 @@ rate depends on the call's size, not one scalar:
   User's Guide", sections "Tile Quantization" and "Wave Quantization". cuBLAS picks among
   tiles per shape; the model takes the fastest of :data:`TILES` (the tile sizes of the
   ``sgemm_<M>x<N>`` kernels the measured calls ran). A tile reaches ``compute_efficiency``
-  of its share of the peak less a penalty that falls with the tile's reuse
-  (``tm*tn/(tm+tn)``, FLOPs per operand element loaded) and pays a fixed prologue /
-  epilogue (``tile_setup_s``).
+  of its share of the peak, unless its operand loads (``(tm+tn) K`` elements) take longer
+  at its share of ``operand_bandwidth``, and pays a fixed prologue / epilogue per wave
+  (``tile_setup_s``).
 - **Streaming classes** (elementwise, normalisation, softmax, pooling, embedding,
   reduction, and depthwise/grouped convolutions): bytes moved over the memory bandwidth at
   the class's fitted fraction, reached only once the call has enough elements to fill the
@@ -42,6 +42,11 @@ import numpy as np
 # (``Blocks per SM`` column of the published CSVs: 1-2 for 128x128/128x64, 2-4 for the
 # smaller tiles), rounded.
 TILES = ((128, 128, 1), (128, 64, 2), (64, 64, 4), (32, 128, 4), (32, 32, 8))
+# Tensor-core paths (TF32, FP16, BF16): the threadblock tiles of CUTLASS's tensor-op GEMM
+# kernels (cutlass_tensorop_*_256x128, 128x256, 128x128, 128x64, 64x64 in its profiler's
+# default set; cuBLAS's ampere_*gemm_* kernels use the same family); blocks per SM assumed
+# from their shared-memory use (one 256x128 tile per SM, ...).
+TENSOR_TILES = ((256, 128, 1), (128, 256, 1), (128, 128, 2), (128, 64, 4), (64, 64, 8))
 
 # Shortest K range a split-K part gets (elements): the K tile of the sgemm kernels is 8 and
 # a part of fewer than a few dozen K tiles would spend its time in the prologue; assumed.
@@ -65,8 +70,8 @@ class Hardware:
 @dataclass(frozen=True)
 class GemmParams:
     compute_efficiency: float  # fraction of peak a full, large tile reaches
-    memory_efficiency: float  # fraction of the memory bandwidth for the operands
-    reuse_penalty: float  # efficiency lost per 1/(tile reuse); 0 = every tile as good
+    memory_efficiency: float  # fraction of the memory bandwidth for the unique operand bytes
+    operand_bandwidth: float  # tiles' operand loads (L2 and DRAM), in multiples of the memory bandwidth
     tile_setup_s: float  # fixed cost per tile per wave (prologue, epilogue)
     floor_s: float  # smallest call
 
@@ -78,12 +83,14 @@ class StreamParams:
     floor_s: float
 
 
-def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None):
-    """Seconds of ``B`` independent M x K by K x N products moving ``nbytes`` bytes."""
+def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None,
+              element_bytes: float = 4.0, tiles=TILES):
+    """Seconds of ``B`` independent M x K by K x N products moving ``nbytes`` bytes, operands
+    of ``element_bytes`` each."""
     B, M, N, K = (np.asarray(x, dtype=float) for x in (B, M, N, K))
     best = None
     nbytes = np.asarray(nbytes, dtype=float)
-    for tm, tn, per_sm in TILES:
+    for tm, tn, per_sm in tiles:
         slots = hw.sms * per_sm
         tiles = B * np.ceil(M / tm) * np.ceil(N / tn)
         # Split-K: with fewer tiles than slots, the K loop is cut into `split` parts run as
@@ -91,10 +98,13 @@ def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | No
         # part shorter than SPLIT_K_MIN; the partial sums cost one write and read each.
         split = np.clip(np.minimum(np.floor(slots / tiles), np.floor(K / SPLIT_K_MIN)), 1.0, None)
         waves = np.ceil(tiles * split / slots)
-        reuse = tm * tn / (tm + tn)
-        eff = p.compute_efficiency / (1.0 + p.reuse_penalty / reuse)
-        # One tile's work over its share of the GPU's rate: the peak split over the slots.
-        per_tile = 2.0 * tm * tn * (K / split) / (hw.peak_flops * eff / slots) + p.tile_setup_s
+        # One tile's work over its share of the GPU's rate (the peak split over the slots), or
+        # its operand loads, (tm + tn) x K elements, over its share of the operand bandwidth
+        # if longer: a small tile reuses each loaded element tm*tn/(tm+tn) times only.
+        k = K / split
+        math = 2.0 * tm * tn * k / (hw.peak_flops * p.compute_efficiency / slots)
+        loads = (tm + tn) * k * element_bytes / (hw.memory_bandwidth * p.operand_bandwidth / slots)
+        per_tile = np.maximum(math, loads) + p.tile_setup_s
         partials = np.where(split > 1, 2.0 * 4.0 * split * B * M * N, 0.0)
         memory = (nbytes + partials) / (hw.memory_bandwidth * p.memory_efficiency)
         t = np.maximum(waves * per_tile, memory)
