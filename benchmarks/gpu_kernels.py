@@ -128,6 +128,14 @@ DERIVED_WHY = {
 }
 
 
+def yaml_number(v: float) -> str:
+    """4 significant digits as YAML 1.1 reads a float (``2e-06`` alone would be a string)."""
+    text = f"{v:.4g}"
+    if "e" in text and "." not in text.split("e")[0]:
+        text = text.replace("e", ".0e")
+    return text
+
+
 def write_yaml(fits: dict) -> None:
     """Replace the ``kernels:`` block at the end of each :data:`TARGETS` GPU file."""
     for name, (src, kind, sms, sms_source) in TARGETS.items():
@@ -140,7 +148,7 @@ def write_yaml(fits: dict) -> None:
                  f"  sm_count: {{value: {sms}, kind: datasheet, source: \"{sms_source}\"}}"]
         for cls in ("gemm", "conv", "elementwise", "norm", "softmax"):
             f = fits[(src, cls)]
-            vals = ", ".join(f"{k}: {v:.4g}" for k, v in f.params_.__dict__.items())
+            vals = ", ".join(f"{k}: {yaml_number(v)}" for k, v in f.params_.__dict__.items())
             e = np.abs(np.exp(f.residuals_) - 1)
             lines.append(f"  {cls}: {{{vals}}}  # {len(e)} rows, in-sample MAPE {100 * e.mean():.1f} %")
         path.write_text(text.rstrip("\n") + "\n" + "\n".join(lines) + "\n")

@@ -13,6 +13,7 @@ Block format (end of a GPU YAML)::
       norm:        {same keys as elementwise}
       softmax:     {same keys as elementwise}
       low_reuse:   {fraction: .., kind: calibrated, source: ".."}  # optional, 1 when absent
+      tensor_core: {tf32: .., kind: calibrated, source: ".."}  # optional: a path's scale, replacing the priors'
 
 Efficiencies are fractions of this GPU's datasheet peaks; the values were fitted on fp32
 (SIMT) kernels (benchmarks/gpu_kernels.py prints them and checks them on held-out GPUs and
@@ -28,7 +29,7 @@ from ..errors import SimdlError, unknown
 from .gpu_kernels import CLASSES, GEMM_CLASSES, GemmParams, Hardware, StreamParams
 
 KINDS = ("calibrated", "derived")
-_KEYS = ("kind", "source", "sm_count", *CLASSES, "low_reuse")
+_KEYS = ("kind", "source", "sm_count", *CLASSES, "low_reuse", "tensor_core")
 
 # Which peak a matmul-class kernel runs at, per simdl precision, as PyTorch picks it:
 # torch.backends.cuda.matmul.allow_tf32 is False by default since PyTorch 1.12 (linear,
@@ -123,12 +124,29 @@ def parse_kernels(raw: Mapping, where: str, peaks: Mapping[str, float], memory_b
     if missing:
         raise SimdlError(f"{where}: missing {', '.join(missing)}; a kernels block gives every class of {CLASSES}")
     fp32 = priors.get("gemm_fp32_fraction")
-    scale = tuple((p, priors[f"gemm_{p}_fraction"] / fp32) for p in ("tf32", "bf16")
-                  if fp32 and f"gemm_{p}_fraction" in priors)
+    scale = dict((p, priors[f"gemm_{p}_fraction"] / fp32) for p in ("tf32", "bf16")
+                 if fp32 and f"gemm_{p}_fraction" in priors)
+    scale.update(_tensor_core(raw.get("tensor_core"), where))
+    scale = tuple(sorted(scale.items()))
     return KernelProfile(kind=kind, source=raw["source"], sms=int(_number(raw, "sm_count", where)),
                          params=tuple((c, _class_params(raw[c], c, where)) for c in CLASSES),
                          peaks=tuple(sorted(peaks.items())), memory_bandwidth=memory_bandwidth,
                          tensor_scale=scale, low_reuse_fraction=_low_reuse(raw.get("low_reuse"), where))
+
+
+def _tensor_core(raw: Any, where: str) -> dict:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("source"), str):
+        raise SimdlError(f"{where}: tensor_core must give per-path scales (tf32, bf16), kind and source, got {raw!r}")
+    out = {}
+    for k in raw:
+        if k in ("kind", "source"):
+            continue
+        if k not in ("tf32", "bf16"):
+            raise SimdlError(f"{where}: tensor_core: {unknown('path', k, ('tf32', 'bf16'))}")
+        out[k] = _number(raw, k, f"{where}: tensor_core")
+    return out
 
 
 def _low_reuse(raw: Any, where: str) -> float:
