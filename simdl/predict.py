@@ -221,14 +221,15 @@ def _kernel_assumptions(alloc, workload) -> dict:
     """What the GPU kernel model takes that the user did not give: the math path per op class
     (PyTorch's TF32 defaults) and the eager host's per-op costs (simdl.costs.gpu_rows)."""
     from .analytic.costs import device_rates
-    from .costs.gpu_rows import HOST_BWD_OP_S, HOST_OP_S
+    from .costs.gpu_rows import HOST_BWD_FRACTION, host_op_seconds
 
     rates = device_rates(alloc, workload.precision)
     if rates.kernels is None or (rates.measured is not None and rates.measured.find(workload.table) is not None):
         return {}
     return {"math_path": rates.kernels.describe_paths(workload.precision),
-            "host_per_op": f"eager PyTorch, {HOST_OP_S * 1e6:.0f} us per forward op and {HOST_BWD_OP_S * 1e6:.0f} us "
-                           "per backward op issued by the host (simdl.costs.gpu_rows: assumed within cited range)"}
+            "host_per_op": f"eager PyTorch, {host_op_seconds(rates.kernels) * 1e6:.0f} us per forward op (measured "
+                           f"lone-op floor) and {HOST_BWD_FRACTION:.0%} of that per backward op issued by the host "
+                           "(simdl.costs.gpu_rows)"}
 
 
 def _compute_source(alloc, workload) -> str:

@@ -234,7 +234,7 @@ def _kernel_row_times(table: WorkloadTable, batch: int, rates: Rates) -> "RowTim
     from ..costs.gpu_rows import fed_by_host, host_row_times, kernel_row_times
 
     kf, kb = kernel_row_times(table, batch, rates.kernels, rates.precision, rates.activation_factor)
-    hf, hb = host_row_times(table)
+    hf, hb = host_row_times(table, rates.kernels)
     fwd, wait_f = fed_by_host(kf, hf)
     bwd_r, wait_b_r = fed_by_host(kb[::-1], hb[::-1])
     return _row_times(fwd, bwd_r[::-1].copy(), wait_f, wait_b_r[::-1].copy())

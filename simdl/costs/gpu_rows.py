@@ -27,9 +27,10 @@ Each row (one module call) becomes the kernel shapes the model prices
   relu -> threshold_backward(grad, result)): 1.5 x its forward bytes; other classes 2 x.
 
 Host stream: PyTorch eager issues each op from the CPU; a kernel cannot start before it is
-issued, so the device runs behind a host that spends :data:`HOST_OP_S` per forward op
+issued, so the device runs behind a host that spends :func:`host_op_seconds` per forward op
 (Python, dispatcher, autograd node creation, launch), :data:`HOST_MODULE_S` per module call
-and :data:`HOST_BWD_OP_S` per backward op (autograd engine thread: no Python). The device
+and :data:`HOST_BWD_FRACTION` of a forward op's time per backward op (autograd engine thread:
+no Python). The device
 finishes row i at ``d_i = max(d_(i-1), h_i) + k_i`` (h_i: when the host has issued row i);
 what the device waits is reported as ``host_bound`` in the step split.
 """
@@ -55,13 +56,16 @@ WINOGRAD_AREA = (7.0, 11.5)
 # launch", gpu_kernel_serving lesson 18; the measured data's floors, 18-50 us, are a lone
 # op timed with its launch gap and are not used on the device stream).
 DEVICE_FLOOR_S = 3e-6
-# Host seconds per eager op: that lesson's layer table gives 5-25 us of CPU-side work per
-# op before its kernel runs (Python ~1, pybind11 ~1, autograd ~1-3, dispatcher ~1-2,
-# backend ~1-5, launch ~1-3 us); 10 us is taken for a forward op, 6 us for a backward op
-# (no Python layer, autograd engine in C++), 5 us per nn.Module call (__call__ and hook
-# checks). Assumed within that range, not fitted.
-HOST_OP_S = 10e-6
-HOST_BWD_OP_S = 6e-6
+# Host seconds per forward eager op: the GPU's fitted elementwise floor_s, the wall time of
+# one eager op call whose kernel is negligible, as the NeuSight data measured it (PyTorch
+# 2.1: 18-39 us over its five GPUs' hosts, 23 us on the A100's): the time the host takes
+# to issue an op. It lies within the 5-25 us of CPU-side work per op that the layer table
+# of jiahuanglin.xyz's "From PyTorch op to kernel launch" gives (Python ~1, pybind11 ~1,
+# autograd ~1-3, dispatcher ~1-2, backend ~1-5, launch ~1-3 us). A backward op skips the
+# Python, pybind11 and autograd-recording layers (the autograd engine runs in C++): half a
+# forward op's time is assumed. 5 us per nn.Module call (__call__ and its hook checks) is
+# assumed.
+HOST_BWD_FRACTION = 0.5
 HOST_MODULE_S = 5e-6
 ACTIVATION_BWD_BYTES = 1.5
 STREAM_BWD_BYTES = 2.0
@@ -158,10 +162,16 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
     return fwd, bwd
 
 
-def host_row_times(table):
+def host_op_seconds(profile: KernelProfile) -> float:
+    """Host seconds to issue one forward eager op on this GPU's kind of host."""
+    return profile.param("elementwise").floor_s
+
+
+def host_row_times(table, profile: KernelProfile):
     """(forward, backward) host seconds per row: what the CPU spends issuing the row's ops."""
-    fwd = table.fixed["fwd_kernels"] * HOST_OP_S + HOST_MODULE_S
-    bwd = table.fixed["bwd_kernels"] * HOST_BWD_OP_S
+    op = host_op_seconds(profile)
+    fwd = table.fixed["fwd_kernels"] * op + HOST_MODULE_S
+    bwd = table.fixed["bwd_kernels"] * op * HOST_BWD_FRACTION
     return fwd, bwd
 
 
