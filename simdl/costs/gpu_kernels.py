@@ -22,8 +22,8 @@ rate depends on the call's size, not one scalar:
   the class's fitted fraction, reached only once the call has enough elements to fill the
   GPU (``half_bytes``: the size at which half the asymptotic bandwidth is reached, scaled
   by the SM count).
-- ``floor_s``: the time of the smallest call. In the measured data (one operator timed
-  alone) it also holds the call's launch gap; :func:`stream_time` and :func:`gemm_time`
+- ``floor_s``: the time of the smallest call, combined with the body by ``floor_power``
+  (:func:`with_floor`). In the measured data it is the host's time to issue one call; :func:`stream_time` and :func:`gemm_time`
   take ``floor`` as a parameter so that a step's device stream can use the device-side
   floor only (the host stream prices the rest, :mod:`simdl.costs.gpu_host`).
 
@@ -74,6 +74,7 @@ class GemmParams:
     operand_bandwidth: float  # tiles' operand loads (L2 and DRAM), in multiples of the memory bandwidth
     tile_setup_s: float  # fixed cost per tile per wave (prologue, epilogue)
     floor_s: float  # smallest call
+    floor_power: float  # how the floor and the body combine (see :func:`with_floor`)
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,7 @@ class StreamParams:
     memory_efficiency: float  # fraction of the memory bandwidth at large sizes
     half_bytes_per_sm: float  # bytes per SM at which half that bandwidth is reached
     floor_s: float
+    floor_power: float
 
 
 def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None,
@@ -109,7 +111,7 @@ def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | No
         memory = (nbytes + partials) / (hw.memory_bandwidth * p.memory_efficiency)
         t = np.maximum(waves * per_tile, memory)
         best = t if best is None else np.minimum(best, t)
-    return (p.floor_s if floor is None else floor) + best
+    return with_floor(p.floor_s if floor is None else floor, best, p.floor_power)
 
 
 def stream_time(hw: Hardware, p: StreamParams, nbytes, floor: float | None = None):
@@ -120,7 +122,18 @@ def stream_time(hw: Hardware, p: StreamParams, nbytes, floor: float | None = Non
     # law: bandwidth x latency bytes outstanding, to reach its streaming rate).
     bw = hw.memory_bandwidth * p.memory_efficiency * nbytes / (nbytes + half)
     body = np.divide(nbytes, bw, out=np.zeros_like(nbytes), where=nbytes > 0)
-    return (p.floor_s if floor is None else floor) + body
+    return with_floor(p.floor_s if floor is None else floor, body, p.floor_power)
+
+
+def with_floor(floor, body, power: float):
+    """The call's time from its floor and its body: ``(floor^p + body^p)^(1/p)``. p = 1 adds
+    them (the floor's work precedes the kernel), a large p takes the longer (the floor's work
+    overlaps the previous call's kernel, as when calls are issued back to back and each
+    one's host time hides under the kernel before it)."""
+    body = np.asarray(body, dtype=float)
+    top = np.maximum(floor, body)
+    top = np.where(top > 0, top, 1.0)
+    return top * ((floor / top) ** power + (body / top) ** power) ** (1.0 / power)
 
 
 def conv_gemm_shape(B, Cin, Cout, R, HW, stride, padding, groups=1):

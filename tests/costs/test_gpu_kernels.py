@@ -14,9 +14,9 @@ from simdl.costs.gpu_rows import fed_by_host
 from simdl.errors import SimdlError
 
 HW = Hardware(sms=108, peak_flops=19.5e12, memory_bandwidth=1.555e12)
-GEMM = GemmParams(compute_efficiency=0.9, memory_efficiency=0.5, operand_bandwidth=3.0, tile_setup_s=5e-6,
+GEMM = GemmParams(compute_efficiency=0.9, memory_efficiency=0.5, operand_bandwidth=3.0, tile_setup_s=5e-6, floor_power=1.0,
                   floor_s=2e-5)
-STREAM = StreamParams(memory_efficiency=0.8, half_bytes_per_sm=2e4, floor_s=2e-5)
+STREAM = StreamParams(memory_efficiency=0.8, half_bytes_per_sm=2e4, floor_s=2e-5, floor_power=1.0)
 
 
 def test_wave_quantisation_steps_at_a_full_wave():
@@ -81,9 +81,9 @@ def test_tf32_paths_follow_pytorch_defaults():
 
 def test_bad_kernels_block_is_a_one_line_error():
     good = {"kind": "derived", "source": "x", "sm_count": 10,
-            "gemm": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1),
-            "conv": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1),
-            **{c: dict(memory_efficiency=1, half_bytes_per_sm=1, floor_s=1) for c in ("elementwise", "norm", "softmax")}}
+            "gemm": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1),
+            "conv": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1),
+            **{c: dict(memory_efficiency=1, half_bytes_per_sm=1, floor_s=1, floor_power=1) for c in ("elementwise", "norm", "softmax")}}
     peaks = {"fp32": 1.0, "tf32": 2.0, "bf16": 4.0, "fp16": 4.0}
     parse_kernels(good, "g.yaml", peaks, 1.0, {})
     for bad in ({**good, "kind": "guessed"}, {**good, "gemm": {**good["gemm"], "floor_s": -1}},
