@@ -175,7 +175,9 @@ def predict(
     echo["compute_source"] = _compute_source(alloc, workload)
     relevant = set(echo) | {"cluster", "dataset"}
     echo["assumed"] = {k: DEFAULT_REASONS[k] for k in DEFAULT_REASONS if k not in given and k in relevant}
-    echo["assumed"].update(_kernel_assumptions(alloc, workload))
+    for key, (value, why) in _kernel_assumptions(alloc, workload).items():
+        echo[key] = value
+        echo["assumed"][key] = why
     if engine == "analytic":
         from .analytic.engine import evaluate
 
@@ -218,18 +220,21 @@ def _with_noise_note(result: Result, spec) -> Result:
 
 
 def _kernel_assumptions(alloc, workload) -> dict:
-    """What the GPU kernel model takes that the user did not give: the math path per op class
-    (PyTorch's TF32 defaults) and the eager host's per-op costs (simdl.costs.gpu_rows)."""
+    """What the GPU kernel model takes that the user did not give, as {key: (value, why)}: the
+    math path per op class (PyTorch's TF32 defaults) and the eager host's per-op cost
+    (simdl.costs.gpu_rows)."""
     from .analytic.costs import device_rates
     from .costs.gpu_rows import HOST_BWD_FRACTION, host_op_seconds
 
     rates = device_rates(alloc, workload.precision)
     if rates.kernels is None or (rates.measured is not None and rates.measured.find(workload.table) is not None):
         return {}
-    return {"math_path": rates.kernels.describe_paths(workload.precision),
-            "host_per_op": f"eager PyTorch, {host_op_seconds(rates.kernels) * 1e6:.0f} us per forward op (measured "
-                           f"lone-op floor) and {HOST_BWD_FRACTION:.0%} of that per backward op issued by the host "
-                           "(simdl.costs.gpu_rows)"}
+    k, p = rates.kernels, workload.precision
+    paths = f"matmul {k.path_of(p, 'matmul')}, conv {k.path_of(p, 'conv')}"
+    host = f"{host_op_seconds(k) * 1e6:.0f}us/op"
+    return {"math_path": (paths, k.describe_paths(p)),
+            "host_per_op": (host, f"eager PyTorch: per forward op the measured lone-op floor of {k.kind} kernels "
+                                  f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows)")}
 
 
 def _compute_source(alloc, workload) -> str:

@@ -80,9 +80,8 @@ class KernelProfile:
         return path
 
     def describe_paths(self, precision: str) -> str:
-        return (f"matmul/linear/bmm on the {self.path_of(precision, 'matmul')} path, convolutions on the "
-                f"{self.path_of(precision, 'conv')} path (PyTorch defaults: torch.backends.cuda.matmul.allow_tf32"
-                f"=False since 1.12, torch.backends.cudnn.allow_tf32=True; docs 'CUDA semantics', TensorFloat-32)")
+        return ("PyTorch's defaults: torch.backends.cuda.matmul.allow_tf32=False since 1.12, "
+                "torch.backends.cudnn.allow_tf32=True (docs 'CUDA semantics', TensorFloat-32); autocast for AMP")
 
 
 def _number(raw: Mapping, key: str, where: str) -> float:
