@@ -63,7 +63,7 @@ ROWS = (
     ("efficientnet-widese-b0", "A100 80GB (DGX A100 nodes)", "AMP", 2512, 256, "configs.yml", False),
     ("efficientnet-widese-b4", "A100 80GB (DGX A100 nodes)", "TF32", 157, 64, "configs.yml", False),
     ("efficientnet-widese-b4", "A100 80GB (DGX A100 nodes)", "AMP", 331, 128, "configs.yml", False),
-    ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 128, "assumed", False),
+    ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 128, "assumed", "low_reuse_v100"),
     ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "AMP", 1301, 256, "assumed", False),
     ("efficientnet-b4", "DGX-1 (8x V100 16GB)", "FP32", 83, 32, "assumed", False),
     ("efficientnet-b4", "DGX-1 (8x V100 16GB)", "AMP", 204, 64, "assumed", False),
@@ -123,11 +123,14 @@ def ratios() -> None:
         print(f"{m} | {cells[0]} | {cells[1]} | {100 * hb:.0f} %")
 
 
-# The two values solved on published rows (and the rows, excluded from the MAPE): the
-# depthwise bandwidth fraction on EfficientNet-B0 TF32 (no depthwise kernel is in the
-# measured data) and the TF32 tensor-core scale on ResNet-50 TF32 (no TF32 kernel either).
+# The values solved on published rows (and the rows, excluded from the MAPE): the depthwise
+# bandwidth fraction on EfficientNet-B0 (no depthwise kernel is in the measured data), on
+# the A100 (TF32 row; used by every Ampere/Hopper file) and on the V100 (FP32 row, batch
+# assumed; V100-SXM2 only), and the TF32 tensor-core scale on ResNet-50 TF32 (no TF32
+# kernel in the data either).
 SOLVED = {
     "low_reuse": ("efficientnet-b0", "A100 80GB (DGX A100 nodes)", "TF32", 1078, 256),
+    "low_reuse_v100": ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 128),
     "tf32": ("resnet50", "DGX A100 (8x A100 80GB)", "TF32", 938, 256),
 }
 GPU_FILES = ("A100-PCIe-80GB", "V100-SXM2", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "A10G")
@@ -161,8 +164,8 @@ def _bisect(f, target: float, lo: float, hi: float) -> float:
 
 
 def solve() -> tuple[float, float]:
-    """Solve both values (alternating: each row depends on both a little) and write them into
-    every GPU file's kernels block."""
+    """Solve the values (the A100's two alternating: each row depends on both a little) and
+    write them into every GPU file's kernels block."""
     from pathlib import Path
 
     from simdl.cluster import load_cluster
@@ -172,17 +175,22 @@ def solve() -> tuple[float, float]:
     for _ in range(3):
         tf32 = _bisect(lambda x: _ips(SOLVED["tf32"], _with(base, low, x)), SOLVED["tf32"][3], 0.05, 2.0)
         low = _bisect(lambda x: _ips(SOLVED["low_reuse"], _with(base, x, tf32)), SOLVED["low_reuse"][3], 0.005, 1.5)
-    why = ("solved so that simdl's {0} at batch {4}, {2}, on one dgx-a100 GPU reproduces the published {3} img/s "
+    v100 = load_cluster("v100-dgx1")
+    row = SOLVED["low_reuse_v100"]
+    low_v = _bisect(lambda x: _ips(row, _with(v100, x, tf32)), row[3], 0.005, 1.5)
+    why = ("solved so that simdl's {0} at batch {4}, {2}, on one {1} GPU reproduces the published {3} img/s "
            "(published_hardware.md s.3, DeepLearningExamples README) by benchmarks/published_throughput.py --solve; "
            "that row is excluded from the table's MAPE")
     for g in GPU_FILES:
         path = Path(__file__).parent.parent / "simdl" / "cluster" / "data" / "gpus" / f"{g}.yaml"
         lines = [ln for ln in path.read_text().splitlines()
                  if not ln.startswith(("  low_reuse:", "  tensor_core:"))]
-        lines.append(f"  low_reuse: {{fraction: {low:.4g}, kind: calibrated, source: \"{why.format(*SOLVED['low_reuse'])}\"}}")
+        key, f = ("low_reuse_v100", low_v) if g == "V100-SXM2" else ("low_reuse", low)
+        lines.append(f"  low_reuse: {{fraction: {f:.4g}, kind: calibrated, source: \"{why.format(*SOLVED[key])}\"}}")
         lines.append(f"  tensor_core: {{tf32: {tf32:.4g}, kind: calibrated, source: \"{why.format(*SOLVED['tf32'])}\"}}")
         path.write_text("\n".join(lines) + "\n")
-    print(f"low_reuse fraction {low:.4g}, tf32 tensor-core scale {tf32:.4g} written to {len(GPU_FILES)} GPU files")
+    print(f"low_reuse fraction {low:.4g} (V100 {low_v:.4g}), tf32 tensor-core scale {tf32:.4g} written to "
+          f"{len(GPU_FILES)} GPU files")
     return low, tf32
 
 
