@@ -100,27 +100,32 @@ def _stream(profile, cls, nbytes):
     return stream_time(profile.hardware("fp32"), profile.param(cls), nbytes, floor=DEVICE_FLOOR_S)
 
 
-def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, activation_factor: float):
-    """(forward, backward) device seconds per row."""
-    n = table.n_rows
-    cls = table.op_classes
-    el = table.dtype_bytes
-    ps, fx = table.per_sample, table.fixed
-    act = (ps["read_bytes"] + ps["write_bytes"]) * batch * activation_factor
-    fbytes = act + fx["read_bytes"] + fx["write_bytes"]
+def implicit_gemm(table, batch: int):
+    """(rows with FLOPs, M, N, K, read filter area) per row, from the table's columns."""
+    ps, el = table.per_sample, table.dtype_bytes
     out_el = ps["write_bytes"] / el * batch
     fl = table.column("fwd_flops", batch)
-    fwd = np.zeros(n)
-    bwd = np.zeros(n)
     mm = (fl > 0) & (out_el > 0)
     K = np.where(mm, fl / (2 * np.maximum(out_el, 1)), 1.0)
-    params = fx["params"]
+    params = table.fixed["params"]
     N = np.where(params > 0, np.maximum(np.round(params / (K + 1)), 1), np.maximum(np.round(np.sqrt(out_el / batch)), 1))
     N = np.minimum(N, np.maximum(out_el, 1))
     M = np.maximum(out_el / N, 1)
     # Filter area / groups / stride^2 = K x output positions / input elements.
     positions = out_el / batch / N
     area = np.where(ps["read_bytes"] > 0, K * positions * el / np.maximum(ps["read_bytes"], 1), 0)
+    return mm, M, N, K, area
+
+
+def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, activation_factor: float):
+    """(forward, backward) device seconds per row."""
+    cls = table.op_classes
+    ps, fx = table.per_sample, table.fixed
+    act = (ps["read_bytes"] + ps["write_bytes"]) * batch * activation_factor
+    fbytes = act + fx["read_bytes"] + fx["write_bytes"]
+    fwd = np.zeros(table.n_rows)
+    bwd = np.zeros(table.n_rows)
+    mm, M, N, K, area = implicit_gemm(table, batch)
     conv = mm & (cls == "conv")
     low = conv & (K <= LOW_REUSE_K) & (area < LOW_REUSE_AREA)
     dense = mm & ~low
@@ -142,7 +147,7 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
             dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
             wgrad = _gemm(profile, "gemm", path, k, nn, m, b, eb)
             bwd[r] = np.where(din[r], dgrad, 0.0) + np.where(dw[r], wgrad, 0.0)
-    stream = ~dense
+    stream = ~dense & (fx["fwd_kernels"] > 0)  # containers without kernels of their own cost nothing
     if stream.any():
         for c in np.unique(cls[stream]):
             r = stream & (cls == c)
