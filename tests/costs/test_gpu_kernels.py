@@ -87,10 +87,33 @@ def test_bad_kernels_block_is_a_one_line_error():
     peaks = {"fp32": 1.0, "tf32": 2.0, "bf16": 4.0, "fp16": 4.0}
     parse_kernels(good, "g.yaml", peaks, 1.0, {})
     for bad in ({**good, "kind": "guessed"}, {**good, "gemm": {**good["gemm"], "floor_s": -1}},
-                {k: v for k, v in good.items() if k != "norm"}, {**good, "extra": 1}):
+                {k: v for k, v in good.items() if k != "norm"}, {**good, "extra": 1},
+                {**good, "low_reuse": {"fraction": 3, "kind": "calibrated", "source": "x"}},
+                {**good, "tensor_core": {"fp8": 1.0, "kind": "calibrated", "source": "x"}}):
         with pytest.raises(SimdlError) as e:
             parse_kernels(bad, "g.yaml", peaks, 1.0, {})
         assert "g.yaml" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_depthwise_convolutions_are_found_from_the_table_columns():
+    from simdl.costs.gpu_rows import LOW_REUSE_AREA, LOW_REUSE_K, WINOGRAD_AREA, implicit_gemm
+    from simdl.workload.library import load_workload
+
+    def kinds(model):
+        t = load_workload(model, "imagenet")
+        mm, M, N, K, area = implicit_gemm(t, 8)
+        conv = mm & (t.op_classes == "conv")
+        low = conv & (K <= LOW_REUSE_K) & (area < LOW_REUSE_AREA)
+        names = np.array(t.names)
+        wino = conv & (area >= WINOGRAD_AREA[0]) & (area <= WINOGRAD_AREA[1])
+        return names[low], names[wino]
+
+    low, _ = kinds("mobilenet_v3_large")
+    # MobileNetV3-Large: 15 inverted residuals, one depthwise convolution each (block.1.0, or
+    # block.0.0 in the first, which has no expansion conv).
+    assert len(low) == 15 and all(n.endswith((".block.1.0", "features.1.block.0.0")) for n in low)
+    low, wino = kinds("resnet50")
+    assert len(low) == 0 and all(n.endswith("conv2") for n in wino) and len(wino) >= 12
 
 
 def test_gpu_prediction_uses_the_kernel_model_and_says_so():
