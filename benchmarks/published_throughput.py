@@ -4,11 +4,11 @@ Published side: NVIDIA DeepLearningExamples (PyTorch/Classification/ConvNets, re
 and efficientnet READMEs, images/s on one GPU), as quoted in
 /work/shared/data/published_hardware.md section 3 (rows copied into :data:`ROWS`).
 Predicted side: ``simdl.predict`` on the preset named per row, one GPU, DDP (no
-communication on one rank), the analytic engine; nothing here is fitted. The GPU kernel
-model behind the prediction is fitted only on the NeuSight kernels
-(benchmarks/gpu_kernels.py); the cluster presets' older ``matmul*`` efficiencies, which were
-solved on three of these rows, no longer price GPU rows, so no row is excluded (the column
-``fit`` says which rows those were).
+communication on one rank), the analytic engine. The GPU kernel model behind the
+prediction is fitted on the NeuSight kernels (benchmarks/gpu_kernels.py), except the values
+of :data:`SOLVED`, each solved on one row here (``--solve``; those rows are marked and left
+out of the MAPE). The cluster presets' older ``matmul*`` efficiencies, once solved on three
+of these rows (column ``fit``: "old fit"), no longer price GPU rows, so those rows count.
 
 Each row's setting, where the source does not state it, is an assumption printed in the
 ``assumed`` column: per-GPU batch from configs.yml (DGXA100: resnet50 256/256,
@@ -20,8 +20,10 @@ not restate it), DataLoader workers as configs.yml's platform entries (DGXA100 1
 The ``widese`` EfficientNets (wide squeeze-excitation) have no torchvision model and are
 listed as not predicted.
 
-Usage: ``PYTHONPATH=. python benchmarks/published_throughput.py [--ratios]``; ``--ratios``
-also prints simdl's FSDP/DDP step ratio per study-1 model on 2 and 4 A100s.
+Usage: ``PYTHONPATH=. python benchmarks/published_throughput.py [--ratios] [--solve]``;
+``--ratios`` also prints simdl's FSDP/DDP step ratio per study-1 model on 2 and 4 A100s;
+``--solve`` re-solves :data:`SOLVED` and writes the values into the GPU files (run after
+``benchmarks/gpu_kernels.py --write-yaml``).
 """
 
 from __future__ import annotations
