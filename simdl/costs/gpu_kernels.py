@@ -1,8 +1,8 @@
 """Time of one GPU kernel (one operator call) from its shape, per op class.
 
-The model prices a call as ``floor + body``, where the body is the longer of its compute
-time and its memory time (roofline, Williams, Waterman & Patterson, CACM 2009) and each
-rate depends on the call's size, not one scalar:
+The model prices a call from a floor and a body (:func:`with_floor`), where the body is the
+longer of its compute time and its memory time (roofline, Williams, Waterman & Patterson,
+CACM 2009) and each rate depends on the call's size, not one scalar:
 
 - **GEMM** (``linear``, ``bmm``, and a convolution as its implicit GEMM, cuDNN's
   ``implicit_gemm`` / NVIDIA "Convolutional Layers User's Guide", section "Convolution
@@ -13,7 +13,8 @@ rate depends on the call's size, not one scalar:
   the whole tile's work (tile quantisation): NVIDIA "Matrix Multiplication Background
   User's Guide", sections "Tile Quantization" and "Wave Quantization". cuBLAS picks among
   tiles per shape; the model takes the fastest of :data:`TILES` (the tile sizes of the
-  ``sgemm_<M>x<N>`` kernels the measured calls ran). A tile reaches ``compute_efficiency``
+  ``sgemm_<M>x<N>`` kernels the measured calls ran), splitting K when there are fewer tiles
+  than slots (split-K). A tile reaches ``compute_efficiency``
   of its share of the peak, unless its operand loads (``(tm+tn) K`` elements) take longer
   at its share of ``operand_bandwidth``, and pays a fixed prologue / epilogue per wave
   (``tile_setup_s``).
@@ -23,9 +24,10 @@ rate depends on the call's size, not one scalar:
   GPU (``half_bytes``: the size at which half the asymptotic bandwidth is reached, scaled
   by the SM count).
 - ``floor_s``: the time of the smallest call, combined with the body by ``floor_power``
-  (:func:`with_floor`). In the measured data it is the host's time to issue one call; :func:`stream_time` and :func:`gemm_time`
-  take ``floor`` as a parameter so that a step's device stream can use the device-side
-  floor only (the host stream prices the rest, :mod:`simdl.costs.gpu_host`).
+  (:func:`with_floor`). In the measured data it is the host's time to issue one call;
+  :func:`stream_time` and :func:`gemm_time` take ``floor`` as a parameter so that a step's
+  device stream uses the device-side floor only (the host stream, :mod:`simdl.costs.gpu_rows`,
+  prices the rest).
 
 All arguments are numpy arrays (or scalars) in SI units; every function is vectorised.
 """
@@ -37,10 +39,11 @@ from dataclasses import dataclass
 import numpy as np
 
 # Thread-block tiles (rows x columns of the output) and how many of them one SM holds at
-# once: the sgemm kernels the measured calls ran (benchmarks/data/gpu_kernels_neusight,
-# kernel families sgemm_128x128 ... sgemm_32x32); blocks per SM from their launch records
-# (``Blocks per SM`` column of the published CSVs: 1-2 for 128x128/128x64, 2-4 for the
-# smaller tiles), rounded.
+# once. Tiles: the sgemm kernels the measured calls ran (benchmarks/data/gpu_kernels_neusight,
+# kernel families sgemm_128x128, 128x64, 64x64, 32x128, 32x32; the 128x32 and 64x32 ones
+# that also occur changed no fit when added). Tiles resident per SM: assumed, halving as the
+# tile doubles (a 128x128 fp32 tile's 256 threads hold most of an SM's 64 K registers); the
+# data's ``Blocks per SM`` column is the grid over the SMs, not residency.
 TILES = ((128, 128, 1), (128, 64, 2), (64, 64, 4), (32, 128, 4), (32, 32, 8))
 # Tensor-core paths (TF32, FP16, BF16): the threadblock tiles of CUTLASS's tensor-op GEMM
 # kernels (cutlass_tensorop_*_256x128, 128x256, 128x128, 128x64, 64x64 in its profiler's
