@@ -124,6 +124,9 @@ def predict(
     echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
     if placement_why:
         echo["assumed"]["ps_placement"] = placement_why
+    for key, (value, why) in _kernel_assumptions(alloc, workload).items():
+        echo[key] = value
+        echo["assumed"][key] = why
     _echo_input(echo, workload, dataset, vocab, train_samples)
     return _run(workload, alloc, plan, echo, engine, engine_options)
 
@@ -328,6 +331,24 @@ def _with_noise_note(result: Result, spec) -> Result:
     return dataclasses.replace(result, notes=tuple(result.notes) + (f"cluster {spec.name}: {why}",))
 
 
+def _kernel_assumptions(alloc, workload) -> dict:
+    """What the GPU kernel model takes that the user did not give, as {key: (value, why)}: the
+    math path per op class (PyTorch's TF32 defaults) and the eager host's per-op cost
+    (simdl.costs.gpu_rows)."""
+    from .costs.gpu_rows import HOST_BWD_FRACTION, host_op_seconds
+    from .costs.tasks import device_rates
+
+    rates = device_rates(alloc, workload.precision)
+    if rates.kernels is None or (rates.measured is not None and rates.measured.find(workload.table) is not None):
+        return {}
+    k, p = rates.kernels, workload.precision
+    paths = f"matmul {k.path_of(p, 'matmul')}, conv {k.path_of(p, 'conv')}"
+    host = f"{host_op_seconds(k) * 1e6:.0f}us/op"
+    return {"math_path": (paths, k.describe_paths(p)),
+            "host_per_op": (host, f"eager PyTorch: per forward op the measured lone-op floor of {k.kind} kernels "
+                                  f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows)")}
+
+
 def _compute_source(alloc, workload) -> str:
     """Where the per-row compute times come from: the cluster's compute profile of this model
     (measured rows, simdl.costs.measured) or the roofline of simdl.costs.tasks."""
@@ -335,6 +356,8 @@ def _compute_source(alloc, workload) -> str:
 
     rates = device_rates(alloc, workload.precision)
     m = rates.measured.find(workload.table) if rates.measured is not None else None
+    if m is None and rates.kernels is not None:
+        return f"GPU kernel model ({rates.kernels.kind} kernels block of {alloc.spec.gpu.name}), eager host stream"
     if m is None:
         return "roofline"
     batches = ",".join(str(int(b)) for b in m.batches)

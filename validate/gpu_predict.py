@@ -5,7 +5,8 @@ host without CUDA, the CPU preset of this processor); the run feeds one batch ma
 device before the timed steps, so the prediction is given a host that spends nothing on
 loading (the preset's DataLoader cost per sample replaced by 0, said so in the record).
 Besides the step, the record holds simdl's time per op class of the workload table's rows
-(the analytic roofline row times, :func:`simdl.costs.tasks.row_times`), which the report
+(the analytic engine's row times, :func:`simdl.costs.tasks.row_times`: the GPU kernel model where
+the GPU file has a ``kernels:`` block, else the roofline), which the report
 sets beside the profiled kernels.
 """
 
@@ -77,16 +78,25 @@ def _memory_fields(r) -> dict[str, Any]:
 
 
 def by_op_class(model: str, dataset: str, batch: int, precision: str, cluster) -> dict[str, float]:
-    """Seconds of forward + backward per op class of the table's rows (simdl.workload.op_classes)."""
-    from simdl.costs.tasks import device_rates, row_times
+    """Seconds of forward + backward kernels per op class of the table's rows
+    (simdl.workload.op_classes). On a GPU priced by the kernel model, a row's time includes
+    the device's wait for the eager host (simdl.costs.gpu_rows.fed_by_host): that wait is
+    taken out here, as the step's split does (``host_bound``), so the classes hold kernel time."""
+    import numpy as np
+
     from simdl.cluster import allocate
+    from simdl.costs.tasks import device_rates, row_times
     from simdl.workload.library import load_workload
 
     table = load_workload(model, dataset=dataset)
     rates = device_rates(allocate(cluster, 1, None), precision)
     rows = row_times(table, batch, rates)
+    fwd, bwd = np.asarray(rows.fwd, dtype=float), np.asarray(rows.bwd, dtype=float)
+    if rows.wait_cum is not None:
+        fwd = fwd - np.diff(rows.wait_cum["fwd"])
+        bwd = bwd - np.diff(rows.wait_cum["bwd"])
     out: dict[str, float] = {}
-    for cls, f, b in zip(table.op_classes, rows.fwd, rows.bwd):
+    for cls, f, b in zip(table.op_classes, fwd, bwd):
         out[str(cls)] = out.get(str(cls), 0.0) + float(f) + float(b)
     return out
 

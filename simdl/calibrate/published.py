@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import io
 import json
 import re
@@ -190,9 +191,18 @@ def _predict_throughput(preset: str, matmul: float, model: str, precision: str, 
         p = Path(td) / "x.yaml"
         p.write_text(f"extends: {preset}\nname: fit\nefficiency:\n  matmul_{PEAK_KEY[precision]}: {{value: {matmul}, "
                      "kind: assumed, source: fit trial}\n")
-        r = predict(model=model, dataset="imagenet", strategy="ddp", gpus=1, cluster=str(p), batch_size=batch,
-                    precision=precision, optimizer="momentum", loader_workers=1000)
+        r = predict(model=model, dataset="imagenet", strategy="ddp", gpus=1, cluster=roofline_spec(str(p)),
+                    batch_size=batch, precision=precision, optimizer="momentum", loader_workers=1000)
     return batch / r.iteration_time_s
+
+
+def roofline_spec(preset: str):
+    """The preset with its GPU's kernel model set aside: the matmul efficiencies solved here
+    price GPU rows only on a GPU without a ``kernels:`` block (simdl.costs.gpu_profile)."""
+    from ..cluster import load_cluster
+
+    spec = load_cluster(preset)
+    return dataclasses.replace(spec, gpu=dataclasses.replace(spec.gpu, kernels=None))
 
 
 def solve_matmul(preset: str, row: dict) -> float | None:

@@ -196,7 +196,7 @@ def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tu
 # --------------------------------------------------------------------------- GPU
 
 _GPU_KEYS = ("name", "kind", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
-             *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors", "host")
+             *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors", "host", "kernels")
 # device_memory: read by simdl.memory.device (context, library workspaces, NCCL buffers).
 _GPU_KEYS += ("device_memory",)
 _GPU_HOST_KEYS = ("model_name", "caches", "source")
@@ -232,6 +232,8 @@ class GPU:
     # per-core cache sizes sysfs reports (a subset, e.g. {"L1d": "32K", "L2": "512K"}).
     host_model: str = ""
     host_caches: FrozenMap = field(default_factory=FrozenMap)
+    # The fitted GPU kernel model (``kernels:`` block, simdl.costs.gpu_profile), or None.
+    kernels: Any = None
 
     def describes_host(self, device: str, caches: Mapping[str, str] | None = None) -> bool:
         """Whether this file's ``host`` block matches a CPU device name (``cpu: <model>``) and,
@@ -298,7 +300,18 @@ def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
         source_path=source_path,
         host_model=host.get("model_name", "") or "",
         host_caches=FrozenMap({str(k): str(v) for k, v in caches.items()}),
+        kernels=_parse_kernels(raw, where, peaks, priors),
     )
+
+
+def _parse_kernels(raw: Mapping[str, Any], where: str, peaks: Mapping[str, Sourced], priors: Mapping[str, Sourced]):
+    if raw.get("kernels") is None:
+        return None
+    from ..costs.gpu_profile import parse_kernels
+
+    bandwidth = read(raw, "memory_bandwidth_GB_per_s", where=where, strictly_positive=True).value
+    return parse_kernels(raw["kernels"], where, {p: v.value for p, v in peaks.items()}, bandwidth,
+                         {k: v.value for k, v in priors.items()})
 
 
 def gpu_names() -> tuple[str, ...]:

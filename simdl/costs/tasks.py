@@ -82,6 +82,10 @@ class Rates:
     # the device share they were measured at to this prediction's share.
     measured: Any = None
     measured_scale: float = 1.0
+    # The GPU's fitted kernel model (simdl.costs.gpu_profile.KernelProfile) and the
+    # precision it prices at; None: the roofline above.
+    kernels: Any = None
+    precision: str = "fp32"
 
 
 @lru_cache(maxsize=1024)
@@ -111,7 +115,16 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
         copy_factor=eff.copy_in_step_factor.value if eff.copy_in_step_factor else 1.0,
         **host_rates(cluster),
         **_measured(cluster, precision),
+        **_kernels(cluster, precision),
     )
+
+
+def _kernels(cluster: Cluster, precision: str) -> dict:
+    """The GPU kernel model, where the device is a GPU whose file has a ``kernels:`` block."""
+    k = cluster.spec.gpu.kernels
+    if k is None or cluster.spec.gpu.is_cpu:
+        return {}
+    return {"kernels": k, "precision": precision}
 
 
 def host_rates(cluster: Cluster) -> dict:
@@ -147,14 +160,26 @@ class RowTimes:
     bwd: np.ndarray
     fwd_cum: np.ndarray
     bwd_cum: np.ndarray
+    # Prefix sums of the part of each row's time the device waits for the host (GPU eager
+    # steps, simdl.costs.gpu_rows.fed_by_host); None: no host stream.
+    wait_cum: Any = None
 
     def __post_init__(self) -> None:
         # Python lists of the prefix sums: a plan sums ~100 segments per prediction, and
         # indexing a list is several times cheaper than a numpy scalar (same float values).
         object.__setattr__(self, "_cum", {"fwd": self.fwd_cum.tolist(), "bwd": self.bwd_cum.tolist()})
+        if self.wait_cum is not None:
+            object.__setattr__(self, "_wait", {k: v.tolist() for k, v in self.wait_cum.items()})
 
     def segment(self, start: int, stop: int, direction: str) -> float:
         cum = self._cum["fwd" if direction == "fwd" else "bwd"]
+        return cum[stop] - cum[start]
+
+    def wait(self, start: int, stop: int, direction: str) -> float:
+        """Seconds of the segment the device spends waiting for the host (0 without a host stream)."""
+        if self.wait_cum is None:
+            return 0.0
+        cum = self._wait["fwd" if direction == "fwd" else "bwd"]
         return cum[stop] - cum[start]
 
 
@@ -164,6 +189,8 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
     if measured is not None:
         fwd, bwd = measured.at(batch)
         return _row_times(fwd * rates.measured_scale, bwd * rates.measured_scale)
+    if rates.kernels is not None:
+        return _kernel_row_times(table, batch, rates)
     a = rates.activation_factor
     fwd_flops = table.column("fwd_flops", batch)
     bwd_flops = table.column("bwd_input_flops", batch) + table.column("bwd_weight_flops", batch)
@@ -202,6 +229,18 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
     return _row_times(fwd, bwd)
 
 
+def _kernel_row_times(table: WorkloadTable, batch: int, rates: Rates) -> "RowTimes":
+    """Rows on a GPU by the kernel model, the device fed by the eager host stream
+    (simdl.costs.gpu_rows); backward rows are issued in reverse order."""
+    from ..costs.gpu_rows import fed_by_host, host_row_times, kernel_row_times
+
+    kf, kb = kernel_row_times(table, batch, rates.kernels, rates.precision, rates.activation_factor)
+    hf, hb = host_row_times(table, rates.kernels)
+    fwd, wait_f = fed_by_host(kf, hf)
+    bwd_r, wait_b_r = fed_by_host(kb[::-1], hb[::-1])
+    return _row_times(fwd, bwd_r[::-1].copy(), wait_f, wait_b_r[::-1].copy())
+
+
 def _roofline(flops_time: np.ndarray, bytes_time: np.ndarray, overlap: float) -> np.ndarray:
     """The longer of the two times plus the part of the shorter one not hidden under it."""
     longer = np.maximum(flops_time, bytes_time)
@@ -210,9 +249,12 @@ def _roofline(flops_time: np.ndarray, bytes_time: np.ndarray, overlap: float) ->
     return longer + (1.0 - overlap) * np.minimum(flops_time, bytes_time)
 
 
-def _row_times(fwd: np.ndarray, bwd: np.ndarray) -> RowTimes:
+def _row_times(fwd: np.ndarray, bwd: np.ndarray, wait_fwd=None, wait_bwd=None) -> RowTimes:
     zero = np.zeros(1)
-    return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]))
+    wait = None
+    if wait_fwd is not None:
+        wait = {"fwd": np.concatenate([zero, np.cumsum(wait_fwd)]), "bwd": np.concatenate([zero, np.cumsum(wait_bwd)])}
+    return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]), wait)
 
 
 def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: float = 0.0,
@@ -246,8 +288,9 @@ def compute_task_time(task, rows: "RowTimes", rates: Rates) -> float:
 # prediction's split can be checked and not only its sum: ``compute`` the workload's rows,
 # ``copies`` buffer copies (FSDP copy-in/out, DDP bucket copies; page faults of their fresh
 # buffers included), ``optimizer`` the optimizer step, ``host`` framework time outside any op
-# (FSDP2's per-unit hooks).
-SPLIT_KINDS = ("compute", "copies", "optimizer", "host")
+# (FSDP2's per-unit hooks), ``host_bound`` the time a GPU's rows wait for the eager host to
+# issue their ops (simdl.costs.gpu_rows; 0 elsewhere).
+SPLIT_KINDS = ("compute", "copies", "optimizer", "host", "host_bound")
 
 
 def compute_split(tasks, rows: "RowTimes", durations) -> dict[str, float]:
@@ -265,6 +308,10 @@ def compute_split(tasks, rows: "RowTimes", durations) -> dict[str, float]:
         r = rows.segment(*seg) if seg else 0.0
         out["compute"] += r + host_s  # host_s is in ``host`` already
         out[key] += durations[i] - r - host_s
+    if rows.wait_cum is not None:
+        waited = sum(rows.wait(*t.rows, t.direction) for t in tasks if not t.collective and t.rows)
+        out["compute"] -= waited
+        out["host_bound"] = waited
     return out
 
 

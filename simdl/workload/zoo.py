@@ -119,9 +119,30 @@ def wide_mlp(num_classes: int = 10, input_shape: tuple[int, ...] = (3, 32, 32), 
 
 
 def check_model_name(name: str) -> None:
-    """Raise the unknown-model error unless ``name`` is a zoo name or a factory spec."""
-    if name not in MODELS and ":" not in name:
-        raise unknown("model", name, MODELS)
+    """Raise the unknown-model error unless ``name`` is a zoo name, a factory spec or a
+    torchvision classification model name (that check imports torchvision: one-line error
+    naming the install command when it is missing)."""
+    if name in MODELS or ":" in name:
+        return
+    from .torchvision_names import INSTALL, is_torchvision_model
+
+    try:
+        if is_torchvision_model(name):
+            return
+    except SimdlError:
+        raise SimdlError(f"model {name!r} is not a built-in model ({', '.join(sorted(MODELS))}); a torchvision "
+                         f"model name is traced on demand, which needs torch: {INSTALL}") from None
+    raise SimdlError(f"{unknown('model', name, MODELS)}; or any name torchvision.models.list_models() lists")
+
+
+def _vit_patch(name: str) -> int | None:
+    if name in VIT_PATCH:
+        return VIT_PATCH[name]
+    if name in MODELS or ":" in name:
+        return None
+    from .torchvision_names import vit_patch
+
+    return vit_patch(name)
 
 
 def load_factory(spec: str) -> Callable[..., Any]:
@@ -140,7 +161,8 @@ def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int, voc
     except (TypeError, ValueError):  # builtins without a signature
         accepted = {}
     kwargs: dict[str, Any] = {}
-    if "num_classes" in accepted:
+    var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in accepted.values())
+    if "num_classes" in accepted or var_kw:
         kwargs["num_classes"] = num_classes
     if "input_shape" in accepted:
         kwargs["input_shape"] = tuple(input_shape)
@@ -148,7 +170,16 @@ def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int, voc
         kwargs["vocab_size"] = vocab
     from .factory import call_factory
 
-    model = call_factory(spec, factory, kwargs)  # its exceptions: one line naming it
+    model = None
+    if var_kw and "input_shape" not in accepted and len(input_shape) == 3:
+        # A **kwargs factory may pass the input size on (torchvision's VisionTransformer
+        # builders take image_size); the model it builds says whether it accepts it.
+        try:
+            model = factory(**kwargs, image_size=int(input_shape[1]))
+        except TypeError:
+            model = None
+    if model is None:
+        model = call_factory(spec, factory, kwargs)  # its exceptions: one line naming it
     if not isinstance(model, nn.Module):
         raise SimdlError(
             f"model factory {spec!r} returned {type(model).__name__}, expected a torch.nn.Module"
@@ -191,15 +222,14 @@ def _runs(model: Any, shape: tuple[int, ...]) -> bool:
 
 
 def _construct(name_or_spec: str, shape: tuple[int, ...], num_classes: int) -> Any:
-    if name_or_spec in MODELS and ":" not in MODELS[name_or_spec]:
+    builder = MODELS.get(name_or_spec, name_or_spec)
+    if ":" not in builder:  # a zoo name or a torchvision model name
         import torchvision
 
         extra: dict[str, Any] = {}
-        if name_or_spec in VIT_PATCH:
+        if _vit_patch(name_or_spec):
             extra["image_size"] = shape[1]
-        return torchvision.models.get_model(
-            MODELS[name_or_spec], weights=None, num_classes=num_classes, **extra
-        )
+        return torchvision.models.get_model(builder, weights=None, num_classes=num_classes, **extra)
     spec = MODELS.get(name_or_spec, name_or_spec)
     return _call_factory(spec, shape, num_classes)
 
@@ -234,8 +264,8 @@ def build_adapted(
         return _build_unadapted(name_or_spec, shape, num_classes, device, vocab)
     c, h, w = shape
     notes = []
-    if name_or_spec in VIT_PATCH:
-        p = VIT_PATCH[name_or_spec]
+    p = _vit_patch(name_or_spec)
+    if p:
         # torchvision's VisionTransformer takes one square image_size.
         size = -(-max(h, w) // p) * p
         if (h, w) != (size, size):
@@ -246,7 +276,7 @@ def build_adapted(
         note = _set_in_channels(model, c)
     if note:
         notes.insert(0, note)
-    if name_or_spec in VIT_PATCH and shape[1] != 224:
+    if p and shape[1] != 224:
         notes.append(f"built with image_size={shape[1]}")
     model.train()
     # Pad symmetrically (transforms.Pad(p) adds p on every side) to the smallest size
