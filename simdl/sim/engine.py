@@ -35,6 +35,7 @@ import simpy
 from ..errors import SimdlError
 from ..result import Result, Staleness
 from ..strategies.plan import COMPUTE, PSPlan, SpmdPlan
+from .memcurves import MemoryCurve  # noqa: F401  (SimRun.memory's values)
 
 DEFAULT_ITERATIONS = 3
 DEFAULT_WARMUP = 1
@@ -170,11 +171,12 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     # Per class: own steady-state window, busy times per iteration.
     weights = [len(c) for c in classes]
     comp, commb, anyb, periods = [], [], [], []
+    by_class = _records_by_class(run.records, len(classes))
     for c, e in enumerate(ends):
         w0 = e[warmup - 1] if warmup > 0 else 0.0
         w1 = e[-1]
         periods.append((w1 - w0) / measured)
-        recs = [r for r in run.records if r.cls == c]
+        recs = by_class[c]
         comp_iv = [(r.start, r.end) for r in recs if not r.is_comm and r.stream == COMPUTE]
         comm_iv = [(r.start, r.end) for r in recs if r.is_comm]
         if is_ps:
@@ -236,28 +238,15 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     # device runs it), so the peak is the timeline's peak whatever the timing; the simulated
     # task times place the events in time for the memory-over-time curve.
     from ..memory.model import estimate_memory, timeline_for
-    from ..memory.place import event_times
+    from .memcurves import memory_curves
 
     est = estimate_memory(workload, plan, cluster)
-    tl = timeline_for(workload, plan, cluster)
-    levels = tl.levels()
     tasks = plan.worker_tasks if is_ps else plan.tasks
-    mem: dict[int, Any] = {}
-    peak_by_rank: dict[int, float] = {}
-    for c, members in enumerate(classes):
-        last = [r for r in run.records if r.cls == c and r.iteration == iterations - 1]
-        t0 = min((r.start for r in last), default=0.0)
-        t1 = max((r.end for r in last), default=0.0) - t0
-        start = [t1] * len(tasks)
-        stop = [t1] * len(tasks)
-        for r in last:
-            if 0 <= r.task < len(tasks):
-                start[r.task], stop[r.task] = r.start - t0, r.end - t0
-        times = event_times(tl, tasks, start, stop, rows) if len(levels) > 1 else np.zeros(0)
-        times = np.maximum.accumulate(times) if len(times) else times
-        mem[c] = MemoryCurve(np.concatenate([[0.0], times]), levels)
-        for r in members:
-            peak_by_rank[r] = est.peak_tensor_bytes
+    # Every rank holds the memory model's peak (the allocator sees program order, whatever
+    # the timing); the curves in time are only for the SimRun (simdl plot --memory).
+    peak_by_rank = {r: est.peak_tensor_bytes for members in classes for r in members}
+    mem = (memory_curves(timeline_for(workload, plan, cluster), tasks, by_class, iterations - 1, rows)
+           if return_run else {})
     peak_tensor = est.peak_tensor_bytes
     breakdown = dict(est.breakdown)
     other = est.peak_bytes - est.peak_tensor_bytes
@@ -331,17 +320,12 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
                   recomputes=net.recomputes)
 
 
-@dataclass(frozen=True)
-class MemoryCurve:
-    """One rank class's live tensor bytes per category (simdl.memory.timeline.CATEGORIES)
-    after each allocation event, and the simulated time of each event."""
-
-    times: np.ndarray
-    levels: np.ndarray
-
-    @property
-    def total(self) -> np.ndarray:
-        return self.levels.sum(axis=1)
+def _records_by_class(records, n: int) -> list[list]:
+    """The records of each class/worker, in one pass."""
+    out: list[list] = [[] for _ in range(n)]
+    for r in records:
+        out[r.cls].append(r)
+    return out
 
 
 def _compute_time(task, rows, rates) -> float:
