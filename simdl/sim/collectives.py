@@ -100,6 +100,8 @@ class Router:
         self.link_id = {(u, v): i for i, (u, v, _) in enumerate(edges)}
         self._cache: dict[tuple, tuple[int, ...]] = {}
         self._canon: dict[tuple, list[tuple[str, str]]] = {}
+        self._parsed: dict[str, tuple] = {}
+        self._link_by_parts = {(self._parse(u), self._parse(v)): i for i, (u, v, _) in enumerate(edges)}
 
     def _node(self, name: str) -> int | None:
         if name.startswith("gpu:"):
@@ -126,22 +128,44 @@ class Router:
         for n in nodes:
             if n not in canon_map:
                 canon_map[n] = len(canon_map)
-        edges = None
+        ids = None
         if nodes and max(canon_map.values()) < self.cluster.nodes:
-            back = {c: n for n, c in canon_map.items()}
-            csrc, cdst = self._rename(src, canon_map), self._rename(dst, canon_map)
-            ck = (csrc, cdst)
+            back = tuple(canon_map)  # canonical node index -> actual node
+            ck = (self._rename(src, canon_map), self._rename(dst, canon_map))
             if ck not in self._canon:
-                self._canon[ck] = self._route(self._canon_graph, csrc, cdst)
+                self._canon[ck] = self._route(self._canon_graph, *ck)
             try:
-                edges = [(self._rename(u, back), self._rename(v, back)) for u, v in self._canon[ck]]
-                ids = tuple(self.link_id[e] for e in edges)
+                ids = tuple(self._translate(e, back) for e in self._canon[ck])
             except KeyError:
-                edges = None
-        if edges is None:
+                ids = None
+        if ids is None:
             ids = tuple(self.link_id[e] for e in self._route(self.graph, src, dst))
         self._cache[key] = ids
         return ids
+
+    def _parse(self, name: str) -> tuple:
+        """``(kind, node, rest)`` of a graph node: ``gpu:R`` -> ('gpu', R // G, R % G),
+        ``nic:3:1`` -> ('nic', 3, ':1'); a node of no node (``net``, ``ps:0``) -> (name, None, '')."""
+        hit = self._parsed.get(name)
+        if hit is None:
+            if name.startswith("gpu:"):
+                r = int(name[4:])
+                hit = ("gpu", r // self.G, r % self.G)
+            else:
+                m = _NODE_NAME.match(name)
+                hit = (m.group(1), int(m.group(2)), m.group(3) or "") if m else (name, None, "")
+            self._parsed[name] = hit
+        return hit
+
+    def _translate(self, edge: tuple[str, str], back: tuple[int, ...]) -> int:
+        """The link of canonical ``edge`` on the actual nodes ``back`` (KeyError: no such link).
+        Links are looked up by their parsed endpoints, so no name is formatted per path."""
+        (ku, nu, ru), (kv, nv, rv) = self._parse(edge[0]), self._parse(edge[1])
+        try:
+            key = ((ku, None if nu is None else back[nu], ru), (kv, None if nv is None else back[nv], rv))
+        except IndexError:
+            raise KeyError(edge) from None
+        return self._link_by_parts[key]
 
 
 def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:

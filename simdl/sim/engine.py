@@ -24,8 +24,10 @@ analytic model's assumption -- to isolate what link sharing costs).
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -160,7 +162,8 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         run = run_spmd(env, plan, durations, hub, classes, hetero, iterations, loader_workers, batch_time,
                        on_iteration_end)
         ends = run.iteration_end
-    env.run()
+    with _without_cyclic_gc():
+        env.run()
     for c, e in enumerate(ends):
         if len(e) != iterations:
             raise SimdlError(f"simulation deadlocked: rank class {c} finished {len(e)} of {iterations} iterations")
@@ -172,18 +175,12 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     weights = [len(c) for c in classes]
     comp, commb, anyb, periods = [], [], [], []
     by_class = _records_by_class(run.records, len(classes))
+    with _without_cyclic_gc():
+        busy = [_class_busy(by_class[c], e, warmup, measured, is_ps, run, c) for c, e in enumerate(ends)]
     for c, e in enumerate(ends):
         w0 = e[warmup - 1] if warmup > 0 else 0.0
-        w1 = e[-1]
-        periods.append((w1 - w0) / measured)
-        recs = by_class[c]
-        comp_iv = [(r.start, r.end) for r in recs if not r.is_comm and r.stream == COMPUTE]
-        comm_iv = [(r.start, r.end) for r in recs if r.is_comm]
-        if is_ps:
-            comm_iv = [(s, t) for (w, _, s, t, _) in run.transfers if w == c]
-        comp.append(_busy(comp_iv, w0, w1) / measured)
-        commb.append(_busy(comm_iv, w0, w1) / measured)
-        anyb.append(_busy(comp_iv + ([] if is_ps else comm_iv), w0, w1) / measured)
+        periods.append((e[-1] - w0) / measured)
+    comp, commb, anyb = (list(x) for x in zip(*busy))
     wsum = sum(weights)
 
     def mean(xs):
@@ -318,6 +315,33 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
                   link_utilization=link_util, network=net,
                   peak_memory_by_rank=peak_by_rank, memory=mem, staleness_histogram=hist,
                   recomputes=net.recomputes)
+
+
+@contextmanager
+def _without_cyclic_gc():
+    """Pause Python's cyclic garbage collector: a run at 16,384 ranks allocates millions of
+    records, and each full collection walks all of them (a third of the run's time). The
+    records hold no cycles; what cycles SimPy leaves are collected after the run."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _class_busy(recs, ends, warmup: int, measured: int, is_ps: bool, run, c: int) -> tuple[float, float, float]:
+    """Compute-stream, communication and any-kernel busy seconds per iteration of one class
+    over its steady-state window."""
+    w0 = ends[warmup - 1] if warmup > 0 else 0.0
+    w1 = ends[-1]
+    comp_iv = [(r.start, r.end) for r in recs if not r.is_comm and r.stream == COMPUTE]
+    comm_iv = [(r.start, r.end) for r in recs if r.is_comm]
+    if is_ps:
+        comm_iv = [(s, t) for (w, _, s, t, _) in run.transfers if w == c]
+    return (_busy(comp_iv, w0, w1) / measured, _busy(comm_iv, w0, w1) / measured,
+            _busy(comp_iv + ([] if is_ps else comm_iv), w0, w1) / measured)
 
 
 def _records_by_class(records, n: int) -> list[list]:

@@ -238,6 +238,10 @@ class _Shared:
         self.starts_micro = {i for i, t in enumerate(plan.tasks)
                              if not t.is_comm and t.phase == "fwd" and t.rows is not None and t.rows[0] == 0
                              and t.direction == "fwd"}
+        # Per task, what resolving it reads: (deps, 0 compute | 1 collective | 2 compute that
+        # takes a batch, record fields).
+        self.info = [(t.deps, 1 if t.is_comm else 2 if i in self.starts_micro else 0, t.stream, t.name, t.phase,
+                      t.is_comm) for i, t in enumerate(plan.tasks)]
         self.classes: list[_RankClass] = []
         self._queue: deque = deque()
         self._draining = False
@@ -271,8 +275,10 @@ class _RankClass:
         sh = self.sh
         self.it = it
         draws = sh.hetero.draws(self.rank, it, len(sh.compute_idx))
-        self.scale = dict(zip(sh.compute_idx, (self.factor * draws).tolist()))
         n = len(sh.tasks)
+        self.scale = [1.0] * n
+        for i, v in zip(sh.compute_idx, (self.factor * draws).tolist()):
+            self.scale[i] = v
         self.end: list[float | None] = [None] * n
         self.comm_start: dict[int, float] = {}
         self.waits: dict[int, list] = {}  # collective -> [instances still running, latest end]
@@ -293,9 +299,9 @@ class _RankClass:
             self.advance()
 
     def _resolved(self, i: int, start: float, end: float) -> None:
-        t = self.sh.tasks[i]
+        _, _, stream, name, phase, is_comm = self.sh.info[i]
         self.end[i] = end
-        self.sh.run.records.append(TaskRecord(self.c, self.it, i, start, end, t.stream, t.name, t.phase, t.is_comm))
+        self.sh.run.records.append(TaskRecord(self.c, self.it, i, start, end, stream, name, phase, is_comm))
         self.left -= 1
         if end > self.last:
             self.last = end
@@ -317,22 +323,23 @@ class _RankClass:
 
     def _stream(self, s: int, idxs: list[int]) -> bool:
         sh = self.sh
-        tasks, end = sh.tasks, self.end
+        info, end, durations, scale = sh.info, self.end, sh.durations, self.scale
         k = self.cursor[s]
+        ready = self.ready[s]
         moved = False
         while k < len(idxs):
             i = idxs[k]
-            if i in self.comm_start:
+            deps, kind = info[i][0], info[i][1]
+            if kind == 1 and i in self.comm_start:
                 if end[i] is None:
                     break  # the collective is running
-                self.ready[s] = end[i]
+                ready = end[i]
                 k += 1
                 moved = True
                 continue
-            t = tasks[i]
-            start = self.ready[s]
+            start = ready
             blocked = False
-            for d in t.deps:
+            for d in deps:
                 e = end[d]
                 if e is None:
                     blocked = True
@@ -341,24 +348,23 @@ class _RankClass:
                     start = e
             if blocked:
                 break
-            if i in sh.starts_micro:
+            if kind == 1:
+                self.comm_start[i] = start
+                self.waits[i] = [sh.hub.instances_of(sh.tasks[i].group, self.c), start]
+                self.cursor[s], self.ready[s] = k, ready
+                sh.hub.arrive(self.it, i, self.c, start)
+                return True
+            if kind == 2:
                 got = self.loader.take(start)
                 if got is not None:
                     sh.run.data_wait[self.c].append((start, got))
                     start = got
-            if t.is_comm:
-                self.comm_start[i] = start
-                self.waits[i] = [sh.hub.instances_of(t.group, self.c), start]
-                self.cursor[s] = k
-                sh.hub.arrive(self.it, i, self.c, start)
-                return True
-            d = sh.durations[i] * self.scale[i]
-            e = start + d if d > 0 else start
-            self._resolved(i, start, e)
-            self.ready[s] = e
+            d = durations[i] * scale[i]
+            ready = start + d if d > 0 else start
+            self._resolved(i, start, ready)
             k += 1
             moved = True
-        self.cursor[s] = k
+        self.cursor[s], self.ready[s] = k, ready
         return moved
 
     def _end_iteration(self) -> bool:
