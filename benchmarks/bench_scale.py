@@ -90,7 +90,7 @@ def child(ranks: int, hetero: bool, timeout: float) -> dict | None:
 def sim_table(ranks: tuple[int, ...], max_seconds: float) -> dict[bool, list[dict]]:
     print("1. simulate: ResNet-50 DDP on dgx-a100, cifar10 table, batch 32/GPU, 3 iterations (1 warm-up)")
     print(f"{'ranks':>7s} {'kind':>7s} {'wall (s)':>9s} {'CPU (s)':>8s} {'peak RSS (MiB)':>15s} "
-          f"{'growth /4x':>11s} {'iteration (ms)':>15s}")
+          f"{'growth /4x wall':>16s} {'growth /4x CPU':>15s} {'iteration (ms)':>15s}")
     out: dict[bool, list[dict]] = {False: [], True: []}
     for hetero in (False, True):
         prev = None
@@ -104,11 +104,12 @@ def sim_table(ranks: tuple[int, ...], max_seconds: float) -> dict[bool, list[dic
             if p is None:
                 print(f"{n:7d} {kind:>7s}   over {max_seconds * 4:g} s: stopped")
                 break
-            growth = ""
+            growth = cpu_growth = ""
             if prev is not None and n == 4 * prev["ranks"]:
                 growth = f"{p['wall_s'] / prev['wall_s']:.2f}x"
+                cpu_growth = f"{p['cpu_s'] / prev['cpu_s']:.2f}x"
             print(f"{n:7d} {kind:>7s} {p['wall_s']:9.3f} {p['cpu_s']:8.3f} {p['peak_rss_bytes'] / 2**20:15.0f} "
-                  f"{growth:>11s} {p['iteration_s'] * 1e3:15.4f}")
+                  f"{growth:>16s} {cpu_growth:>15s} {p['iteration_s'] * 1e3:15.4f}")
             out[hetero].append(p)
             prev = p
     return out

@@ -12,6 +12,14 @@
 * bytes each GPU sends (payload leaving its GPU links) and, in :class:`SimRun`, per-link
   bytes and utilisation, per-rank peaks, the staleness histogram and the event list.
 
+Cost: linear in ranks x tasks. Rank classes are resolved by arithmetic
+(:mod:`simdl.sim.ranks`: O(classes x tasks x iterations)), the timeline holds one event per
+collective instance and flow change (:mod:`simdl.sim.network`: each recomputation is
+linear in the (flow, link) pairs of the components it touches), the records are grouped
+by class in one pass, and building the flows of a collective is linear in its ranks.
+At 16,384 heterogeneous ranks a ResNet-50 DDP step on dgx-a100 takes about 10 CPU
+seconds and under 1 GiB (``benchmarks/bench_scale.py``).
+
 ``simulate(..., return_run=True)`` returns the :class:`SimRun` (its ``.result`` is the Result);
 ``simdl trace`` and ``simdl plot`` use it.
 

@@ -18,7 +18,7 @@ def test_quick_mode_prints_figures_and_writes_the_png(tmp_path):
     for x in rows:
         wall, cpu, rss = float(x[2]), float(x[3]), float(x[4])
         assert wall > 0 and cpu > 0 and rss > 10  # MiB: a Python process with numpy is more
-    assert re.search(r"64\s+hetero\s+\S+\s+\S+\s+\S+\s+\d+\.\d+x", r.stdout)  # growth per 4x ranks
+    assert re.search(r"64\s+hetero\s+\S+\s+\S+\s+\S+\s+\d+\.\d+x\s+\d+\.\d+x", r.stdout)  # growth per 4x ranks
     m = re.search(r"([\d,]+) analytic configurations .* = ([\d,]+) configs/s", r.stdout)
     assert m and int(m.group(1).replace(",", "")) == 500 and int(m.group(2).replace(",", "")) > 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
