@@ -93,6 +93,15 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
              warmup: int | None = None, straggler=None, jitter=None, seed: int = 0, free_comm: bool = False,
              contention: bool = True, return_run: bool = False, **unknown_options):
     """Simulate ``plan`` and return a :class:`Result` (or the :class:`SimRun` with ``return_run``)."""
+    with _without_cyclic_gc():
+        return _simulate(workload, cluster, plan, algorithm=algorithm, loader_workers=loader_workers, config=config,
+                         notes=notes, iterations=iterations, warmup=warmup, straggler=straggler, jitter=jitter,
+                         seed=seed, free_comm=free_comm, contention=contention, return_run=return_run,
+                         **unknown_options)
+
+
+def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, notes, iterations, warmup, straggler,
+              jitter, seed, free_comm, contention, return_run, **unknown_options):
     if unknown_options:
         raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
                          "iterations, warmup, straggler, jitter, seed, free_comm, contention")
@@ -170,8 +179,9 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         run = run_spmd(env, plan, durations, hub, classes, hetero, iterations, loader_workers, batch_time,
                        on_iteration_end)
         ends = run.iteration_end
-    with _without_cyclic_gc():
-        env.run()
+    env.run()
+    if not is_ps:
+        run.close()
     for c, e in enumerate(ends):
         if len(e) != iterations:
             raise SimdlError(f"simulation deadlocked: rank class {c} finished {len(e)} of {iterations} iterations")
@@ -183,8 +193,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     weights = [len(c) for c in classes]
     comp, commb, anyb, periods = [], [], [], []
     by_class = _records_by_class(run.records, len(classes))
-    with _without_cyclic_gc():
-        busy = [_class_busy(by_class[c], e, warmup, measured, is_ps, run, c) for c, e in enumerate(ends)]
+    busy = [_class_busy(by_class[c], e, warmup, measured, is_ps, run, c) for c, e in enumerate(ends)]
     for c, e in enumerate(ends):
         w0 = e[warmup - 1] if warmup > 0 else 0.0
         periods.append((e[-1] - w0) / measured)
@@ -327,9 +336,10 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
 
 @contextmanager
 def _without_cyclic_gc():
-    """Pause Python's cyclic garbage collector: a run at 16,384 ranks allocates millions of
-    records, and each full collection walks all of them (a third of the run's time). The
-    records hold no cycles; what cycles SimPy leaves are collected after the run."""
+    """Pause Python's cyclic garbage collector for a run: at 16,384 ranks the topology graph,
+    the routes and the records are millions of objects, and every full collection walks all
+    of them again (a third of the run's time, growing faster than the ranks). The records
+    hold no cycles; what cycles SimPy leaves are collected after the run."""
     enabled = gc.isenabled()
     gc.disable()
     try:

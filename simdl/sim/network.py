@@ -263,9 +263,12 @@ class Network:
             load[touched] = 0.0
             payload[touched] = 0.0
             return load, payload
-        in_part = hit[flow_of_pair]
-        fop = (np.cumsum(hit) - 1)[flow_of_pair[in_part]]
-        lop = link_of_pair[in_part]
+        if len(part) == len(flows):
+            fop, lop = flow_of_pair, link_of_pair
+        else:
+            in_part = hit[flow_of_pair]
+            fop = (np.cumsum(hit) - 1)[flow_of_pair[in_part]]
+            lop = link_of_pair[in_part]
         weight_of_pair = np.concatenate([f.weights for f in part])
         payload_of_pair = np.concatenate([f.payload for f in part])
         rates = max_min_rates(self.capacity, fop, lop, weight_of_pair, len(part))
@@ -273,10 +276,12 @@ class Network:
             f.rate = float(r)
         r_pair = rates[fop]
         finite = np.isfinite(r_pair)
+        if not finite.all():
+            lop, r_pair = lop[finite], r_pair[finite]
+            weight_of_pair, payload_of_pair = weight_of_pair[finite], payload_of_pair[finite]
         # Every link of the component is touched, and only its flows cross touched links.
-        load[touched] = np.bincount(lop[finite], weights=weight_of_pair[finite] * r_pair[finite], minlength=n)[touched]
-        payload[touched] = np.bincount(lop[finite], weights=payload_of_pair[finite] * r_pair[finite],
-                                       minlength=n)[touched]
+        load[touched] = np.bincount(lop, weights=weight_of_pair * r_pair, minlength=n)[touched]
+        payload[touched] = np.bincount(lop, weights=payload_of_pair * r_pair, minlength=n)[touched]
         return load, payload
 
     def _share_alone(self, flows: list[Flow]) -> tuple[np.ndarray, np.ndarray]:

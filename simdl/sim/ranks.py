@@ -140,6 +140,16 @@ class SpmdRun:
     records: list[TaskRecord] = field(default_factory=list)
     iteration_end: list[list[float]] = field(default_factory=list)  # per class, per iteration
     data_wait: list[list] = field(default_factory=list)  # per class: (start, end) of waits for data
+    shared: object = None  # the classes' shared state while the run is live
+
+    def close(self) -> None:
+        """Drop the rank classes once the timeline has run: they and their shared state point
+        at each other, and unbroken that cycle would keep every record alive until a full
+        garbage collection walks them all."""
+        sh, self.shared = self.shared, None
+        if sh is not None:
+            sh.classes = []
+            sh.hub.notify = None
 
 
 class CollectiveHub:
@@ -405,4 +415,5 @@ def run_spmd(env, plan, durations: list[float], hub: CollectiveHub, classes, het
             sh.notify(*sh._queue.popleft())
 
     call_at(env, env.now, begin)
+    run.shared = sh
     return run
