@@ -101,6 +101,8 @@ class Router:
         self._cache: dict[tuple, tuple[int, ...]] = {}
         self._canon: dict[tuple, list[tuple[str, str]]] = {}
         self._parsed: dict[str, tuple] = {}
+        self._gpu_cache: dict[tuple[int, int], tuple[int, ...]] = {}
+        self._templates: dict[tuple, list] = {}
         self._link_by_parts = {(self._parse(u), self._parse(v)): i for i, (u, v, _) in enumerate(edges)}
 
     def _node(self, name: str) -> int | None:
@@ -141,6 +143,33 @@ class Router:
         if ids is None:
             ids = tuple(self.link_id[e] for e in self._route(self.graph, src, dst))
         self._cache[key] = ids
+        return ids
+
+    def gpu_path(self, a: int, b: int) -> tuple[int, ...]:
+        """:meth:`path` from ``gpu:a`` to ``gpu:b``: the canonical route of the pair's local
+        indices, parsed once per pattern, on the pair's nodes (a ring at 16,384 GPUs asks
+        for tens of thousands of these)."""
+        key = (a, b)
+        hit = self._gpu_cache.get(key)
+        if hit is not None:
+            return hit
+        na, la = divmod(a, self.G)
+        nb, lb = divmod(b, self.G)
+        same = na == nb
+        back = (na,) if same else (na, nb)
+        pattern = self._templates.get((la, lb, same))
+        if pattern is None:
+            ck = (f"gpu:{la}", f"gpu:{lb if same else self.G + lb}")
+            if ck not in self._canon:
+                self._canon[ck] = self._route(self._canon_graph, *ck)
+            pattern = self._templates[(la, lb, same)] = [(self._parse(u), self._parse(v)) for u, v in self._canon[ck]]
+        links = self._link_by_parts
+        try:
+            ids = tuple(links[((ku, None if nu is None else back[nu], ru), (kv, None if nv is None else back[nv], rv))]
+                        for (ku, nu, ru), (kv, nv, rv) in pattern)
+        except (KeyError, IndexError):
+            ids = self.path(f"gpu:{a}", f"gpu:{b}")
+        self._gpu_cache[key] = ids
         return ids
 
     def _parse(self, name: str) -> tuple:
@@ -239,12 +268,12 @@ class Collectives:
             bw = {c: v for c, v in bw.items() if v > 0}
             total = sum(bw.values())
             for c, v in bw.items():
-                for l in self.router.path(f"gpu:{a}", f"gpu:{c}"):
+                for l in self.router.gpu_path(a, c):
                     links.append(l)
                     weights.append(v / total / e)
                     payload.append(v / total)
         if not links:
-            for l in self.router.path(f"gpu:{a}", f"gpu:{b}"):
+            for l in self.router.gpu_path(a, b):
                 links.append(l)
                 weights.append(1.0 / e)
                 payload.append(1.0)
