@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import simpy
 
-from simdl.sim.ranks import Loader, LoaderClock
+from simdl.sim.clock import LoaderClock
+from simdl.sim.ranks import Loader
 
 
 def _simpy_gets(workers, batch_time, gaps):
