@@ -236,52 +236,53 @@ class Network:
         bottleneck levels as one.
         """
         n = len(self.capacity)
-        load, payload = self._load.copy(), self._payload.copy()
+        if not flows:
+            return np.zeros(n), np.zeros(n)
         touched = np.zeros(n, dtype=bool)
         for f in changed:
             touched[f.links] = True
-        if not flows:
-            load[touched] = 0.0
-            payload[touched] = 0.0
-            return load, payload
-        sizes = [len(f.links) for f in flows]
-        flow_of_pair = np.repeat(np.arange(len(flows)), sizes)
+        flow_of_pair = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
         link_of_pair = np.concatenate([f.links for f in flows])
         hit = np.zeros(len(flows), dtype=bool)
+        hit[flow_of_pair[touched[link_of_pair]]] = True
+        if hit.all():  # one component (a world ring): every flow, every link, from scratch
+            return self._share(flows, flow_of_pair, link_of_pair, None)
         while True:  # grow the set of links until no further flow crosses it
-            hit[flow_of_pair[touched[link_of_pair]]] = True
-            if hit.all():  # one component (a world ring): every link of every flow
-                touched[link_of_pair] = True
-                break
             grown = touched.copy()
             grown[link_of_pair[hit[flow_of_pair]]] = True
             if np.array_equal(grown, touched):
                 break
             touched = grown
+            hit[flow_of_pair[touched[link_of_pair]]] = True
         part = [f for f, h in zip(flows, hit.tolist()) if h]
-        if not part:
-            load[touched] = 0.0
-            payload[touched] = 0.0
-            return load, payload
-        if len(part) == len(flows):
-            fop, lop = flow_of_pair, link_of_pair
+        in_part = hit[flow_of_pair]
+        return self._share(part, (np.cumsum(hit) - 1)[flow_of_pair[in_part]], link_of_pair[in_part], touched)
+
+    def _share(self, part: list[Flow], fop: np.ndarray, lop: np.ndarray, touched) -> tuple[np.ndarray, np.ndarray]:
+        """Max-min rates of the flows ``part`` (pairs ``fop``/``lop``) and the links' loads: new
+        on the ``touched`` links (every link when None), kept elsewhere."""
+        n = len(self.capacity)
+        if part:
+            weight_of_pair = np.concatenate([f.weights for f in part])
+            payload_of_pair = np.concatenate([f.payload for f in part])
+            rates = max_min_rates(self.capacity, fop, lop, weight_of_pair, len(part))
+            for f, r in zip(part, rates):
+                f.rate = float(r)
+            r_pair = rates[fop]
+            finite = np.isfinite(r_pair)
+            if not finite.all():
+                lop, r_pair = lop[finite], r_pair[finite]
+                weight_of_pair, payload_of_pair = weight_of_pair[finite], payload_of_pair[finite]
+            new_load = np.bincount(lop, weights=weight_of_pair * r_pair, minlength=n)
+            new_payload = np.bincount(lop, weights=payload_of_pair * r_pair, minlength=n)
         else:
-            in_part = hit[flow_of_pair]
-            fop = (np.cumsum(hit) - 1)[flow_of_pair[in_part]]
-            lop = link_of_pair[in_part]
-        weight_of_pair = np.concatenate([f.weights for f in part])
-        payload_of_pair = np.concatenate([f.payload for f in part])
-        rates = max_min_rates(self.capacity, fop, lop, weight_of_pair, len(part))
-        for f, r in zip(part, rates):
-            f.rate = float(r)
-        r_pair = rates[fop]
-        finite = np.isfinite(r_pair)
-        if not finite.all():
-            lop, r_pair = lop[finite], r_pair[finite]
-            weight_of_pair, payload_of_pair = weight_of_pair[finite], payload_of_pair[finite]
+            new_load, new_payload = np.zeros(n), np.zeros(n)
+        if touched is None:
+            return new_load, new_payload
         # Every link of the component is touched, and only its flows cross touched links.
-        load[touched] = np.bincount(lop, weights=weight_of_pair * r_pair, minlength=n)[touched]
-        payload[touched] = np.bincount(lop, weights=payload_of_pair * r_pair, minlength=n)[touched]
+        load, payload = self._load.copy(), self._payload.copy()
+        load[touched] = new_load[touched]
+        payload[touched] = new_payload[touched]
         return load, payload
 
     def _share_alone(self, flows: list[Flow]) -> tuple[np.ndarray, np.ndarray]:
