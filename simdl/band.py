@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from statistics import NormalDist
 
 LEVEL = 0.90  # the band simdl predict prints and Result carries
 
@@ -61,6 +60,8 @@ def band(value: float, sigma: float, level: float = LEVEL) -> tuple[float, float
     """(low, high) around ``value`` holding ``level`` of a lognormal spread ``sigma``."""
     if not 0.0 < level < 1.0:
         raise ValueError(f"level {level!r}: accepted 0 < level < 1")
+    from statistics import NormalDist  # only for calibrated profiles: presets have no band
+
     z = NormalDist().inv_cdf(0.5 + level / 2.0)
     return value * math.exp(-z * sigma), value * math.exp(z * sigma)
 

@@ -7,7 +7,6 @@ lets it propagate. Messages name the bad value and what is accepted.
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable
 
 
@@ -21,6 +20,8 @@ def unknown(kind: str, value: object, accepted: Iterable[str]) -> SimdlError:
     >>> str(unknown("model", "vgg61", ["vgg16", "resnet50"]))
     "unknown model 'vgg61' (did you mean 'vgg16'?); accepted: resnet50, vgg16"
     """
+    import difflib  # only on the error path
+
     names = sorted(accepted)
     close = difflib.get_close_matches(str(value), names, n=3, cutoff=0.6)
     hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""

@@ -21,7 +21,6 @@ how heavy the tail is.
 from __future__ import annotations
 
 import math
-import statistics
 from typing import Iterable, Mapping
 
 MAD_TO_SD = 1.4826  # 1 / Phi^-1(3/4): a normal distribution's sd over its median absolute deviation
@@ -37,6 +36,8 @@ class StepJitterFit:
     """
 
     def fit(self, series: Iterable[Mapping]) -> "StepJitterFit":
+        import statistics  # here: a prediction imports this module (noise_warning) but fits nothing
+
         ss, dof, n, robust_ss = 0.0, 0, 0, 0.0
         self.per_series_: dict[str, float] = {}
         for s in series:

@@ -49,7 +49,7 @@ import math
 from dataclasses import dataclass, field
 
 from ..errors import SimdlError, unknown
-from .spec import ClusterSpec, cluster_names, load_cluster
+from .spec import ClusterSpec, load_cluster
 
 GROUPS = ("world", "intra", "inter")
 
@@ -257,30 +257,23 @@ class Cluster:
 
 
 def _ps_presets() -> list[str]:
-    out = []
-    for n in cluster_names():
-        try:
-            if load_cluster(n).ps_servers is not None:
-                out.append(n)
-        except SimdlError:
-            pass
-    return out
+    from .shapes import preset_shapes  # the presets' shapes without parsing every preset
+
+    return [s.name for s in preset_shapes() if s.ps_servers]
 
 
 def _multi_node_presets(spec: ClusterSpec, nodes_needed: int) -> list[str]:
     """Presets that can hold ``nodes_needed`` nodes: same GPU type first, then the same family
     (the part of the name before the first '-', e.g. 'A100'), then the rest."""
+    from .shapes import preset_shapes
+
     family = spec.gpu.name.split("-")[0]
     found = []
-    for n in cluster_names():
-        try:
-            s = load_cluster(n)
-        except SimdlError:
+    for s in preset_shapes():
+        if not s.inter_node or (s.max_nodes is not None and s.max_nodes < nodes_needed):
             continue
-        if s.inter_node is None or (s.max_nodes is not None and s.max_nodes < nodes_needed):
-            continue
-        found.append((s.gpu.name != spec.gpu.name, s.gpu.name.split("-")[0] != family,
-                      s.max_nodes is not None, n))
+        found.append((s.gpu_name != spec.gpu.name, s.gpu_name.split("-")[0] != family,
+                      s.max_nodes is not None, s.name))
     return [n for *_, n in sorted(found)]
 
 

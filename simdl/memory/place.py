@@ -35,33 +35,42 @@ def task_of_events(timeline: Timeline, tasks: tuple[Task, ...], n_rows: int) -> 
     return out
 
 
-def event_times(timeline: Timeline, tasks: tuple[Task, ...], start, end, row_times) -> np.ndarray:
-    """Seconds from the iteration start at which each event happens.
+def event_anchors(timeline: Timeline, tasks: tuple[Task, ...], row_times) -> tuple[np.ndarray, ...]:
+    """Where each event sits: ``(task, offset, fraction)`` -- its plan task (-1: none), and its
+    time from that task's start as ``offset`` seconds plus ``fraction`` of the task's length.
 
-    ``start``/``end``: per-task times; ``row_times``: a :class:`simdl.analytic.costs.RowTimes`.
     A row event happens when that row's forward (or backward) starts (edge 0) or ends
     (edge 1) inside its task; optimizer events at the optimizer task's start or end.
     """
-    n_rows = len(row_times.fwd)
-    task = task_of_events(timeline, tasks, n_rows)
-    start = np.asarray(start, dtype=float)
-    end = np.asarray(end, dtype=float)
-    t = np.zeros(len(task))
-    for k in range(len(task)):
-        i = task[k]
-        if i < 0:
-            continue
-        tk = tasks[i]
+    task = task_of_events(timeline, tasks, len(row_times.fwd))
+    offset = np.zeros(len(task))
+    fraction = np.zeros(len(task))
+    for k in np.flatnonzero(task >= 0).tolist():
+        tk = tasks[task[k]]
         d, r, e = timeline.direction[k], timeline.row[k], timeline.edge[k]
         if d == FWD and tk.rows:
-            a = tk.rows[0]
-            off = row_times.fwd_cum[r + e] - row_times.fwd_cum[a]
+            offset[k] = row_times.fwd_cum[r + e] - row_times.fwd_cum[tk.rows[0]]
         elif d == BWD and tk.rows:
-            b = tk.rows[1]
-            off = row_times.bwd_cum[b] - row_times.bwd_cum[r + 1 - e]
+            offset[k] = row_times.bwd_cum[tk.rows[1]] - row_times.bwd_cum[r + 1 - e]
         else:
-            off = (end[i] - start[i]) * e
-        t[k] = min(start[i] + max(off, 0.0), end[i])
+            fraction[k] = e
+    return task, offset, fraction
+
+
+def event_times(timeline: Timeline, tasks: tuple[Task, ...], start, end, row_times, anchors=None) -> np.ndarray:
+    """Seconds from the iteration start at which each event happens (:func:`event_anchors`),
+    never past its task's end.
+
+    ``start``/``end``: per-task times, or one row of them per rank class (2-D: one row of
+    event times each); ``row_times``: a :class:`simdl.analytic.costs.RowTimes`.
+    """
+    task, offset, fraction = anchors if anchors is not None else event_anchors(timeline, tasks, row_times)
+    start = np.asarray(start, dtype=float)
+    end = np.asarray(end, dtype=float)
+    at = np.maximum(task, 0)
+    s, e = start[..., at], end[..., at]
+    t = np.minimum(s + np.maximum(offset + fraction * (e - s), 0.0), e)
+    t[..., task < 0] = 0.0
     return t
 
 

@@ -39,16 +39,13 @@ contention, a simulated collective takes exactly the analytic ``CommCosts.time``
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import SimdlError
 from ..strategies.plan import Group
-
-_NODE_NAME = re.compile(r"^(nvswitch|shm|host|pcie|nic):(\d+)(:\d+)?$")
-
+from .router import Router  # noqa: F401  (simdl.sim.collectives.Router, as before)
 
 @dataclass(frozen=True)
 class FlowSpec:
@@ -65,83 +62,6 @@ class Phase:
     flows: tuple[FlowSpec, ...]
     edge_bytes: float  # bytes every edge moves in this phase (before the flow's share)
     latency: float
-
-
-class Router:
-    """Routes between graph nodes as link indices, with capacities from the topology.
-
-    ``topology.route`` runs a Dijkstra search; at 1024 GPUs a cross-node search visits the
-    whole network. Nodes are built identically, so a route is computed once per pattern
-    (local GPU indices, same node or not) and translated to the actual nodes by renaming.
-    A translated route whose edges do not exist falls back to a real search.
-    """
-
-    def __init__(self, graph, cluster):
-        from ..cluster.allocate import Cluster
-        from ..cluster.topology import build_topology, route
-
-        self._route = route
-        self.graph = graph
-        self.cluster = cluster
-        # Canonical routes are searched on a copy of the cluster with at most two nodes:
-        # the same node structure, but a Dijkstra search that does not visit 1024 GPUs.
-        if cluster.nodes > 2:
-            small = Cluster(spec=cluster.spec, gpus=2 * cluster.gpus_per_node, nodes=2,
-                            gpus_per_node=cluster.gpus_per_node)
-            self._canon_graph = build_topology(small)
-        else:
-            self._canon_graph = graph
-        self.G = cluster.gpus_per_node
-        edges = list(graph.edges(data=True))
-        self.names = [f"{u}->{v}" for u, v, _ in edges]
-        self.kinds = [d.get("kind", "") for _, _, d in edges]
-        self.capacity = np.array([d["bandwidth"] for _, _, d in edges], dtype=float)
-        self.latency = np.array([d["latency"] for _, _, d in edges], dtype=float)
-        self.link_id = {(u, v): i for i, (u, v, _) in enumerate(edges)}
-        self._cache: dict[tuple, tuple[int, ...]] = {}
-        self._canon: dict[tuple, list[tuple[str, str]]] = {}
-
-    def _node(self, name: str) -> int | None:
-        if name.startswith("gpu:"):
-            return int(name[4:]) // self.G
-        return None
-
-    def _rename(self, name: str, node_map: dict[int, int]) -> str:
-        if name.startswith("gpu:"):
-            r = int(name[4:])
-            return f"gpu:{node_map[r // self.G] * self.G + r % self.G}"
-        m = _NODE_NAME.match(name)
-        if m:
-            return f"{m.group(1)}:{node_map[int(m.group(2))]}{m.group(3) or ''}"
-        return name
-
-    def path(self, src: str, dst: str) -> tuple[int, ...]:
-        key = (src, dst)
-        hit = self._cache.get(key)
-        if hit is not None:
-            return hit
-        ns, nd = self._node(src), self._node(dst)
-        nodes = [n for n in (ns, nd) if n is not None]
-        canon_map: dict[int, int] = {}
-        for n in nodes:
-            if n not in canon_map:
-                canon_map[n] = len(canon_map)
-        edges = None
-        if nodes and max(canon_map.values()) < self.cluster.nodes:
-            back = {c: n for n, c in canon_map.items()}
-            csrc, cdst = self._rename(src, canon_map), self._rename(dst, canon_map)
-            ck = (csrc, cdst)
-            if ck not in self._canon:
-                self._canon[ck] = self._route(self._canon_graph, csrc, cdst)
-            try:
-                edges = [(self._rename(u, back), self._rename(v, back)) for u, v in self._canon[ck]]
-                ids = tuple(self.link_id[e] for e in edges)
-            except KeyError:
-                edges = None
-        if edges is None:
-            ids = tuple(self.link_id[e] for e in self._route(self.graph, src, dst))
-        self._cache[key] = ids
-        return ids
 
 
 def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:
@@ -215,12 +135,12 @@ class Collectives:
             bw = {c: v for c, v in bw.items() if v > 0}
             total = sum(bw.values())
             for c, v in bw.items():
-                for l in self.router.path(f"gpu:{a}", f"gpu:{c}"):
+                for l in self.router.gpu_path(a, c):
                     links.append(l)
                     weights.append(v / total / e)
                     payload.append(v / total)
         if not links:
-            for l in self.router.path(f"gpu:{a}", f"gpu:{b}"):
+            for l in self.router.gpu_path(a, b):
                 links.append(l)
                 weights.append(1.0 / e)
                 payload.append(1.0)

@@ -91,3 +91,36 @@ def test_a_flow_that_ends_below_the_clock_resolution_finishes():
     start = 1e4  # the clock's spacing here is ~1.8e-12 s
     (t1, t2), _ = _finish_times([C], [([0], B, 0.0), ([0], B + 5e-3, 0.0)], starts=[start, start])
     assert t1 == pytest.approx(start + 2 * B / C, rel=1e-12) and t2 >= t1
+
+
+def test_incremental_sharing_gives_the_rates_of_a_full_recomputation():
+    """Flows in a random chain of overlapping link sets start and end at random times; after
+    every change the rates the network keeps equal max-min rates computed over all flows."""
+    rng = np.random.default_rng(7)
+    n_links = 40
+    cap = rng.uniform(1e9, 1e10, n_links)
+    env = simpy.Environment()
+    net = Network(env, cap, [f"l{i}" for i in range(n_links)])
+    checked = []
+
+    def check(_e=None):
+        flows = net.flows
+        if flows:
+            full = max_min_rates(cap, np.repeat(np.arange(len(flows)), [len(f.links) for f in flows]),
+                                 np.concatenate([f.links for f in flows]), np.concatenate([f.weights for f in flows]),
+                                 len(flows))
+            np.testing.assert_allclose([f.rate for f in flows], full, rtol=1e-11)
+            checked.append(len(flows))
+
+    def go(links, t0, nbytes):
+        yield env.timeout(t0)
+        yield net.transfer(links, rng.uniform(0.5, 2.0, len(links)), nbytes)
+
+    for _ in range(30):
+        lo = int(rng.integers(0, n_links - 3))
+        env.process(go(np.arange(lo, lo + int(rng.integers(1, 4))), float(rng.uniform(0, 1.0)),
+                       float(rng.uniform(1e8, 5e9))))
+    for t in np.linspace(0.01, 3.0, 60):
+        env.timeout(float(t)).callbacks.append(check)
+    env.run()
+    assert len(checked) > 20 and max(checked) > 3
