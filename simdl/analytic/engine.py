@@ -29,7 +29,7 @@ def data_time(workload: Workload, cluster: Cluster, loader_workers: int) -> floa
 
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
-    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     if isinstance(plan, PSPlan):
         timing = _ps_timing(workload, cluster, plan, rows, rates)
