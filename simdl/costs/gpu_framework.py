@@ -26,8 +26,9 @@ DDP (torch/csrc/distributed/c10d/reducer.cpp, torch/nn/parallel/distributed.py):
   bucket (``at::mul_out`` dividing by the world size as it copies): one C++ op per parameter
   (the plan's ``bucket_copy_in`` task, ``kernels`` = its parameters);
 - a ready bucket is all-reduced (``mark_bucket_ready`` -> ``all_reduce_bucket``): one C++ op;
-- ``finalize_backward`` copies the averaged buckets back into ``param.grad``: one C++ op per
-  kernel of the plan's ``bucket_copy_out`` task;
+- ``finalize_backward`` -> ``finalize_bucket_dense``: per parameter ``copy_bucket_to_grad``
+  copies its averaged gradient back into ``param.grad`` (one C++ op), or with
+  ``gradient_as_bucket_view=True`` points ``param.grad`` at the bucket view (a light call);
 - ``broadcast_buffers``: ``_sync_module_buffers`` launches one coalesced broadcast from Python.
 
 FSDP2 (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py, _fsdp_param_group.py,
@@ -47,8 +48,8 @@ _fsdp_param.py), per unit and per collective:
 - hooks: ``pre_forward``, ``post_forward``, ``pre_backward``, ``post_backward``: 1 light call
   each; ``reshard`` (``to_sharded`` and ``free_storage`` per parameter): 2n light calls after
   the forward when the unit is gathered again for backward, and again after its backward.
-FSDP1 (torch/distributed/fsdp/_runtime_utils.py) runs the same steps per unit on one flat
-parameter (n = 1); the plan's units say which.
+The plans model FSDP2; FSDP1 (torch/distributed/fsdp/_runtime_utils.py) runs the same steps
+per unit on one FlatParameter, i.e. these counts with n = 1 (no plan option selects it).
 """
 
 from __future__ import annotations
@@ -83,15 +84,18 @@ def _unit_tensors(plan, table) -> dict[str, int]:
     return {(u.name or "root"): u.n_tensors for u in units.units}
 
 
-def _task_host_s(task, kind: str, prices, tensors: dict[str, int]) -> float:
+def _task_host_s(task, kind: str, prices, tensors: dict[str, int], n_params: int = 0,
+                 as_view: bool = False) -> float:
     """Host seconds the framework spends around one plan task (0 for the model's rows)."""
     py, cpp, light = prices
     head, _, rest = task.name.partition(":")
     unit = rest.rpartition(":")[2] if rest else ""
     n = tensors.get(unit, 1)
     if kind == "ddp":
-        if head == "bucket_copy_in" or head == "bucket_copy_out":
+        if head == "bucket_copy_in":
             return task.kernels * cpp
+        if head == "bucket_copy_out":
+            return n_params * (light if as_view else cpp)
         if head == "all_reduce":
             return cpp
         if head == "broadcast_buffers":
@@ -140,7 +144,8 @@ def framework_host_rows(plan, table, profile: KernelProfile) -> tuple[tuple, tup
     for t in plan.tasks:
         if t.rows is None:
             reducer |= kind == "ddp" and t.collective == "all_reduce"
-            pending += _task_host_s(t, kind, prices, tensors)
+            pending += _task_host_s(t, kind, prices, tensors, len(table.params),
+                                    bool(plan.details.get("gradient_as_bucket_view")))
             continue
         direction = "fwd" if t.direction == "fwd" else "bwd"
         row = t.rows[0] if direction == "fwd" else t.rows[1] - 1
