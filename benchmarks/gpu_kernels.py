@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
+from kernel_power import held_out_gpu_sustained  # noqa: E402
 from kernel_rows import GPUS, hardware, load, subset  # noqa: E402
 
 from simdl.costs.gpu_kernels import GEMM_CLASSES  # noqa: E402
@@ -178,6 +179,8 @@ def main(argv=None) -> None:
     fits = fit_all(data)
     table("Held-out GPU (fitted on the other four, geometric mean of their values)", held_out_gpu(data, fits))
     table("Held-out GPU (the values of the measured GPU nearest in architecture)", held_out_gpu_nearest(data, fits))
+    table("Held-out GPU (mean rule, GEMM/conv compute at each GPU's sustained share from datasheet power, "
+          "benchmarks/kernel_power.py)", held_out_gpu_sustained(data, fits, kind, errors, mean_params, KernelFit))
     table(f"Held-out shapes ({TRAIN_FRACTION:.0%} of each GPU's rows fitted, seed {SEED})", held_out_shapes(data))
     if args.yaml:
         yaml_blocks(fits)

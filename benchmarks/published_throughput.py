@@ -114,15 +114,34 @@ def table() -> None:
 
 def ratios() -> None:
     print("\nFSDP / DDP iteration time, study-1 models, CIFAR-10, batch 32 per GPU, a100-80gb-nvlink (fp32)")
-    print("model | 2 GPUs | 4 GPUs | host_bound share of the DDP step (4 GPUs)")
+    print("FSDP-DDP: the 4-GPU difference; per unit: that difference over FSDP's units (block wrap); "
+          "host: step_split_s host (framework host work the device waited for), 4 GPUs")
+    print("model | 2 GPUs | 4 GPUs | units | params | FSDP-DDP ms | per unit ms | host DDP ms | host FSDP ms "
+          "| host_bound share of the DDP step (4 GPUs)")
     for m in STUDY1:
         cells = []
         for g in (2, 4):
             d = predict(m, "ddp", g)
             f = predict(m, "fsdp", g)
             cells.append(f"{f.iteration_time_s / d.iteration_time_s:.2f}")
+        units = f.config.get("units") or _units(m)
+        diff = f.iteration_time_s - d.iteration_time_s
         hb = d.step_split_s.get("host_bound", 0.0) / max(sum(d.step_split_s.values()), 1e-12)
-        print(f"{m} | {cells[0]} | {cells[1]} | {100 * hb:.0f} %")
+        print(f"{m} | {cells[0]} | {cells[1]} | {units} | {_params(m)} | {1e3 * diff:.1f} | {1e3 * diff / units:.2f} "
+              f"| {1e3 * d.step_split_s['host']:.1f} | {1e3 * f.step_split_s['host']:.1f} | {100 * hb:.0f} %")
+
+
+def _units(model: str) -> int:
+    from simdl.strategies.fsdp_units import fsdp_units
+    from simdl.workload.library import load_workload
+
+    return len(fsdp_units(load_workload(model, dataset="cifar10"), "block").units)
+
+
+def _params(model: str) -> int:
+    from simdl.workload.library import load_workload
+
+    return len(load_workload(model, dataset="cifar10").params)
 
 
 # The values solved on published rows (and the rows, excluded from the MAPE): the depthwise

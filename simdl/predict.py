@@ -346,7 +346,9 @@ def _kernel_assumptions(alloc, workload) -> dict:
     host = f"{host_op_seconds(k) * 1e6:.0f}us/op"
     return {"math_path": (paths, k.describe_paths(p)),
             "host_per_op": (host, f"eager PyTorch: per forward op the measured lone-op floor of {k.kind} kernels "
-                                  f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows)")}
+                                  f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows); DDP/FSDP "
+                                  "hooks, launches and stream calls counted from PyTorch's source at that price, "
+                                  "5 us per light call assumed (simdl.costs.gpu_framework)")}
 
 
 def _compute_source(alloc, workload) -> str:

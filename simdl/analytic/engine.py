@@ -25,7 +25,7 @@ from ..workload.workload import Workload
 
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
-    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     hook = registry.of_plan(plan).evaluate
     if hook is not None:

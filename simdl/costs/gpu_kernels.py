@@ -20,9 +20,12 @@ CACM 2009) and each rate depends on the call's size, not one scalar:
   (``tile_setup_s``).
 - **Streaming classes** (elementwise, normalisation, softmax, pooling, embedding,
   reduction, and depthwise/grouped convolutions): bytes moved over the memory bandwidth at
-  the class's fitted fraction, reached only once the call has enough elements to fill the
-  GPU (``half_bytes``: the size at which half the asymptotic bandwidth is reached, scaled
-  by the SM count).
+  the class's fitted fraction, reached only once the call has enough bytes in flight
+  (Little's law: bytes in flight = bandwidth x latency): the size at which half the
+  asymptotic bandwidth is reached is ``fill_latency_s`` x that bandwidth. The latency, not
+  a byte count, is what carries over between GPUs: fitted per GPU it is 14-26 us for the
+  elementwise class on all five measured GPUs while the half-bandwidth size ranges 2-19 MB
+  (benchmarks/gpu_kernels.py).
 - ``floor_s``: the time of the smallest call, combined with the body by ``floor_power``
   (:func:`with_floor`). In the measured data it is the host's time to issue one call;
   :func:`stream_time` and :func:`gemm_time` take ``floor`` as a parameter so that a step's
@@ -83,7 +86,7 @@ class GemmParams:
 @dataclass(frozen=True)
 class StreamParams:
     memory_efficiency: float  # fraction of the memory bandwidth at large sizes
-    half_bytes_per_sm: float  # bytes per SM at which half that bandwidth is reached
+    fill_latency_s: float  # seconds of that bandwidth's bytes that must be in flight for half of it
     floor_s: float
     floor_power: float
 
@@ -120,7 +123,7 @@ def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | No
 def stream_time(hw: Hardware, p: StreamParams, nbytes, floor: float | None = None):
     """Seconds of a bytes-bound call moving ``nbytes`` bytes."""
     nbytes = np.asarray(nbytes, dtype=float)
-    half = p.half_bytes_per_sm * hw.sms
+    half = p.fill_latency_s * hw.memory_bandwidth * p.memory_efficiency
     # Bandwidth rises with size as b/(b + half) (a GPU needs enough bytes in flight, Little's
     # law: bandwidth x latency bytes outstanding, to reach its streaming rate).
     bw = hw.memory_bandwidth * p.memory_efficiency * nbytes / (nbytes + half)

@@ -9,7 +9,7 @@ Block format (end of a GPU YAML)::
       sm_count: {value: 108, kind: datasheet, source: "..."}
       gemm:        {compute_efficiency: .., memory_efficiency: .., operand_bandwidth: .., tile_setup_s: .., floor_s: .., floor_power: ..}
       conv:        {same keys as gemm}   # fp32 3x3 stride-1 convolutions (cuDNN's own algorithms)
-      elementwise: {memory_efficiency: .., half_bytes_per_sm: .., floor_s: .., floor_power: ..}
+      elementwise: {memory_efficiency: .., fill_latency_s: .., floor_s: .., floor_power: ..}
       norm:        {same keys as elementwise}
       softmax:     {same keys as elementwise}
       low_reuse:   {fraction: .., kind: calibrated, source: ".."}  # optional, 1 when absent

@@ -20,8 +20,8 @@ _GEMM_START = dict(compute_efficiency=0.7, memory_efficiency=0.7, operand_bandwi
 _GEMM_BOUNDS = dict(compute_efficiency=(0.05, 3.0), memory_efficiency=(0.05, 1.5), operand_bandwidth=(0.1, 100.0),
                     tile_setup_s=(1e-9, 2e-6), floor_s=(1e-7, 1e-3),
                     floor_power=(1.0, 50.0))
-_STREAM_START = dict(memory_efficiency=0.7, half_bytes_per_sm=2e4, floor_s=2e-5, floor_power=2.0)
-_STREAM_BOUNDS = dict(memory_efficiency=(0.05, 3.0), half_bytes_per_sm=(1.0, 1e8), floor_s=(1e-7, 1e-3),
+_STREAM_START = dict(memory_efficiency=0.7, fill_latency_s=2e-6, floor_s=2e-5, floor_power=2.0)
+_STREAM_BOUNDS = dict(memory_efficiency=(0.05, 3.0), fill_latency_s=(1e-10, 1e-2), floor_s=(1e-7, 1e-3),
                       floor_power=(1.0, 50.0))
 
 

@@ -86,6 +86,10 @@ class Rates:
     # precision it prices at; None: the roofline above.
     kernels: Any = None
     precision: str = "fp32"
+    # Host seconds per row that the plan's framework work (DDP hooks and launches, FSDP's
+    # per-unit steps) adds to the eager host stream, as (forward, backward) tuples of one value
+    # per row (simdl.costs.gpu_framework); empty: none.
+    framework_host: tuple = ()
 
 
 @lru_cache(maxsize=1024)
@@ -163,6 +167,9 @@ class RowTimes:
     # Prefix sums of the part of each row's time the device waits for the host (GPU eager
     # steps, simdl.costs.gpu_rows.fed_by_host); None: no host stream.
     wait_cum: Any = None
+    # Prefix sums of the part of that wait the framework's host work causes
+    # (simdl.costs.gpu_framework); None: no framework host work priced.
+    framework_cum: Any = None
 
     def __post_init__(self) -> None:
         # Python lists of the prefix sums: a plan sums ~100 segments per prediction, and
@@ -170,6 +177,8 @@ class RowTimes:
         object.__setattr__(self, "_cum", {"fwd": self.fwd_cum.tolist(), "bwd": self.bwd_cum.tolist()})
         if self.wait_cum is not None:
             object.__setattr__(self, "_wait", {k: v.tolist() for k, v in self.wait_cum.items()})
+        if self.framework_cum is not None:
+            object.__setattr__(self, "_framework", {k: v.tolist() for k, v in self.framework_cum.items()})
 
     def segment(self, start: int, stop: int, direction: str) -> float:
         cum = self._cum["fwd" if direction == "fwd" else "bwd"]
@@ -180,6 +189,13 @@ class RowTimes:
         if self.wait_cum is None:
             return 0.0
         cum = self._wait["fwd" if direction == "fwd" else "bwd"]
+        return cum[stop] - cum[start]
+
+    def framework_wait(self, start: int, stop: int, direction: str) -> float:
+        """Seconds of :meth:`wait` that the framework's host work causes (DDP/FSDP on a GPU)."""
+        if self.framework_cum is None:
+            return 0.0
+        cum = self._framework["fwd" if direction == "fwd" else "bwd"]
         return cum[stop] - cum[start]
 
 
@@ -238,7 +254,16 @@ def _kernel_row_times(table: WorkloadTable, batch: int, rates: Rates) -> "RowTim
     hf, hb = host_row_times(table, rates.kernels)
     fwd, wait_f = fed_by_host(kf, hf)
     bwd_r, wait_b_r = fed_by_host(kb[::-1], hb[::-1])
-    return _row_times(fwd, bwd_r[::-1].copy(), wait_f, wait_b_r[::-1].copy())
+    if not rates.framework_host:
+        return _row_times(fwd, bwd_r[::-1].copy(), wait_f, wait_b_r[::-1].copy())
+    # The framework's host work delays the rows after it; the extra wait it causes is kept
+    # apart (step_split_s "host") from the wait for the model's own ops ("host_bound").
+    xf, xb = (np.asarray(x) for x in rates.framework_host)
+    fwd2, wait_f2 = fed_by_host(kf, hf + xf)
+    bwd2_r, wait_b2_r = fed_by_host(kb[::-1], (hb + xb)[::-1])
+    wait_b, wait_b2 = wait_b_r[::-1], wait_b2_r[::-1]
+    return _row_times(fwd2, bwd2_r[::-1].copy(), wait_f2, wait_b2.copy(),
+                      framework=(wait_f2 - wait_f, wait_b2 - wait_b))
 
 
 def _roofline(flops_time: np.ndarray, bytes_time: np.ndarray, overlap: float) -> np.ndarray:
@@ -249,19 +274,27 @@ def _roofline(flops_time: np.ndarray, bytes_time: np.ndarray, overlap: float) ->
     return longer + (1.0 - overlap) * np.minimum(flops_time, bytes_time)
 
 
-def _row_times(fwd: np.ndarray, bwd: np.ndarray, wait_fwd=None, wait_bwd=None) -> RowTimes:
+def _row_times(fwd: np.ndarray, bwd: np.ndarray, wait_fwd=None, wait_bwd=None, framework=None) -> RowTimes:
     zero = np.zeros(1)
-    wait = None
-    if wait_fwd is not None:
-        wait = {"fwd": np.concatenate([zero, np.cumsum(wait_fwd)]), "bwd": np.concatenate([zero, np.cumsum(wait_bwd)])}
-    return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]), wait)
+
+    def cum(pair):
+        return {"fwd": np.concatenate([zero, np.cumsum(pair[0])]), "bwd": np.concatenate([zero, np.cumsum(pair[1])])}
+
+    wait = cum((wait_fwd, wait_bwd)) if wait_fwd is not None else None
+    fw = cum(framework) if framework is not None else None
+    return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]), wait, fw)
 
 
 def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: float = 0.0,
                       copy: bool = False) -> float:
     """A task given only by bytes streamed and calls made (optimizer, copies), plus the page
     faults of ``fresh_bytes`` it allocates in buffers above the mmap threshold (host devices).
-    ``copy``: the bytes move between two buffers (copy bandwidth) rather than in place."""
+    ``copy``: the bytes move between two buffers (copy bandwidth) rather than in place; on a
+    GPU with a kernel model they are copy kernels at its streaming rate (simdl.costs.gpu_framework)."""
+    if copy and rates.kernels is not None:
+        from ..costs.gpu_framework import copy_kernels_time
+
+        return copy_kernels_time(rates.kernels, nbytes, kernels) + fresh_bytes * rates.page_fault_per_byte
     bw = rates.stream_bandwidth or rates.memory_bandwidth
     if copy and rates.copy_bandwidth:
         bw = rates.copy_bandwidth
@@ -309,9 +342,12 @@ def compute_split(tasks, rows: "RowTimes", durations) -> dict[str, float]:
         out["compute"] += r + host_s  # host_s is in ``host`` already
         out[key] += durations[i] - r - host_s
     if rows.wait_cum is not None:
-        waited = sum(rows.wait(*t.rows, t.direction) for t in tasks if not t.collective and t.rows)
+        row_tasks = [t for t in tasks if not t.collective and t.rows]
+        waited = sum(rows.wait(*t.rows, t.direction) for t in row_tasks)
+        framework = sum(rows.framework_wait(*t.rows, t.direction) for t in row_tasks)
         out["compute"] -= waited
-        out["host_bound"] = waited
+        out["host_bound"] = waited - framework
+        out["host"] += framework
     return out
 
 
@@ -343,13 +379,21 @@ def _split_index(tasks) -> tuple[list[int], list[tuple], float]:
     return index
 
 
-def spmd_or_ps_rates(rates: Rates, plan) -> Rates:
+def spmd_or_ps_rates(rates: Rates, plan, table: WorkloadTable | None = None) -> Rates:
     """The rates a plan's tasks run at. copy_in_step_factor was fitted on DDP/FSDP steps,
     whose copies run beside the backend's threads and FSDP2's fresh buffers; a parameter-server
     worker copies the pulled parameters with no collective running, and its copies keep their
-    idle-machine cost (its calibration has no profiled step)."""
+    idle-machine cost (its calibration has no profiled step). On a GPU with a kernel model,
+    the plan's framework work joins the eager host stream (simdl.costs.gpu_framework; needs
+    the plan's ``table``)."""
     if isinstance(plan, PSPlan) and rates.copy_factor != 1.0:
         return dataclasses.replace(rates, copy_factor=1.0)
+    if rates.kernels is not None and table is not None and not isinstance(plan, PSPlan):
+        from ..costs.gpu_framework import framework_host_rows
+
+        extra = framework_host_rows(plan, table, rates.kernels)
+        if extra[0]:
+            return dataclasses.replace(rates, framework_host=extra)
     return rates
 
 

@@ -131,7 +131,7 @@ def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, not
     hetero = build_hetero(straggler, jitter, seed, default=default)
     hetero.check_ranks(plan.world_size)
 
-    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     comm = CommCosts.for_plan(cluster, plan, algorithm)
     graph = build_topology(cluster)

@@ -148,4 +148,5 @@ SPEC = register(StrategySpec(
     variants=lambda v: ("ddp",),
     echo=_echo,
     communicators=lambda plan: 1,  # the default process group DDP's reducer all-reduces on
+    gpu_framework="reducer",
 ))

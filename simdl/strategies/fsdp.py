@@ -380,4 +380,5 @@ SPEC = register(StrategySpec(
     variants=lambda v: tuple(f"fsdp-{s}" for s in _LABELS if s != "hybrid" or v.multi_node),
     echo=_echo,
     communicators=_communicators,
+    gpu_framework="per_unit",
 ))

@@ -73,6 +73,10 @@ class StrategySpec:
     # NCCL communicators one rank opens (process groups that run collectives), for the device
     # memory their buffers take (simdl.memory.device): plan -> count.
     communicators: Callable[[Any], int] = lambda plan: 0
+    # Which framework's host calls and copy kernels simdl.costs.gpu_framework prices on a GPU
+    # rank: "reducer" (DDP's C++ reducer), "per_unit" (FSDP2's per-unit hooks and copies) or
+    # "" (none priced).
+    gpu_framework: str = ""
 
     def option_fields(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.options))

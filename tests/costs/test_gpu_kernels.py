@@ -16,7 +16,7 @@ from simdl.errors import SimdlError
 HW = Hardware(sms=108, peak_flops=19.5e12, memory_bandwidth=1.555e12)
 GEMM = GemmParams(compute_efficiency=0.9, memory_efficiency=0.5, operand_bandwidth=3.0, tile_setup_s=5e-6, floor_power=1.0,
                   floor_s=2e-5)
-STREAM = StreamParams(memory_efficiency=0.8, half_bytes_per_sm=2e4, floor_s=2e-5, floor_power=1.0)
+STREAM = StreamParams(memory_efficiency=0.8, fill_latency_s=5e-6, floor_s=2e-5, floor_power=1.0)
 
 
 def test_wave_quantisation_steps_at_a_full_wave():
@@ -44,9 +44,9 @@ def test_split_k_speeds_up_a_skinny_long_product():
 
 
 def test_streaming_kernel_floor_and_bandwidth_limit():
-    # A tiny call: the floor plus the memory latency term (half_bytes at the full rate).
+    # A tiny call: the floor plus the fill latency (the half-bandwidth bytes at the full rate).
     small = stream_time(HW, STREAM, 4.0)
-    latency = STREAM.half_bytes_per_sm * HW.sms / (HW.memory_bandwidth * STREAM.memory_efficiency)
+    latency = STREAM.fill_latency_s
     assert small == pytest.approx(STREAM.floor_s + latency, rel=1e-3)
     big = 4e9
     t = stream_time(HW, STREAM, big, floor=0.0)
@@ -83,7 +83,7 @@ def test_bad_kernels_block_is_a_one_line_error():
     good = {"kind": "derived", "source": "x", "sm_count": 10,
             "gemm": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1),
             "conv": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1),
-            **{c: dict(memory_efficiency=1, half_bytes_per_sm=1, floor_s=1, floor_power=1) for c in ("elementwise", "norm", "softmax")}}
+            **{c: dict(memory_efficiency=1, fill_latency_s=1, floor_s=1, floor_power=1) for c in ("elementwise", "norm", "softmax")}}
     peaks = {"fp32": 1.0, "tf32": 2.0, "bf16": 4.0, "fp16": 4.0}
     parse_kernels(good, "g.yaml", peaks, 1.0, {})
     for bad in ({**good, "kind": "guessed"}, {**good, "gemm": {**good["gemm"], "floor_s": -1}},

@@ -49,7 +49,9 @@ def test_ddp_with_free_communication_equals_pure_compute():
     wl = Workload(load_workload("resnet50", dataset="cifar10"))
     cluster = allocate("a100-80gb-nvlink", 4)
     plan = build_plan(wl, cluster, StrategyConfig("ddp"))
-    rates = device_rates(cluster, wl.precision)
+    from simdl.analytic.costs import spmd_or_ps_rates
+
+    rates = spmd_or_ps_rates(device_rates(cluster, wl.precision), plan, wl.table)
     d = task_durations(plan, row_times(wl.table, wl.batch_size, rates), rates, CommCosts(cluster))
     compute = sum(x for x, t in zip(d, plan.tasks) if t.stream == COMPUTE)
     assert s.iteration_time_s == pytest.approx(compute, rel=1e-9)
