@@ -2,7 +2,7 @@
 against what simdl charges for it.
 
     python benchmarks/fsdp2_refault_cost_cpu.py PROFILE RUN [RUN ...]
-    e.g. python benchmarks/fsdp2_refault_cost_cpu.py cpu-epyc-zen4 convnext_tiny:cifar10:32:none
+    e.g. python benchmarks/fsdp2_refault_cost_cpu.py lab/profiles/cpu-epyc-zen4.yaml convnext_tiny:cifar10:32:none
 
 RUN as benchmarks/fsdp2_heap_trim_cpu.py takes it. Each RUN is trained twice at 2 ranks with
 that probe (12 steps, the first 2 dropped): with glibc's defaults, and with trimming off

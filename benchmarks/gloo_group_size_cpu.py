@@ -11,7 +11,7 @@ the factor for each collective on the machine itself, outside training.
 
 Per collective and size (16 / 128 / 400 MiB full buffer), the median of ``REPS`` calls of
 the slowest rank (after one untimed call), world and pairs back to back; then the same
-calls priced by ``--cluster`` (default cpu-epyc-x4: its curves were measured at 4 ranks).
+calls priced by ``--cluster`` (default lab/profiles/cpu-epyc-x4.yaml: its curves were measured at 4 ranks).
 
 Run: ``python -m torch.distributed.run --standalone --nproc-per-node=4
 benchmarks/gloo_group_size_cpu.py [--cluster NAME]`` (about 90 s). On the AMD EPYC VM,
@@ -32,9 +32,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+LAB_PROFILES = Path(__file__).resolve().parents[1] / "lab" / "profiles"
 
 REPS = 5
 SIZES_MIB = (16, 128, 400)
@@ -90,7 +93,8 @@ def table(measured: dict, cluster: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cluster", default="cpu-epyc-x4", help="profile whose prices to compare (default cpu-epyc-x4)")
+    p.add_argument("--cluster", default=str(LAB_PROFILES / "cpu-epyc-x4.yaml"),
+                   help="profile whose prices to compare (default lab/profiles/cpu-epyc-x4.yaml)")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()

@@ -22,10 +22,10 @@ from simdl.calibrate.records import read_jsonl
 
 ROOT = Path(__file__).resolve().parents[1] / "lab" / "records"
 DEFAULT = {
-    **{f: "cpu-epyc-x4" for f in ("epyc-x4.jsonl.xz", "epyc-x4-2.jsonl.xz", "epyc-x4-drift.jsonl.xz",
+    **{f: "lab/profiles/cpu-epyc-x4.yaml" for f in ("epyc-x4.jsonl.xz", "epyc-x4-2.jsonl.xz", "epyc-x4-drift.jsonl.xz",
                                   "epyc-x4-events.jsonl.xz", "epyc-x4-ssp.jsonl.xz")},
-    "intel-r4.jsonl.xz": "cpu-local-x4",
-    **{f: "cpu-xeon-emr-x4" for f in ("xeon-emr-x4.jsonl.xz", "xeon-emr-x4-async-r2.jsonl.xz",
+    "intel-r4.jsonl.xz": "lab/profiles/cpu-local-x4.yaml",
+    **{f: "lab/profiles/cpu-xeon-emr-x4.yaml" for f in ("xeon-emr-x4.jsonl.xz", "xeon-emr-x4-async-r2.jsonl.xz",
                                       "xeon-emr-x4-ps-s31.jsonl.xz")},
 }
 
@@ -36,7 +36,7 @@ def measured_staleness(rec: dict) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    pairs = [a.split("=", 1) for a in argv] if argv else [(str(ROOT / f), p) for f, p in DEFAULT.items()]
+    pairs = [a.split("=", 1) for a in argv] if argv else [(str(ROOT / f), str(ROOT.parents[1] / p)) for f, p in DEFAULT.items()]
     if any(len(p) != 2 for p in pairs):
         print("usage: ps_staleness_repredict.py [RESULTS.jsonl=PROFILE ...]", file=sys.stderr)
         return 2

@@ -49,8 +49,9 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|root|home)/")
 
 
 def rewrite_paths(text: str) -> str:
-    """``text`` with checkout roots removed and former CPU presets named in lab/profiles/."""
-    return CHECKOUT_ROOT.sub("", text).replace(FORMER_PRESET, LAB_PROFILE).replace(FORMER_VARIANT, LAB_VARIANT)
+    """``text`` with checkout roots (this one's included) removed and former CPU presets named
+    in lab/profiles/."""
+    return CHECKOUT_ROOT.sub("", text.replace(f"{ROOT}/", "")).replace(FORMER_PRESET, LAB_PROFILE).replace(FORMER_VARIANT, LAB_VARIANT)
 
 
 def _numbers(value: Any) -> Any:

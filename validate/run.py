@@ -46,6 +46,7 @@ from .experiments import CORES, PROFILES, RunSpec, experiments
 SCHEMA = "simdl-validation/1"
 # The shipped CPU profile calibrated on this host's processor (simdl.cluster.host), else this one.
 DEFAULT_CLUSTER = "cpu-local"
+LAB_PROFILES = Path(__file__).resolve().parents[1] / "lab" / "profiles"
 ENGINES = ("analytic", "sim")
 
 
@@ -88,14 +89,25 @@ def _jsonable(o: Any) -> Any:
 # ----------------------------------------------------------------------------- cluster profile
 
 
-def resolve_profile(cluster: str) -> Path:
-    """The YAML file of a preset name or path."""
+def profile_folders() -> tuple[Path, ...]:
+    """Where validation looks for a CPU profile by name: the shipped presets, then the
+    development machines' calibrations kept with the lab data (``lab/profiles/``)."""
     from simdl.cluster.spec import CLUSTER_DIR
 
+    return (Path(CLUSTER_DIR), LAB_PROFILES)
+
+
+def resolve_profile(cluster: str) -> Path:
+    """The YAML file of a preset name or path; a name found in neither folder of
+    :func:`profile_folders` is taken as a shipped preset (and fails there, naming them)."""
     p = Path(cluster)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return p.resolve()
-    return (Path(CLUSTER_DIR) / f"{cluster}.yaml").resolve()
+    folders = profile_folders()
+    for folder in folders:
+        if (folder / f"{cluster}.yaml").is_file():
+            return (folder / f"{cluster}.yaml").resolve()
+    return (folders[0] / f"{cluster}.yaml").resolve()
 
 
 def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str]:
@@ -622,7 +634,7 @@ def main(argv=None) -> int:
     if a.cluster is None:
         from simdl.cluster.host import preset_for_this_host
 
-        a.cluster = preset_for_this_host() or DEFAULT_CLUSTER
+        a.cluster = preset_for_this_host(folders=profile_folders()) or DEFAULT_CLUSTER
     runs = experiments(a.profile)
     if a.only:
         runs = [r for r in runs if a.only in r.run_id]

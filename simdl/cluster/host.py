@@ -187,7 +187,8 @@ def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
 
 
 def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None,
-                         environ: dict[str, str] | None = None) -> str | None:
+                         environ: dict[str, str] | None = None,
+                         folders: list[Path] | tuple[Path, ...] | None = None) -> str | None:
     """The shipped CPU preset calibrated on this host's processor (:func:`host_mismatch`),
     preferably one calibrated under this process's malloc settings (:func:`allocator_mismatch`:
     on the Zen 4 the same runs took up to 40 % less time with glibc's heap kept than with its
@@ -198,19 +199,24 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
     calibration (``calibration.provenance.date``): the host's speed drifts by tens of percent
     between days (validate/README, "The same processor a week earlier"), so the newest
     describes it best. ``device`` and ``caches`` as in :func:`host_mismatch`; ``environ``
-    (default ``os.environ``) as in :func:`allocator_env`."""
+    (default ``os.environ``) as in :func:`allocator_env`. ``folders``: where to look for
+    ``cpu-*.yaml`` profiles (default: the shipped presets; validation adds the calibrations
+    kept in the repository's ``lab/profiles/``). A shipped preset is returned by name, any
+    other profile by its path."""
     import re
 
     from .spec import CLUSTER_DIR, load_cluster
 
     matches = []
-    for path in CLUSTER_DIR.glob("cpu-*.yaml"):
+    paths = [p for folder in (folders or (CLUSTER_DIR,)) for p in sorted(Path(folder).glob("cpu-*.yaml"))]
+    for path in paths:
         spec = load_cluster(str(path))
         if profile_devices(spec) and host_mismatch(spec, device, caches) is None:
             multi_rank = bool(re.search(r"-x\d+$", path.stem))
             other_malloc = allocator_mismatch(spec, environ) is not None
-            matches.append((other_malloc, multi_rank, profile_date(spec), path.stem))
-    matches.sort(key=lambda m: m[3])
+            shipped = path.parent.resolve() == Path(CLUSTER_DIR).resolve()
+            matches.append((other_malloc, multi_rank, profile_date(spec), path.stem if shipped else str(path)))
+    matches.sort(key=lambda m: Path(m[3]).stem)
     matches.sort(key=lambda m: m[2], reverse=True)  # stable: newest first, then by name
     matches.sort(key=lambda m: m[:2])               # this malloc setting, then one rank per slot
     return matches[0][3] if matches else None

@@ -1063,6 +1063,18 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _anchor_compute_profile(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``raw`` with a relative ``compute_profile`` file named from ``folder``, the folder of
+    the file that gave it: a profile that extends another keeps its base's measured rows
+    wherever the two files live."""
+    cp = raw.get("compute_profile")
+    file = cp.get("file") if isinstance(cp, Mapping) else cp
+    if isinstance(file, str) and file.strip() and not Path(file).is_absolute() and (folder / file).is_file():
+        anchored = str(folder / file)
+        raw["compute_profile"] = {**cp, "file": anchored} if isinstance(cp, Mapping) else anchored
+    return raw
+
+
 def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
     raw = _load_yaml(path)
     base_name = raw.get("extends")
@@ -1070,11 +1082,12 @@ def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
         return raw
     where = str(path)
     if not isinstance(base_name, str):
-        raise SimdlError(f"{where}: extends = {base_name!r}; accepted: a cluster preset name")
+        raise SimdlError(f"{where}: extends = {base_name!r}; accepted: a cluster preset name or a profile beside it")
     if base_name in chain:
         raise SimdlError(f"{where}: extends = {base_name!r} makes a cycle ({' -> '.join(chain + (base_name,))})")
-    base_path = _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
-    base = _raw_cluster(base_path, chain + (base_name,))
+    beside = path.parent / f"{base_name}.yaml"  # a profile kept outside the package extends its neighbour
+    base_path = beside if beside.is_file() else _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
+    base = _anchor_compute_profile(_raw_cluster(base_path, chain + (base_name,)), base_path.parent)
     base.pop("name", None)
     base.pop("description", None)
     merged = _merge(base, {k: v for k, v in raw.items() if k != "extends"})
