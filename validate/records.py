@@ -23,6 +23,7 @@ are indexed the same way, their ``sha256`` over every file's name and bytes.
 from __future__ import annotations
 
 import argparse
+import gzip
 import hashlib
 import json
 import lzma
@@ -171,6 +172,25 @@ def check(index: list[dict[str, Any]] | None = None) -> list[str]:
     return problems
 
 
+def fixture_text(path: Path) -> str:
+    """A record file as a small test fixture: every record as stored, less its memory
+    timelines (``memory_timeline`` of the prediction and the measurement, most of the bytes;
+    the report's tables do not read them)."""
+    out = []
+    for rec in _records(path):
+        for part in [(rec.get("predicted") or {}).get(e) for e in ("analytic", "sim")] + [rec.get("measured")]:
+            if isinstance(part, dict):
+                part.pop("memory_timeline", None)
+        out.append(json.dumps(rec) + "\n")
+    return "".join(out)
+
+
+def write_fixture(path: Path, dest: Path) -> None:
+    """:func:`fixture_text` of ``path``, gzip-compressed (same input, same bytes)."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(gzip.compress(fixture_text(path).encode("utf-8"), compresslevel=9, mtime=0))
+
+
 def _head_commit() -> str:
     out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
                          capture_output=True, text=True, check=False)
@@ -197,9 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--id", required=True, help="the record's name (lab/records/<id>.jsonl.xz)")
     a.add_argument("--commit", help="commit that ran the sweep (default: HEAD)")
     sub.add_parser("check", help="verify lab/records/ against its index")
+    f = sub.add_parser("fixture", help="write a record file without its memory timelines as a gzip test fixture")
+    f.add_argument("record", type=Path)
+    f.add_argument("dest", type=Path)
     args = p.parse_args(argv)
     if args.cmd == "add":
         print(json.dumps(add(args.results, args.id, args.commit), indent=1))
+        return 0
+    if args.cmd == "fixture":
+        write_fixture(args.record, args.dest)
         return 0
     problems = check()
     for line in problems:
