@@ -144,18 +144,23 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
 def _sibling_with_ranks(path: Path, spec, ranks: int) -> Path | None:
     """A profile beside ``path`` calibrated with ``ranks`` ranks on the processor ``spec`` was
     calibrated on: ``<name>-x<ranks>.yaml`` first, else any whose provenance names the same
-    CPU and caches (cpu-epyc-milan, 2 ranks, and cpu-epyc-x4, 4 ranks, on the Zen 3)."""
+    CPU and caches (cpu-epyc-milan, 2 ranks, and cpu-epyc-x4, 4 ranks, on the Zen 3). For a
+    profile in one of :func:`profile_folders`, the other folders count as beside it (the shipped
+    cpu-local's 4-rank sibling cpu-local-x4 is in lab/profiles/)."""
     from simdl.cluster import load_cluster
     from simdl.cluster.host import profile_caches, profile_devices
 
-    named = path.with_name(f"{path.stem}-x{ranks}.yaml")
+    known = [f.resolve() for f in profile_folders()]
+    here = path.parent.resolve()
+    folders = [here] + ([f for f in known if f != here] if here in known else [])
+    named = [f / f"{path.stem}-x{ranks}.yaml" for f in folders if (f / f"{path.stem}-x{ranks}.yaml").exists()]
     devices, caches = profile_devices(spec), profile_caches(spec)
-    others = sorted(p for p in path.parent.glob("*.yaml") if p != named and p != path)
-    for cand in ([named] if named.exists() else []) + (others if devices else []):
+    others = [p for f in folders for p in sorted(f.glob("*.yaml")) if p not in named and p.resolve() != path.resolve()]
+    for cand in named + (others if devices else []):
         other = load_cluster(str(cand))
         if other.gpus_per_node != ranks or other.inter_node is not None:
             continue
-        if cand == named or (profile_devices(other) == devices and profile_caches(other) == caches):
+        if cand in named or (profile_devices(other) == devices and profile_caches(other) == caches):
             return cand
     return None
 

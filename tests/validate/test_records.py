@@ -57,3 +57,13 @@ def test_packing_rewrites_paths_and_nothing_else(tmp_path):
     assert not records.ABSOLUTE_PATH.search(lzma.decompress(records.pack_text(line)).decode())
     # the same input packs to the same bytes (the index's sha256 is reproducible)
     assert records.pack_text(line) == records.pack_text(line)
+
+
+def test_a_shipped_profile_finds_its_4_rank_sibling_in_the_lab(tmp_path):
+    """cpu-local ships; cpu-local-x4, calibrated on the same Xeon with 4 ranks, is lab data:
+    validation still predicts 4-rank runs with it, not with an oversubscribed copy."""
+    from validate.run import LAB_PROFILES, profile_for_ranks
+
+    path, note = profile_for_ranks("cpu-local", 4, tmp_path)
+    assert path == str((LAB_PROFILES / "cpu-local-x4.yaml").resolve()) and "calibrated" in note
+    assert profile_for_ranks("cpu-local", 2, tmp_path)[1] == ""
