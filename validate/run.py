@@ -47,6 +47,7 @@ SCHEMA = "simdl-validation/1"
 # The shipped CPU profile calibrated on this host's processor (simdl.cluster.host), else this one.
 DEFAULT_CLUSTER = "cpu-local"
 LAB_PROFILES = Path(__file__).resolve().parents[1] / "lab" / "profiles"
+COMPRESSED_SUFFIXES = (".gz", ".xz")  # records packed by validate.records: read, never appended to
 ENGINES = ("analytic", "sim")
 
 
@@ -650,6 +651,10 @@ def main(argv=None) -> int:
             print(f"{r.run_id:60s} processes={r.processes}{' oversubscribed' if r.oversubscribed else ''}")
         return 0
     out = Path(a.output)
+    if out.name.endswith(COMPRESSED_SUFFIXES):
+        print(f"python -m validate.run: error: -o {out}: a sweep appends to a plain .jsonl file (accepted: "
+              "a path ending in .jsonl); pack it when done: python -m validate.records add", file=sys.stderr)
+        return 2
     existing = read_results(out)
     if existing and not a.resume:
         print(f"{out} already has {len(existing)} results; pass --resume to continue it", file=sys.stderr)

@@ -67,3 +67,12 @@ def test_a_shipped_profile_finds_its_4_rank_sibling_in_the_lab(tmp_path):
     path, note = profile_for_ranks("cpu-local", 4, tmp_path)
     assert path == str((LAB_PROFILES / "cpu-local-x4.yaml").resolve()) and "calibrated" in note
     assert profile_for_ranks("cpu-local", 2, tmp_path)[1] == ""
+
+
+def test_a_sweep_refuses_to_append_to_a_packed_file(tmp_path, capsys, monkeypatch):
+    from validate import run as vrun
+
+    monkeypatch.setattr(vrun, "run_one", lambda *a, **k: pytest.fail("no run may start"))
+    assert vrun.main(["--profile", "smoke", "-o", str(tmp_path / "r.jsonl.xz"), "--allow-other-host"]) == 2
+    err = capsys.readouterr().err
+    assert "r.jsonl.xz" in err and "plain .jsonl" in err and "\n" == err[-1] and err.count("\n") == 1
