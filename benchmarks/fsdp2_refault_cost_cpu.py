@@ -38,7 +38,7 @@ same day (against 2.61 s here), and ConvNeXt-L b32 none 6.06 s in the validation
 
 Why: ViT FSDP none is under-predicted on every host by 12-29 %; with trimming off the same
 ViT-B/32 step took 1.5 s against 1.95 s, more than the 0.16 s simdl charges for the
-refaulted gradients (validate/README, 2026-12-02). The calibration models show whether
+refaulted gradients (lab/CAMPAIGN.md, 2026-12-02). The calibration models show whether
 that gap is a property of the mechanism (and so fit for a calibrated term) or of ViT.
 """
 

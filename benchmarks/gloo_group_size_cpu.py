@@ -5,7 +5,7 @@ calls over pairs (the shard groups of a 2 x 2 HSDP mesh), the same full buffer, 
 Why: simdl prices a collective over a group smaller than the one its profile's curves were
 measured on by ring factors (simdl.collectives.regimes.RegimeCurve.parts: (n-1)/n of the
 buffer for an all-gather or reduce-scatter, 2(n-1)/n for an all-reduce), so a 2-rank call
-costs 0.67 of a 4-rank one. validate/README, "Hybrid sharding on one host": VGG16 hybrid
+costs 0.67 of a 4-rank one. lab/CAMPAIGN.md, "Hybrid sharding on one host": VGG16 hybrid
 (2 x 2) measured 4.7 % slower than full sharding, predicted 6.2 % faster. This script checks
 the factor for each collective on the machine itself, outside training.
 

@@ -514,7 +514,7 @@ def profile_allocator_mismatches(profiles: dict[int, tuple[str, str, str]]) -> l
     will run with (they inherit this process's environment): glibc's heap trimming moved the
     same runs by up to 40 % on the Zen 4 (simdl.cluster.host.allocator_mismatch). A warning and a
     label, not a refusal: predicting heap-kept runs with a default-glibc profile is how the
-    size of the effect was measured (validate/README)."""
+    size of the effect was measured (lab/CAMPAIGN.md)."""
     from simdl.cluster.host import allocator_mismatch
 
     return _profile_reasons(profiles, allocator_mismatch)
@@ -625,7 +625,7 @@ def main(argv=None) -> int:
     p.add_argument("--probe", action="store_true",
                    help="before and after each run, re-measure a point of the profile's compute stage "
                         "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per run). "
-                        "Off by default: on 2026-11-27 its ratio did not explain the runs' errors (validate/README)")
+                        "Off by default: its ratio did not explain the runs' errors (lab/CAMPAIGN.md, \"A third blind sweep\")")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
     if a.min_free_mib is not None and not (0 <= a.min_free_mib < float("inf")):

@@ -203,7 +203,7 @@ def test_allocator_env_keeps_only_the_c_allocators_settings():
 
 
 def test_allocator_mismatch_names_both_malloc_settings():
-    """A profile's compute times depend on glibc's heap trimming (validate/README), so a
+    """A profile's compute times depend on glibc's heap trimming (lab/CAMPAIGN.md), so a
     profile timed under other malloc settings than the ranks' is named, both sides shown."""
     from simdl.cluster.host import allocator_mismatch
 
