@@ -129,11 +129,15 @@ def describe(path: Path, commit: str, file_id: str | None = None) -> dict[str, A
 
 
 def describe_events(folder: Path, commit: str) -> dict[str, Any]:
-    """The index entry of an event-log folder (one sub-folder of rank*.json per run)."""
+    """The index entry of an event-log folder (one sub-folder of rank*.json per run). The rank
+    files name no host: date, host and profile come from the sweep's record file of the same
+    name where there is one (``<folder name>.jsonl.xz``), else they stay empty."""
     runs = sorted({p.parent.name for p in folder.rglob("rank*.json")})
+    sweep = RECORDS / f"{folder.name}.jsonl.xz"
+    known = describe(sweep, commit) if sweep.exists() else {"date": "", "host": "", "profile": []}
     return {"id": f"events/{folder.name}", "file": folder.relative_to(ROOT).as_posix() + "/",
-            "date": "", "host": "", "profile": [], "commit": commit, "runs": len(runs),
-            "sha256": sha256_folder(folder)}
+            "date": known["date"], "host": known["host"], "profile": known["profile"], "commit": commit,
+            "runs": len(runs), "sha256": sha256_folder(folder)}
 
 
 def read_index(path: Path = INDEX) -> list[dict[str, Any]]:
