@@ -180,7 +180,7 @@ def predict(
 
         result = evaluate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo)
     else:
-        from .sim.engine import simulate  # issue 3
+        from .sim.engine import simulate  # the SimPy engine loads only when asked for
 
         result = simulate(workload, alloc, plan, algorithm=algorithm, loader_workers=loader_workers, config=echo,
                           **engine_options)
