@@ -84,7 +84,7 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
     interference = cluster.spec.efficiency.comm_compute_interference
     slowdown = 0.0
     if interference is not None and interference.value > 0.0:
-        # Interference (issue 5): the time compute and communication run side by side is not
+        # Interference (a calibrated factor): the time compute and communication run side by side is not
         # free; the profile's factor says how many seconds each such second adds (on CPU,
         # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
         concurrent = max(compute + comm - any_busy, 0.0)
@@ -230,10 +230,9 @@ def ps_aggregate_bytes(plan: PSPlan, grads_aggregated: int) -> float:
     (read + write), each later one added to it (``add_``: read both, write one), and the sum
     divided by their count (``div_``: read + write): 2 + 3 (k - 1) + 2 gradient sizes. The
     update bandwidth that prices them was measured on the optimizer's own element-wise
-    passes (simdl.calibrate.ps). Before 2026-11-29 one read per added gradient was priced,
-    (k - 1) sizes. VGG16 at 4 workers on the Emerald Rapids (cpu-xeon-emr-x4, the server's
-    event log, validate/results/xeon-emr-x4-sync-events/): copy 0.08, add_ 3 x 0.07, div_
-    0.04, 0.34 CPU-s in all; priced 0.05 s before, 0.20 s now.
+    passes (simdl.calibrate.ps). Measured for VGG16 at 4 workers on an Emerald Rapids host
+    (cpu-xeon-emr-x4, the server's event log, lab/records/events/xeon-emr-x4-sync-events/):
+    copy 0.08, add_ 3 x 0.07, div_ 0.04, 0.34 CPU-s in all; this count prices 0.20 s of it.
     """
     k = grads_aggregated
     if k <= 1:
@@ -271,8 +270,7 @@ def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, transfers:
     - each worker's push and pull (``transfers``: their seconds alone). A transfer keeps one
       core busy for its duration:
       TensorPipe-uv push + pull of 16 to 256 MiB between two processes on this host took
-      1.01 to 1.02 CPU-seconds (both processes) per wall second (benchmarks/ps_transfer_cpu.py,
-      2026-11-23);
+      1.01 to 1.02 CPU-seconds (both processes) per wall second (benchmarks/ps_transfer_cpu.py);
     - the server's updates and snapshots (``server_per_round``): one thread streaming memory,
       its seconds are CPU seconds.
     No resource is busy more than all the time (operational analysis, the utilisation law:
