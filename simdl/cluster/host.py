@@ -3,11 +3,11 @@
 A calibrated CPU profile (``cpu-local``) holds this host's gloo curves, op-class
 bandwidths and copy rates: it predicts runs on *the machine it was measured on*. The
 workplace's VMs keep their hostname (``vm``) when the processor under them changes (the
-shipped ``cpu-local`` profiles were measured on an Intel Xeon; on 2026-11-25 the same VM
-reported an AMD EPYC), so the hostname cannot tell. Nor can the model name alone: the VM has
-reported ``AMD EPYC`` on three processors (validate/results: L1d 48K / L2 1024K on the morning
-of 2026-11-25, L1d 32K / L2 1024K that evening, L1d 32K / L2 512K and no AVX-512 on
-2026-11-26, CPU family 25 model 1). The model name with the cache sizes can; validation
+shipped ``cpu-local`` profile was measured on an Intel Xeon; the same VM later reported an
+AMD EPYC), so the hostname cannot tell. Nor can the model name alone: the VM has reported
+``AMD EPYC`` on three processors (lab/records/index.json: L1d 48K / L2 1024K, L1d 32K / L2
+1024K, and L1d 32K / L2 512K without AVX-512, CPU family 25 model 1), whose peaks differ by
+2x. The model name with the cache sizes can; validation
 compares them before it predicts a run with a profile (``validate.run``), and records them
 with every run.
 
@@ -195,9 +195,9 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
     defaults), then one with one rank per device slot (``cpu-local``, not its
     ``-x4`` sibling, which validation picks by rank count); a ``-x<N>`` profile when it is
     the only one of this processor (its N slots serve runs of N ranks or fewer); None when no
-    shipped profile was measured on this processor. Among several of one kind, the latest
+    profile in ``folders`` was measured on this processor. Among several of one kind, the latest
     calibration (``calibration.provenance.date``): the host's speed drifts by tens of percent
-    between days (validate/README, "The same processor a week earlier"), so the newest
+    between days (lab/CAMPAIGN.md, "The same processor a week earlier"), so the newest
     describes it best. ``device`` and ``caches`` as in :func:`host_mismatch`; ``environ``
     (default ``os.environ``) as in :func:`allocator_env`. ``folders``: where to look for
     ``cpu-*.yaml`` profiles (default: the shipped presets; validation adds the calibrations
@@ -224,7 +224,7 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
 
 def profile_allocator_env(spec) -> dict[str, str]:
     """The malloc settings a calibrated profile's ranks ran with (``calibration.provenance.
-    allocator_env``; runs from 2026-12-02 on record it, empty means glibc's defaults)."""
+    allocator_env``; empty means glibc's defaults, or a profile that did not record them)."""
     return {str(k): str(v) for k, v in (_provenance(spec).get("allocator_env") or {}).items()}
 
 
@@ -233,7 +233,7 @@ def allocator_mismatch(spec, environ: dict[str, str] | None = None) -> str | Non
     ``environ``'s (default ``os.environ``), or None when they agree or the profile is not a
     calibrated CPU profile. The settings moved the same run on the Zen 4 by up to 40 %: glibc's
     heap trimming re-faults FSDP's gradients every step and slows DDP's steps as well
-    (validate/README, "The ViT FSDP none gap is glibc's heap trimming")."""
+    (lab/CAMPAIGN.md, "The ViT FSDP none gap is glibc's heap trimming")."""
     if not any(d.startswith("cpu:") for d in profile_devices(spec)):
         return None
     theirs, here = profile_allocator_env(spec), allocator_env(environ)
