@@ -194,7 +194,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
         # server's work (simdl.sim.cores) but leaves out the CPU the transfers take, so the
         # step is floored at the cores' operational bound, as the analytic engine's
         # (simdl.analytic.engine.ps_host_floor). Without it VGG16 async on cpu-xeon-emr-x4
-        # was predicted 3.45 s against 4.09 s measured (-16 %, validate/results/xeon-emr-x4.jsonl).
+        # is predicted 3.45 s against 4.09 s measured (-16 %, lab/records/xeon-emr-x4.jsonl.xz).
         from ..analytic.engine import ps_host_floor
 
         host_floor = ps_host_floor(cluster, plan, sum(durations))
@@ -208,7 +208,7 @@ def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "au
     interference = cluster.spec.efficiency.comm_compute_interference
     added = {}
     if not is_ps and interference is not None and interference.value > 0.0:
-        # The profile's fitted compute/communication interference (issue 5; on CPU gloo's
+        # The profile's fitted compute/communication interference (simdl calibrate; on CPU gloo's
         # threads take the cores the compute needs): the links model no core contention, so
         # the same correction as the analytic engine's is applied to the simulated overlap.
         added["interference"] = interference.value * max(compute + comm_busy - any_busy, 0.0)
