@@ -52,8 +52,8 @@ A profile may also charge FSDP2's own host time per unit and step
 training thread. On CPU ranks the logged calls left about as much time outside the calls
 with one collective per unit (none) as with three (full), so it is a cost per unit, not per
 call; it is one ``fsdp_hooks`` task before each unit's first forward run. Chosen on the
-calibration's own leave-one-model-out errors (cpu-epyc, 2026-11-25: mean 9.9% -> 7.8%, max
-21.6% -> 22.3%, both maxima the same wide_resnet101_2 grad_op step).
+calibration's own leave-one-model-out errors (cpu-epyc: mean 7.8 % with the term against 9.9 %
+without, max 22.3 % against 21.6 %, both maxima the same wide_resnet101_2 grad_op step).
 """
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def _refault_limit(cluster: Cluster, grad_bytes: list[float]) -> float:
 def _refault_note(tasks: list[Task]) -> tuple[str, ...]:
     """A warning where the plan prices gradients that glibc's heap trimming faults in again:
     the charge (bytes x the idle fill rate) under-prices what trimming cost on the Zen 4 and
-    the cost moves with the heap's history (benchmarks/fsdp2_refault_cost_cpu.py, 2026-12-02:
+    the cost moves with the heap's history (benchmarks/fsdp2_refault_cost_cpu.py on the Zen 4:
     1.9-7x the charge; the same ConvNeXt-L step 6.06 s in one run, 8.43 s in another)."""
     refault = sum(t.refaults for t in tasks)
     if not refault:
