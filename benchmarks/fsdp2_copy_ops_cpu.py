@@ -43,7 +43,7 @@ process computing, copying or faulting alongside). ``perf record -a`` over two s
 puts 10 % of all samples in the kernel's ``clear_page_erms`` under ``direct_copy_kernel`` and
 ``cat_serial_kernel`` -- about 0.67 s of page zeroing per rank per step, 1.3 ns per faulted
 byte, against 0.09 ns/B in the isolated fill. The same measurement on other models gives other
-rates: ConvNeXt-L none 0.9 ns/B (validate/README, "Page faults"), ViT-B/32 none 0.9 ns/B
+rates: ConvNeXt-L none 0.9 ns/B (lab/CAMPAIGN.md, "Page faults"), ViT-B/32 none 0.9 ns/B
 (benchmarks/fsdp2_heap_trim_cpu.py). Even without trimming, a few of EfficientNet's 9 MB
 units' copies take 43-48 ms on both ranks at once (0.2 s per step): something else on the
 VM slows them. /proc/stat over a run: user 67 %, system 22 %, idle 10 %, steal 0.8 %.

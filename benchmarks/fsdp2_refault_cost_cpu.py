@@ -2,7 +2,7 @@
 against what simdl charges for it.
 
     python benchmarks/fsdp2_refault_cost_cpu.py PROFILE RUN [RUN ...]
-    e.g. python benchmarks/fsdp2_refault_cost_cpu.py cpu-epyc-zen4 convnext_tiny:cifar10:32:none
+    e.g. python benchmarks/fsdp2_refault_cost_cpu.py lab/profiles/cpu-epyc-zen4.yaml convnext_tiny:cifar10:32:none
 
 RUN as benchmarks/fsdp2_heap_trim_cpu.py takes it. Each RUN is trained twice at 2 ranks with
 that probe (12 steps, the first 2 dropped): with glibc's defaults, and with trimming off
@@ -38,7 +38,7 @@ same day (against 2.61 s here), and ConvNeXt-L b32 none 6.06 s in the validation
 
 Why: ViT FSDP none is under-predicted on every host by 12-29 %; with trimming off the same
 ViT-B/32 step took 1.5 s against 1.95 s, more than the 0.16 s simdl charges for the
-refaulted gradients (validate/README, 2026-12-02). The calibration models show whether
+refaulted gradients (lab/CAMPAIGN.md, 2026-12-02). The calibration models show whether
 that gap is a property of the mechanism (and so fit for a calibrated term) or of ViT.
 """
 

@@ -5,13 +5,13 @@ calls over pairs (the shard groups of a 2 x 2 HSDP mesh), the same full buffer, 
 Why: simdl prices a collective over a group smaller than the one its profile's curves were
 measured on by ring factors (simdl.collectives.regimes.RegimeCurve.parts: (n-1)/n of the
 buffer for an all-gather or reduce-scatter, 2(n-1)/n for an all-reduce), so a 2-rank call
-costs 0.67 of a 4-rank one. validate/README, "Hybrid sharding on one host": VGG16 hybrid
+costs 0.67 of a 4-rank one. lab/CAMPAIGN.md, "Hybrid sharding on one host": VGG16 hybrid
 (2 x 2) measured 4.7 % slower than full sharding, predicted 6.2 % faster. This script checks
 the factor for each collective on the machine itself, outside training.
 
 Per collective and size (16 / 128 / 400 MiB full buffer), the median of ``REPS`` calls of
 the slowest rank (after one untimed call), world and pairs back to back; then the same
-calls priced by ``--cluster`` (default cpu-epyc-x4: its curves were measured at 4 ranks).
+calls priced by ``--cluster`` (default lab/profiles/cpu-epyc-x4.yaml: its curves were measured at 4 ranks).
 
 Run: ``python -m torch.distributed.run --standalone --nproc-per-node=4
 benchmarks/gloo_group_size_cpu.py [--cluster NAME]`` (about 90 s). On the AMD EPYC VM,
@@ -32,9 +32,12 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
+
+LAB_PROFILES = Path(__file__).resolve().parents[1] / "lab" / "profiles"
 
 REPS = 5
 SIZES_MIB = (16, 128, 400)
@@ -90,7 +93,8 @@ def table(measured: dict, cluster: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cluster", default="cpu-epyc-x4", help="profile whose prices to compare (default cpu-epyc-x4)")
+    p.add_argument("--cluster", default=str(LAB_PROFILES / "cpu-epyc-x4.yaml"),
+                   help="profile whose prices to compare (default lab/profiles/cpu-epyc-x4.yaml)")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()

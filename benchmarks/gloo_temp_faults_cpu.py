@@ -14,7 +14,7 @@ does not.
 Run: ``python -m torch.distributed.run --standalone --nproc-per-node=2
 benchmarks/gloo_temp_faults_cpu.py cold|warm`` (about 20 s). On the AMD EPYC VM
 (2026-11-27 19:10 UTC), reduce_scatter of 23.7 MB: 34.6 ms (cold), 29.2 ms (warm), against
-40.8 ms in calibration run calibrate-20261127T121558Z (calibration/README.md); faults below
+40.8 ms in calibration run calibrate-20261127T121558Z (lab/CALIBRATION.md); faults below
 32 MiB 0-0.65 of the message per call, from 32 MiB 0.63-1.0.
 """
 

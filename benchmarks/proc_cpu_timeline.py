@@ -10,8 +10,8 @@ on Linux), so its windows can be cut from the samples.
 
 Started beside a run (``python benchmarks/proc_cpu_timeline.py record out.txt 100 &``), it
 counts among the run's other processes: the run that carried
-validate/results/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt recorded 0.055 cores of
-others' CPU, this sampler included (its ``host_cpu``; validate/README: "Where VGG16 PS sync's
+lab/records/events/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt recorded 0.055 cores of
+others' CPU, this sampler included (its ``host_cpu``; lab/CAMPAIGN.md: "Where VGG16 PS sync's
 time goes").
 """
 from __future__ import annotations

@@ -8,7 +8,7 @@ not blind: they show how a model change moves the error on data already seen.
 
 Usage: python benchmarks/ps_staleness_repredict.py [RESULTS.jsonl=PROFILE ...]
 Without arguments: the 4-rank PS sweeps of the EPYC (cpu-epyc-x4), the Intel Xeon
-(cpu-local-x4) and the Emerald Rapids (cpu-xeon-emr-x4) in validate/results/.
+(cpu-local-x4) and the Emerald Rapids (cpu-xeon-emr-x4) in lab/records/.
 """
 from __future__ import annotations
 
@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 
 import simdl
+from simdl.calibrate.records import read_jsonl
 
-ROOT = Path(__file__).resolve().parents[1] / "validate" / "results"
+ROOT = Path(__file__).resolve().parents[1] / "lab" / "records"
 DEFAULT = {
-    **{f: "cpu-epyc-x4" for f in ("epyc-x4.jsonl", "epyc-x4-2.jsonl", "epyc-x4-drift.jsonl",
-                                  "epyc-x4-events.jsonl", "epyc-x4-ssp.jsonl")},
-    "intel-r4.jsonl": "cpu-local-x4",
-    **{f: "cpu-xeon-emr-x4" for f in ("xeon-emr-x4.jsonl", "xeon-emr-x4-async-r2.jsonl",
-                                      "xeon-emr-x4-ps-s31.jsonl")},
+    **{f: "lab/profiles/cpu-epyc-x4.yaml" for f in ("epyc-x4.jsonl.xz", "epyc-x4-2.jsonl.xz", "epyc-x4-drift.jsonl.xz",
+                                  "epyc-x4-events.jsonl.xz", "epyc-x4-ssp.jsonl.xz")},
+    "intel-r4.jsonl.xz": "lab/profiles/cpu-local-x4.yaml",
+    **{f: "lab/profiles/cpu-xeon-emr-x4.yaml" for f in ("xeon-emr-x4.jsonl.xz", "xeon-emr-x4-async-r2.jsonl.xz",
+                                      "xeon-emr-x4-ps-s31.jsonl.xz")},
 }
 
 
@@ -35,15 +36,14 @@ def measured_staleness(rec: dict) -> float | None:
 
 
 def main(argv: list[str]) -> int:
-    pairs = [a.split("=", 1) for a in argv] if argv else [(str(ROOT / f), p) for f, p in DEFAULT.items()]
+    pairs = [a.split("=", 1) for a in argv] if argv else [(str(ROOT / f), str(ROOT.parents[1] / p)) for f, p in DEFAULT.items()]
     if any(len(p) != 2 for p in pairs):
         print("usage: ps_staleness_repredict.py [RESULTS.jsonl=PROFILE ...]", file=sys.stderr)
         return 2
     errors: dict[str, list[tuple[float, float]]] = {}
     cache: dict[str, tuple] = {}
     for path, profile in pairs:
-        for line in open(path):
-            rec = json.loads(line)
+        for rec in read_jsonl(Path(path)):
             rid = rec.get("run_id", "")
             if rec.get("status") != "ok" or not any(s in rid for s in ("-ps-async-", "-ps-ssps2-")):
                 continue

@@ -20,7 +20,7 @@ medians over the rounds of:
 
 Usage: python benchmarks/ps_sync_rounds.py RUN_WORKDIR [...]
 (RUN_WORKDIR: a ps-sync validate run's directory holding rank0.json ... rankN.json, made
-with the round log, 2026-11-29 on; validate/results/xeon-emr-x4-sync-events/ holds some.)
+with the round log, 2026-11-29 on; lab/records/events/xeon-emr-x4-sync-events/ holds some.)
 """
 from __future__ import annotations
 

@@ -18,8 +18,8 @@ __all__ = ["predict", "Job", "Result", "SimdlError", "__version__", "sweep", "re
 
 
 def __getattr__(name: str):
-    # simdl.sweep / simdl.recommend / simdl.derive_cluster (issue 7) load on first use, so that
-    # `import simdl` and `simdl predict` stay as light as before.
+    # simdl.sweep / simdl.recommend / simdl.derive_cluster load on first use, so that
+    # `import simdl` and `simdl predict` do not import the exploration modules.
     if name in ("sweep", "recommend", "derive_cluster"):
         from . import explore
 

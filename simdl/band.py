@@ -15,7 +15,7 @@ normal quantile of the level (1.645 for 90 %). A preset without a calibration ha
 and gets no band: its error is unknown, not zero.
 
 Checked against every committed validation sweep, predicted again with each machine's own
-shipped profile (validate/README, "A band around each prediction"). That check is the only
+profile (lab/CAMPAIGN.md, "A band around each prediction"). That check is the only
 test of the band: nothing in it was fitted to those runs.
 """
 

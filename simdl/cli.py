@@ -142,7 +142,7 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
     return {k: getattr(a, k) for k in (*keys, *extra)}
 
 
-def _add_sim_args(p) -> None:
+def _add_sim_args(p: argparse.ArgumentParser) -> None:
     """Simulator options, passed to predict(**engine_options) with --engine sim."""
     p.add_argument("--straggler", action="append", default=None, metavar="rank=R,factor=F",
                    help="slow a rank's compute by F (R may be A-B); repeatable; simulator only")
@@ -252,7 +252,7 @@ def _cmd_plot(a: argparse.Namespace) -> int:
 
 
 def _cmd_calibrate(a: argparse.Namespace) -> int:
-    """Measure this cluster with torchrun and write a profile (issue 5)."""
+    """Measure this cluster with torchrun and write a profile."""
     from .calibrate.run import StageFailed, calibrate, make_settings, new_run_dir, resume
 
     try:
@@ -350,7 +350,7 @@ def _cmd_report(a: argparse.Namespace) -> int:
 
 
 def _cmd_sweep(a: argparse.Namespace) -> int:
-    """A grid of predictions (issue 7): comma lists and --set key=v1,v2 are the axes."""
+    """A grid of predictions: comma lists and --set key=v1,v2 are the axes."""
     from .explore.commands import sweep_command
 
     if a.jobs is not None and a.jobs < 1:
@@ -389,7 +389,7 @@ def _add_sweep_parser(sub) -> None:
 
 
 def _cmd_recommend(a: argparse.Namespace) -> int:
-    """Rank strategy, sharding, batch, precision (issue 7) and explain the winner."""
+    """Rank strategy, sharding, batch, precision and explain the winner."""
     from .explore.commands import recommend_command
 
     fixed = {k: getattr(a, k) for k in ("dataset", "input_shape", "num_classes", "vocab", "train_samples", "epochs",
@@ -433,7 +433,7 @@ def _add_recommend_parser(sub) -> None:
 
 
 def _cmd_maxbatch(a: argparse.Namespace) -> int:
-    """The largest per-GPU batch that fits (issue 4): binary search on the memory model."""
+    """The largest per-GPU batch that fits: binary search on the memory model."""
     from .memory.maxbatch import max_batch
     from .units import format_bytes
 
@@ -458,7 +458,7 @@ def _cmd_maxbatch(a: argparse.Namespace) -> int:
 
 
 def _cmd_memplot(a: argparse.Namespace) -> int:
-    """Memory over one iteration on the analytic schedule, per rank role, as a PNG (issue 4)."""
+    """Memory over one iteration on the analytic schedule, per rank role, as a PNG."""
     from .memory.commands import memplot_command
 
     return memplot_command(_prediction_kwargs(a), a.output, first_iteration=a.first_iteration)

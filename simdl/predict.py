@@ -257,7 +257,7 @@ def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
         result = evaluate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
                           config=echo)
     else:
-        from .sim.engine import simulate
+        from .sim.engine import simulate  # the SimPy engine loads only when asked for
 
         result = simulate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
                           config=echo, **engine_options)

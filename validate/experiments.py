@@ -165,7 +165,7 @@ def experiments(profile: str) -> list[RunSpec]:
         runs += _vit(("vit_b_32",), 2, (16,), ("full",), 1, 256, 64, width=8)
         return runs
     if profile == "local":
-        # Sized for about 2 hours on 2 cores (estimate in validate/README.md). One epoch of
+        # Sized for about 2 hours on 2 cores (estimate in lab/CAMPAIGN.md). One epoch of
         # 1,536 images: 24 steps at 2 ranks, 12 at 4 (the same data over more ranks, as in
         # the study), so every run has warm-up, three profiled steps (one timed,
         # two for the memory peak only) and >= 7 timed steps.
@@ -174,7 +174,7 @@ def experiments(profile: str) -> list[RunSpec]:
         # Hybrid sharding on one host (added 2026-11-27): 2 replicas x 2 shards at 4 ranks,
         # for the Experiment 1 models whose 4 ranks fit in this machine's memory (ConvNeXt-L
         # does not, nor ViT: 7-9 GiB resident per rank at 2 ranks with the profiler;
-        # validate/README, "What does not fit this machine").
+        # lab/CAMPAIGN.md, "What does not fit this machine").
         runs += _hybrid_one_host(("vgg16", "efficientnet_v2_l"), 4, 32, 1, 1536, 256)
         # PS: 1,024 digits per epoch over 4 workers at 32 = 8 iterations per worker per epoch.
         # SSP twice: the bound of 2 never held a pull of four like workers (0 of 96 per run,

@@ -2,7 +2,7 @@
 
 A profile describes the machine when it was calibrated, and a CPU VM's speed moves by more
 than the validation goal within hours: on 2026-11-26 the same 12 runs, same code and
-profile, were 13 % faster (median; 1-29 %) 2.7 h apart (validate/README). A run's error then
+profile, were 13 % faster (median; 1-29 %) 2.7 h apart (lab/CAMPAIGN.md). A run's error then
 mixes the model's error with the machine's drift, and one sweep cannot tell them apart.
 
 So before and after each run, :mod:`validate.run` re-measures one point the profile's
@@ -23,12 +23,12 @@ It is opt-in (``validate.run --probe``): on 2026-11-27 (Zen 3, cpu-epyc-milan, t
 Experiment 1 matrix) the ratio did not explain the runs' errors -- the probes put the
 machine 6-12 % faster than its profile for EfficientNet-V2-L and ConvNeXt-Large while the
 runs were not, scaling made the step MAPE 11.5 % instead of 5.2 %, and a run's probe
-before and after differed by up to 28 % (validate/README, "A third blind sweep, with a probe
+before and after differed by up to 28 % (lab/CAMPAIGN.md, "A third blind sweep, with a probe
 of the machine's speed"). On the Emerald Rapids VM of cpu-xeon-emr-b (2026-11-29, the ViT
 grid) it did not either: ratios 0.56-0.95, step MAPE 11.9 % as predicted and 20.6 % scaled.
 Scaled onto the predicted compute alone (the report's 'compute x ratio', since then) it gave
 8.6 % there, but 8.2 % and 12.5 % against 5.2 % and 12.0 % as predicted on the EPYC's sweeps
-(validate/README, "The same 24 runs again").
+(lab/CAMPAIGN.md, "The same 24 runs again").
 """
 
 from __future__ import annotations

@@ -46,6 +46,8 @@ from .experiments import CORES, PROFILES, RunSpec, experiments
 SCHEMA = "simdl-validation/1"
 # The shipped CPU profile calibrated on this host's processor (simdl.cluster.host), else this one.
 DEFAULT_CLUSTER = "cpu-local"
+LAB_PROFILES = Path(__file__).resolve().parents[1] / "lab" / "profiles"
+COMPRESSED_SUFFIXES = (".gz", ".xz")  # records packed by validate.records: read, never appended to
 ENGINES = ("analytic", "sim")
 
 
@@ -88,14 +90,25 @@ def _jsonable(o: Any) -> Any:
 # ----------------------------------------------------------------------------- cluster profile
 
 
-def resolve_profile(cluster: str) -> Path:
-    """The YAML file of a preset name or path."""
+def profile_folders() -> tuple[Path, ...]:
+    """Where validation looks for a CPU profile by name: the shipped presets, then the
+    development machines' calibrations kept with the lab data (``lab/profiles/``)."""
     from simdl.cluster.spec import CLUSTER_DIR
 
+    return (Path(CLUSTER_DIR), LAB_PROFILES)
+
+
+def resolve_profile(cluster: str) -> Path:
+    """The YAML file of a preset name or path; a name found in neither folder of
+    :func:`profile_folders` is taken as a shipped preset (and fails there, naming them)."""
     p = Path(cluster)
     if p.suffix in (".yaml", ".yml") and p.exists():
         return p.resolve()
-    return (Path(CLUSTER_DIR) / f"{cluster}.yaml").resolve()
+    folders = profile_folders()
+    for folder in folders:
+        if (folder / f"{cluster}.yaml").is_file():
+            return (folder / f"{cluster}.yaml").resolve()
+    return (folders[0] / f"{cluster}.yaml").resolve()
 
 
 def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str]:
@@ -132,18 +145,23 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
 def _sibling_with_ranks(path: Path, spec, ranks: int) -> Path | None:
     """A profile beside ``path`` calibrated with ``ranks`` ranks on the processor ``spec`` was
     calibrated on: ``<name>-x<ranks>.yaml`` first, else any whose provenance names the same
-    CPU and caches (cpu-epyc-milan, 2 ranks, and cpu-epyc-x4, 4 ranks, on the Zen 3)."""
+    CPU and caches (cpu-epyc-milan, 2 ranks, and cpu-epyc-x4, 4 ranks, on the Zen 3). For a
+    profile in one of :func:`profile_folders`, the other folders count as beside it (the shipped
+    cpu-local's 4-rank sibling cpu-local-x4 is in lab/profiles/)."""
     from simdl.cluster import load_cluster
     from simdl.cluster.host import profile_caches, profile_devices
 
-    named = path.with_name(f"{path.stem}-x{ranks}.yaml")
+    known = [f.resolve() for f in profile_folders()]
+    here = path.parent.resolve()
+    folders = [here] + ([f for f in known if f != here] if here in known else [])
+    named = [f / f"{path.stem}-x{ranks}.yaml" for f in folders if (f / f"{path.stem}-x{ranks}.yaml").exists()]
     devices, caches = profile_devices(spec), profile_caches(spec)
-    others = sorted(p for p in path.parent.glob("*.yaml") if p != named and p != path)
-    for cand in ([named] if named.exists() else []) + (others if devices else []):
+    others = [p for f in folders for p in sorted(f.glob("*.yaml")) if p not in named and p.resolve() != path.resolve()]
+    for cand in named + (others if devices else []):
         other = load_cluster(str(cand))
         if other.gpus_per_node != ranks or other.inter_node is not None:
             continue
-        if cand == named or (profile_devices(other) == devices and profile_caches(other) == caches):
+        if cand in named or (profile_devices(other) == devices and profile_caches(other) == caches):
             return cand
     return None
 
@@ -496,7 +514,7 @@ def profile_allocator_mismatches(profiles: dict[int, tuple[str, str, str]]) -> l
     will run with (they inherit this process's environment): glibc's heap trimming moved the
     same runs by up to 40 % on the Zen 4 (simdl.cluster.host.allocator_mismatch). A warning and a
     label, not a refusal: predicting heap-kept runs with a default-glibc profile is how the
-    size of the effect was measured (validate/README)."""
+    size of the effect was measured (lab/CAMPAIGN.md)."""
     from simdl.cluster.host import allocator_mismatch
 
     return _profile_reasons(profiles, allocator_mismatch)
@@ -607,7 +625,7 @@ def main(argv=None) -> int:
     p.add_argument("--probe", action="store_true",
                    help="before and after each run, re-measure a point of the profile's compute stage "
                         "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per run). "
-                        "Off by default: on 2026-11-27 its ratio did not explain the runs' errors (validate/README)")
+                        "Off by default: its ratio did not explain the runs' errors (lab/CAMPAIGN.md, \"A third blind sweep\")")
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
     if a.min_free_mib is not None and not (0 <= a.min_free_mib < float("inf")):
@@ -622,7 +640,7 @@ def main(argv=None) -> int:
     if a.cluster is None:
         from simdl.cluster.host import preset_for_this_host
 
-        a.cluster = preset_for_this_host() or DEFAULT_CLUSTER
+        a.cluster = preset_for_this_host(folders=profile_folders()) or DEFAULT_CLUSTER
     runs = experiments(a.profile)
     if a.only:
         runs = [r for r in runs if a.only in r.run_id]
@@ -633,6 +651,10 @@ def main(argv=None) -> int:
             print(f"{r.run_id:60s} processes={r.processes}{' oversubscribed' if r.oversubscribed else ''}")
         return 0
     out = Path(a.output)
+    if out.name.endswith(COMPRESSED_SUFFIXES):
+        print(f"python -m validate.run: error: -o {out}: a sweep appends to a plain .jsonl file (accepted: "
+              "a path ending in .jsonl); pack it when done: python -m validate.records add", file=sys.stderr)
+        return 2
     existing = read_results(out)
     if existing and not a.resume:
         print(f"{out} already has {len(existing)} results; pass --resume to continue it", file=sys.stderr)

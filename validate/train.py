@@ -372,7 +372,7 @@ class ParameterServer:
                 # The sum lives across rounds, as the optimizer's momentum does: a fresh 537 MB
                 # sum per round (VGG16) faulted its pages in at up to 1.7 CPU-s on the
                 # Emerald Rapids VM, whose freed memory goes back to the host (free page
-                # reporting) -- 0.2 s when the pages were still mapped (2026-11-29, validate/README).
+                # reporting) -- 0.2 s when the pages were still mapped (2026-11-29, lab/CAMPAIGN.md).
                 if self.round_sum is None:
                     self.round_sum = [torch.empty_like(g) for g in grads]
                 if self.round_count == 0:

@@ -4,7 +4,7 @@ Why a memory floor: a VM like the one validate/ was written on has no swap. When
 resident memory outgrows RAM, the kernel first evicts the page cache -- the interpreter's and
 torch's code pages too -- and the machine thrashes for many minutes before the OOM killer
 picks a rank. On 2026-11-27 ViT-B/32 FSDP full at 4 ranks ran 16 minutes that way, with the
-shell unresponsive, until a rank was killed (validate/README, "What does not fit this
+shell unresponsive, until a rank was killed (lab/CAMPAIGN.md, "What does not fit this
 machine"). A run that does not fit says nothing about simdl's prediction, and it holds up the
 sweep. So the runner reads ``MemAvailable`` (/proc/meminfo, the kernel's estimate of memory
 available without swapping: Documentation/filesystems/proc.rst) while the run goes, kills

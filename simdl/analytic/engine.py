@@ -84,7 +84,7 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
     interference = cluster.spec.efficiency.comm_compute_interference
     slowdown = 0.0
     if interference is not None and interference.value > 0.0:
-        # Interference (issue 5): the time compute and communication run side by side is not
+        # Interference (a calibrated factor): the time compute and communication run side by side is not
         # free; the profile's factor says how many seconds each such second adds (on CPU,
         # gloo's threads take the cores the compute needs). Concurrent = compute + comm - union.
         concurrent = max(compute + comm - any_busy, 0.0)

@@ -1,4 +1,4 @@
-"""Calibration: fit simdl's cost-model parameters to measurements (issue 5).
+"""Calibration: fit simdl's cost-model parameters to measurements.
 
 * :mod:`.records` reads the raw per-rank JSONL files the torchrun scripts in
   ``calibration/`` write;

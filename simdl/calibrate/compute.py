@@ -31,13 +31,14 @@ normalise), an in-place ReLU at ~0.98 (its tensor is still in cache), pooling at
 shared efficiency made DenseNet121's 120 ReLUs 4x too slow and its 121 norms 25 % too fast.
 Why ``o``: a GPU hides a kernel's memory traffic under its arithmetic (o = 1, the plain
 roofline); one CPU core running a small op does not, and the fit finds o = 0 on this host.
-Together (with L measured): fit median |step err| 9.6 % -> 5.9 % on mnist_cnn, resnet18, vgg16,
-held-out DenseNet121 max +69 % -> +13 % (2 ranks on this host; issue-5 report).
+Together (with L measured), against one shared efficiency and o = 1: fit median |step err| 5.9 %
+against 9.6 % on mnist_cnn, resnet18, vgg16, held-out DenseNet121 max +13 % against +69 %
+(cpu-local's calibration, 2 ranks).
 
 Why ``M``: on CPU a oneDNN convolution costs ~0.1 ms per call whatever its size (DenseNet's
 120 small convolutions take 150 us each forward, 300 us backward, at a few MFLOP); without
 it the fit must choose between VGG's large, efficient convolutions and DenseNet's small ones
-(held-out DenseNet121 -33 %, see the issue-5 report). On GPUs it stays near 0.
+(held-out DenseNet121 -33 % without it, cpu-local's calibration). On GPUs it stays near 0.
 
 What is fitted: per run (model, batch), the measured times summed per op class and
 direction (forward/backward), as residuals ``(pred - meas) / step_time``. Sums per class
@@ -85,13 +86,14 @@ class Run:
 
 # Which of a model's unhooked repeats its per-row times are rescaled to. The compute stage
 # times 5 whole steps per (model, batch) (calibration/compute.py ``measure_model``) and
-# records each; until 2026-11-28 the fit took the fastest (timeit's rule: other processes
-# only ever add time). But a prediction is read against the median steady step of a real run
+# records each. A prediction is read against the median steady step of a real run
 # (validate/measure.py, ``step_stats``), and what a user's epoch costs is the typical step,
-# not the best one: on the Zen 3 EPYC the median repeat was 1-26 % slower than the fastest
-# (median 6.5 %, 66 model/batch/rank records of calibrate-20261127T121558Z), an error every
-# prediction carried in the same direction. "median" takes the repeat whose whole step is
-# the median (the lower one of an even count); "fastest" gives the rule before.
+# not the best one (timeit's rule, that other processes only ever add time, suits
+# microbenchmarks, not this): on a Zen 3 EPYC the median repeat was 1-26 % slower than the
+# fastest (median 6.5 %, 66 model/batch/rank records of one calibration), an error every
+# prediction anchored on the fastest carries in the same direction. "median" takes the
+# repeat whose whole step is the median (the lower one of an even count); "fastest" the
+# fastest repeat.
 STEP_ANCHORS = ("median", "fastest")
 STEP_ANCHOR = "median"
 
@@ -99,8 +101,8 @@ STEP_ANCHOR = "median"
 def anchored_step(rec: dict, anchor: str | None = None) -> tuple[float, float]:
     """(forward, backward) seconds of the unhooked repeat ``rec``'s rows are rescaled to.
 
-    Records without every repeat (``step_fwd_all_s`` / ``step_bwd_all_s``, written since
-    2026-11-24) have only the fastest, which is then what there is."""
+    Records without every repeat (no ``step_fwd_all_s`` / ``step_bwd_all_s``: written by older
+    calibration scripts) have only the fastest, which is then what there is."""
     anchor = STEP_ANCHOR if anchor is None else anchor
     if anchor not in STEP_ANCHORS:
         raise ValueError(f"step anchor {anchor!r}: expected one of {', '.join(STEP_ANCHORS)}")

@@ -40,8 +40,8 @@ PROFILE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast"
 
 # Which of a size's chunk times is its time (see _collective_points).
 CHUNK_QUANTILE = 0.25
-# The compute fit's CPU terms (simdl.calibrate.compute.RooflineFit). Chosen on the Zen 3
-# EPYC's 2-rank calibration of 2026-11-26 (calibrate-20261126T130810Z), fit on mnist_cnn,
+# The compute fit's CPU terms (simdl.calibrate.compute.RooflineFit). Chosen on a Zen 3
+# EPYC's 2-rank calibration (cpu-epyc-milan, lab/CALIBRATION.md), fit on mnist_cnn,
 # resnet18, vgg16; held-out DenseNet121 at b4/b8 (cifar10), b24/b48 (mnist):
 #   plain roofline (conv call cost fitted: 644 us)       +110 / +51 / +43 / +21 %
 #   + conv weight-gradient pass (call cost fitted: 171)    +7 / -11 / +11 /  +7 %
@@ -49,7 +49,7 @@ CHUNK_QUANTILE = 0.25
 #   + a fixed cost per norm call as well (69 us fitted)   +17 /  -6 / +10 /  +4 %
 # The call cost is held at its microbenchmark (as the launch cost is) because the fit cannot
 # pin it where the fit models' convolutions are all large: on the 4-rank records of the same
-# host (calibrate-20261126T060316Z) it went to 0 and DenseNet121 to -40 %; held at 150 us,
+# host (cpu-epyc-x4's calibration) it went to 0 and DenseNet121 to -40 %; held at 150 us,
 # -20 %. The norm call cost stays available (RooflineFit(call_overhead_classes=...)) but off:
 # it made the held-out b4 worse.
 CONV_WEIGHT_GRAD = True
@@ -71,7 +71,7 @@ def _collective_points(st: StageRecords, scope: str) -> list[dict]:
     fastest of 14 is an outlier as often as not (one 256 MB broadcast in 69 ms, the 13 others
     in 99-130 ms). Of min, second fastest, 25th percentile and median over 7 passes x 2
     chunks, the 25th percentile gave the smoothest curves against size (median |second
-    difference of log time| 5-14 %, issue-5 run of 2026-11-23), i.e. the least noise."""
+    difference of log time| 5-14 % on a 2-rank gloo calibration), i.e. the least noise."""
     by: dict[tuple[str, int], dict] = {}
     chunks: dict[tuple[str, int], list[list[float]]] = {}  # per pass, its chunks
     passes: dict[tuple[str, int], list[float]] = {}
@@ -264,7 +264,7 @@ def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
     # and held fixed in the roofline fit. Left free, the fit trades it against the class
     # bandwidths it shares every elementwise row with: 28 us per kernel against 2.1 us measured
     # on this host, which made DenseNet121's 240 ReLU kernels 3x too slow (held-out
-    # +51 %; with the measured value +13 %, issue-5 report).
+    # +51 %; with the measured value +13 %, cpu-local's calibration).
     launch = _micro_medians(st, "launch")
     launch_s = MicroFit(op_class="launch").fit(launch).overhead_s_ if launch else None
     call_s = conv_call_overhead(_micro_medians(st, "conv_call"), launch_s or 0.0)
@@ -372,8 +372,8 @@ def strategy_points(st: StageRecords) -> dict[str, dict]:
                     "memory_kind": recs[0].get("memory_kind"),
                     "model": recs[0]["model"], "dataset": recs[0]["dataset"], "batch": recs[0]["batch"],
                     "iters": recs[0]["iters"]}
-        # The profiled step's copy ops (calibration/strategies.py profiled_step; runs since
-        # 2026-11-25), mean of the ranks: what simdl.calibrate.in_step.CopyFit fits.
+        # The profiled step's copy ops (calibration/strategies.py profiled_step; older runs lack
+        # it), mean of the ranks: what simdl.calibrate.in_step.CopyFit fits.
         prof = [r["profiled_step"] for r in workers if r.get("profiled_step")]
         if prof and len(prof) == len(workers):
             out[key]["copies_s"] = statistics.fmean(p["busy_by_group_s"]["copies"] for p in prof)

@@ -2,9 +2,9 @@
 
 Why: on the 2-core VMs simdl is calibrated and validated on, anything else that runs takes a
 core from ranks that each expect one. One report run beside a validation sweep slowed a run
-by 32 % (2026-11-29, validate/README "Emerald Rapids"), and a calibration started while the
-test suite was finishing fitted a profile whose blind step MAPE was 9.0 % against 5.2 % for
-one fitted on a quiet machine (calibration/README, "cpu-xeon-emr"). The load average cannot
+by 32 % (lab/CAMPAIGN.md, "Emerald Rapids"), and a calibration started while the test suite
+was finishing fitted a profile whose blind step MAPE was 9.0 % against 5.2 % for one fitted
+on a quiet machine (lab/CALIBRATION.md, "cpu-xeon-emr"). The load average cannot
 tell these apart: it counts simdl's own ranks, and its 1-minute figure still reads above 1
 a minute after the other work stopped. So simdl measures the CPU others used directly:
 

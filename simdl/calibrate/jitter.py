@@ -11,8 +11,8 @@ The spread has two parts on this kind of host: most steps vary by a few percent,
 and then one stalls (cpu-local-x4: a step 1.5-2x its neighbours). A lognormal cannot be
 both, and the SimPy engine draws every step of every PS worker from one: fitted by the
 plain standard deviation it would put the rare stalls' size on every step (an
-``E[max]`` of four workers' steps 12% above their mean instead of 3%, for the 2026-11-23
-x4 run). So ``sigma_`` is the robust estimate, 1.4826 x the median absolute deviation of
+``E[max]`` of four workers' steps 12% above their mean instead of 3%, for a 4-rank
+calibration). So ``sigma_`` is the robust estimate, 1.4826 x the median absolute deviation of
 each series about its median (the standard deviation for normal data), pooled over the
 series weighted by their steps; the plain standard deviation is kept as ``sd_`` to show
 how heavy the tail is.
@@ -74,11 +74,11 @@ def local_step_series(stage) -> list[dict]:
 
 
 # Above this spread a machine's own steps wander more than the accuracy simdl's validation
-# judges a step-time prediction by (issue 6: step-time MAPE at most 5 %), so one run cannot
+# judges a step-time prediction by (step-time MAPE at most 5 %, validate/README.md), so one run cannot
 # show that accuracy. Measured: cpu-xeon-emr (sigma 0.013) gave 5.2 % in its first blind
 # sweep; cpu-xeon-emr-b (0.130) gave 6.4 % and 13.0 % in two blind sweeps of the same 24
 # runs two hours apart, whose step medians differed by a median 11 % (max 51 %) with no other
-# process busy (validate/README, "The same 24 runs again").
+# process busy (lab/CAMPAIGN.md, "The same 24 runs again").
 NOISY_SIGMA = 0.05
 
 

@@ -53,9 +53,8 @@ class StrategyStepFit:
     1 MB to 3 GB. ``fixed={5: 0.0}`` gives the form without u.
     """
 
-    # k up to 5 (the profile accepts 20): capped at 1 until 2026-11-24, both CPU fits stopped
-    # on the cap. f and f_ar up to 10, as the profile accepts; a up to 20 ms per call, u up to
-    # 50 ms per unit.
+    # k up to 5 (the profile accepts 20): CPU fits capped at 1 stop on the cap. f and f_ar up
+    # to 10, as the profile accepts; a up to 20 ms per call, u up to 50 ms per unit.
     def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02), (0.0, 0.05)),
                  held_out: bool = True, fixed: Mapping[int, float] | None = None):
         self.bounds = bounds
@@ -124,8 +123,8 @@ class StrategyStepFit:
 
     def _at_bounds(self, theta) -> dict[str, str]:
         """Free parameters the fit left on a bound ({params() name: "lower" | "upper"}): the
-        steps do not pin them, and the value is the bound's, not a measurement's (on the Intel
-        Xeon at 4 ranks, 2026-11-26, h stayed at its 3e9-byte upper bound: all_reduce's load
+        steps do not pin them, and the value is the bound's, not a measurement's (on an Intel
+        Xeon at 4 ranks, cpu-local-x4, h stayed at its 3e9-byte upper bound: all_reduce's load
         factor applied at every size measured). Within 0.1 % of the search range, in the
         coordinates searched (h on a log scale)."""
         out = {}

@@ -144,9 +144,9 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "cpu_count": h0.get("cpu_count"),
         # Cache sizes per core (sysfs): with the model name, what tells two hosts apart.
         **({"cpu_caches": h0["cpu_caches"]} if h0.get("cpu_caches") else {}),
-        # Family/model/stepping and ISA flags (runs from 2026-11-26 on): which processor exactly.
+        # Family/model/stepping and ISA flags (where the run recorded them): which processor exactly.
         **({"cpu_identity": h0["cpu_identity"]} if h0.get("cpu_identity") else {}),
-        # glibc malloc settings the ranks ran with (runs from 2026-12-02 on; empty: defaults).
+        # glibc malloc settings the ranks ran with (empty: glibc's defaults).
         **({"allocator_env": h0["allocator_env"]} if h0.get("allocator_env") else {}),
         # Readings at stage starts include this run's own ranks (up to one per core); the
         # reading taken before any rank started is the one that says whether others were busy.
@@ -154,7 +154,7 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "loadavg_before": settings.get("loadavg_before", []),
         "machine_busy": _busy(settings, loads, h0),
         # What other processes took of the CPU during each stage (simdl.calibrate.host_load;
-        # runs from 2026-11-29 on): the last attempt of each stage, in cores on average.
+        # where the run measured it): the last attempt of each stage, in cores on average.
         **({"others_cores_by_stage": by_stage} if (by_stage := _others_by_stage(run_dir, stages)) else {}),
         "settings": settings,
     }
@@ -225,8 +225,8 @@ def _allocator_thresholds(env: dict[str, str], run: str) -> dict[str, Any]:
 
 def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
     """Other processes were busy when the measurements started: they kept more than a quarter
-    of a core busy (simdl.calibrate.host_load, measured since 2026-11-29), or, in runs before
-    that, the 1-minute load average was above 0.5 (which lags a minute behind)."""
+    of a core busy (simdl.calibrate.host_load), or, in runs that did not measure it, the
+    1-minute load average was above 0.5 (which lags a minute behind)."""
     from .host_load import BUSY_CORES
 
     measured = [(b.get("host_cpu") or {}).get("others_cores") for b in settings.get("loadavg_before", [])]
@@ -332,37 +332,22 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
 
 
 # Price blocking collectives by their logged calls (simdl.calibrate.in_step.BlockingFit) where
-# a run logged them. Chosen on the calibration's own leave-one-model-out step errors: on the
-# runs of 2026-11-24 (calibrate-20261124T041800Z / -041801Z) max 23.7 % at 2 ranks and 33.3 %
-# at 4, against 55.3 % and 50.3 % for the load factors alone on the same steps. False gives
-# that comparison's other side.
+# a run logged them: on a calibration's own leave-one-model-out step errors it cut the worst
+# model's error from 55.3 % to 23.7 % at 2 ranks and from 50.3 % to 33.3 % at 4, against the
+# load factors alone (lab/CALIBRATION.md, "Blocking collectives"). False gives the latter.
 BLOCKING_FROM_CALLS = True
 # Fit FSDP2's host time per unit (efficiency.fsdp_unit_overhead_us, u) with the other step
-# parameters; False holds u at 0 (the form before 2026-11-25).
+# parameters; False holds u at 0.
 FIT_FSDP_UNIT_OVERHEAD = True
 # Write how much slower the strategies' buffer copies run inside a step
 # (efficiency.copy_in_step_factor, fitted from the profiled strategy steps before the step
 # fit) into the profile. The fit and its leave-one-model-out check are always made and
-# printed; the factor is not used, because one factor does not carry over between models:
-# on the EPYC (2026-11-25, calibrate-epyc-copyfit: the strategies stage of
-# calibrate-20261125T200248Z measured again with profiled steps) it came out at 1.10 with a
-# leave-one-model-out error of the models' copy time of max 67.7 %, mean 38.9 %. In-step copy
-# time per byte copied ran from 0.025 ms/MB (DDP's reused buckets) through 0.07-0.12 (FSDP on
-# resnet18, convnext_tiny, efficientnet_v2_s) to 0.24-0.34 (wide_mlp; wide_resnet101_2
-# FSDP none), and neither a bytes + allocated-bytes form (max 76.6 %, mean 30.7 %) nor the
-# page faults logged per step explain it. True writes it (what-if: copies slowed as fitted).
-# What the extra time is, measured on the Zen 3 (2026-11-26; validate/README, "Page faults"):
-# page faults of FSDP2's flat buffers below the mmap threshold, which glibc carves from the top
-# of its heap and trims back when they are freed. ConvNeXt-Large, FSDP none, 2 ranks, batch 32:
-# each 19 MB unit's _chunk_cat and reduce-output copy_ took 33-35 ms (0.88 + 0.88 s per step);
-# with MALLOC_MMAP_THRESHOLD_=4 GiB MALLOC_TRIM_THRESHOLD_=64 GiB (no mmap, no trim) the step's
-# faults fell from 1.3-1.5 GB to 0 and those copies to 0.26 + 0.28 s (the step times of single
-# runs on this VM, 6.0-9.3 s without the setting, are too noisy to quote a gain). Which buffers
-# fault depends on the heap's history (rank 1 of the same configuration faulted 0.9 GB per step
-# in one run, 1.5 GB in the next), so there is no size rule to price them by yet.
-# One part has a rule since 2026-11-27: FSDP's sharded gradients, freed together by zero_grad
-# from the heap's top, are trimmed and fault in again every step (simdl.hosts.cpu_glibc
-# GlibcCpuHost.refault_limit); the plan prices them, so this factor's fit no longer absorbs them.
+# printed; the factor is not used, because one factor does not carry over between models
+# (leave-one-model-out error of the models' copy time up to 67.7 % on an AMD EPYC): the extra
+# time is mostly page faults of FSDP2's flat buffers, which depend on glibc's heap history
+# (lab/CALIBRATION.md, "The in-step copy factor"). The part with a rule, FSDP's sharded
+# gradients trimmed and faulted in again every step, is priced by the plan
+# (simdl.hosts.cpu_glibc GlibcCpuHost.refault_limit). True writes it (what-if: copies slowed as fitted).
 COPY_FACTOR_FROM_PROFILED_STEPS = False
 
 
@@ -529,7 +514,7 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     if inter_fit and base.get("inter_node") and "name" in base:
         # Several nodes: the per-rank raw rate of an 'inter' group on the base preset's network
         # (simdl.cluster.allocate), and the fitted bus bandwidth over it. Not exercised here
-        # (a single 2-core machine); see calibration/README.md.
+        # (a single 2-core machine; calibration/README.md, "Multi-node").
         from ..cluster import allocate
 
         raw = allocate(load_cluster(base["name"]), per_node * nodes, nodes).group_bandwidth("inter")

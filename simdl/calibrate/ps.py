@@ -26,11 +26,11 @@ server before it is sent (into a fresh buffer too). The engine's one-way transfe
   pull) is when the incast ends: with phi and kappa from the alone fit, ``c m / B_server``
   plus a latency -> ``bandwidth_B_per_s_`` (the server side's, stored as its NIC's).
 
-On the Intel Xeon (2026-11-26, 3 workers) a single line through 1-256 MiB instead fitted
+On an Intel Xeon (3 workers) a single line through 1-256 MiB instead fitted
 one worker's times with R2 0.73 and a 50 % worst error: 4 to 16 MiB moved at 3.1 GB/s,
 16 to 64 MiB at 1.4 GB/s, and a pull of 256 MiB took 211 ms against 114 ms for the push.
 
-Without RPC records (runs before 2026-11-26) the process-group ping-pong gives both
+Without RPC records (runs of older calibration scripts) the process-group ping-pong gives both
 bandwidths. The ping-pong's own fit (``pingpong_``) always gives the one-way latency
 between two processes of a host.
 
@@ -126,8 +126,8 @@ class PSFit:
             else:
                 # One worker "at once" (a 2-rank calibration: one server, one worker) is the
                 # alone measurement again: nothing separates a server side from the worker's
-                # link, and the free fit ran off to its bound (cpu-epyc-zen5's first fit,
-                # 2026-12-01: 8,000,000 Gb/s, which prices a 4-worker incast as free). Take the
+                # link, and a free fit runs off to its bound (8,000,000 Gb/s on a 2-rank Zen 5
+                # calibration, which prices a 4-worker incast as free). Take the
                 # worker's link, as every 4-rank calibration has measured it: their fitted
                 # server side sat at that floor (cpu-local-x4 33.4, cpu-epyc-x4 26.5, cpu-xeon-emr-x4
                 # 41.4 Gb/s),

@@ -3,7 +3,7 @@
 ``python -m simdl.calibrate.published [--source published_hardware.md] [--write] [--json]``
 
 The same models ``simdl calibrate`` fits on a live cluster, fitted to the public numbers
-collected in ``../shared/data/published_hardware.md`` (each row names its source):
+collected in ``docs/published_hardware.md`` (each row names its source):
 
 * **Inter-node collectives** -- Polaris (ALCF) nccl-tests, 4 x A100-SXM4-40GB per node,
   Slingshot 11, all_reduce and all_gather against message size (1 MiB - 1 GiB), the
@@ -45,7 +45,7 @@ from scipy.optimize import brentq, least_squares
 from ..cluster.spec import CLUSTER_DIR, load_cluster
 from .collectives import CollectiveFit
 
-DEFAULT_SOURCE = Path(__file__).resolve().parents[3] / "shared" / "data" / "published_hardware.md"
+DEFAULT_SOURCE = Path(__file__).resolve().parents[2] / "docs" / "published_hardware.md"
 DOC = "published_hardware.md"
 POLARIS_OVERHEAD_S = 9e-6  # 0-byte all_gather rows, nccl 2.18 setup 4 (quoted in the presets' sources)
 BATCH = 256  # DeepLearningExamples configs.yml, resnet50 DGXA100 AMP and TF32 (and DGX1V AMP)

@@ -20,12 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..textfile import open_text
+
 STAGES = ("collectives", "compute", "strategies", "ps")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
     out = []
-    with open(path, encoding="utf-8") as f:
+    with open_text(path) as f:  # plain, .gz or .xz
         for line in f:
             line = line.strip()
             if not line:

@@ -1,4 +1,4 @@
-"""Fit the cost of large streaming ops and of fresh host buffers (issue 5).
+"""Fit the cost of large streaming ops and of fresh host buffers.
 
 Streaming ops move whole parameter-sized tensors: the optimizer step (PyTorch's CPU
 optimizers loop over the tensors one at a time: torch/optim/optimizer.py,

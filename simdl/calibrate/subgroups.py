@@ -7,8 +7,8 @@ STAGE_DIR is a collectives stage run on the profile's node size with sub-node gr
 and ``sub<d>`` scopes). A full ``simdl calibrate`` fits the ``sub<d>`` curves as measured
 (:func:`simdl.calibrate.profile._subgroup_sections`), beside the node curves of the same
 run. Here the node curves are the profile's, measured on another day, and a shared host's
-speed drifts between days (this VM's collectives at 4 ranks were 12-39 % slower on
-2026-11-28 than on 2026-11-26, validate/README): pasting the new absolute curves beside the
+speed drifts between days (one VM's collectives at 4 ranks were 12-39 % slower two days
+later, lab/CAMPAIGN.md, "Curves for groups smaller than a node"): pasting the new absolute curves beside the
 old ones would price a sub-group call at one day's speed and the node's calls at another's.
 So what is carried over is the ratio the stage measured in the same passes: each sub-group
 point's time is multiplied by (the profile's node curve / the node curve fitted on the same

@@ -3,11 +3,11 @@
 A calibrated CPU profile (``cpu-local``) holds this host's gloo curves, op-class
 bandwidths and copy rates: it predicts runs on *the machine it was measured on*. The
 workplace's VMs keep their hostname (``vm``) when the processor under them changes (the
-shipped ``cpu-local`` profiles were measured on an Intel Xeon; on 2026-11-25 the same VM
-reported an AMD EPYC), so the hostname cannot tell. Nor can the model name alone: the VM has
-reported ``AMD EPYC`` on three processors (validate/results: L1d 48K / L2 1024K on the morning
-of 2026-11-25, L1d 32K / L2 1024K that evening, L1d 32K / L2 512K and no AVX-512 on
-2026-11-26, CPU family 25 model 1). The model name with the cache sizes can; validation
+shipped ``cpu-local`` profile was measured on an Intel Xeon; the same VM later reported an
+AMD EPYC), so the hostname cannot tell. Nor can the model name alone: the VM has reported
+``AMD EPYC`` on three processors (lab/records/index.json: L1d 48K / L2 1024K, L1d 32K / L2
+1024K, and L1d 32K / L2 512K without AVX-512, CPU family 25 model 1), whose peaks differ by
+2x. The model name with the cache sizes can; validation
 compares them before it predicts a run with a profile (``validate.run``), and records them
 with every run.
 
@@ -187,30 +187,36 @@ def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
 
 
 def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None,
-                         environ: dict[str, str] | None = None) -> str | None:
+                         environ: dict[str, str] | None = None,
+                         folders: list[Path] | tuple[Path, ...] | None = None) -> str | None:
     """The shipped CPU preset calibrated on this host's processor (:func:`host_mismatch`),
     preferably one calibrated under this process's malloc settings (:func:`allocator_mismatch`:
     on the Zen 4 the same runs took up to 40 % less time with glibc's heap kept than with its
     defaults), then one with one rank per device slot (``cpu-local``, not its
     ``-x4`` sibling, which validation picks by rank count); a ``-x<N>`` profile when it is
     the only one of this processor (its N slots serve runs of N ranks or fewer); None when no
-    shipped profile was measured on this processor. Among several of one kind, the latest
+    profile in ``folders`` was measured on this processor. Among several of one kind, the latest
     calibration (``calibration.provenance.date``): the host's speed drifts by tens of percent
-    between days (validate/README, "The same processor a week earlier"), so the newest
+    between days (lab/CAMPAIGN.md, "The same processor a week earlier"), so the newest
     describes it best. ``device`` and ``caches`` as in :func:`host_mismatch`; ``environ``
-    (default ``os.environ``) as in :func:`allocator_env`."""
+    (default ``os.environ``) as in :func:`allocator_env`. ``folders``: where to look for
+    ``cpu-*.yaml`` profiles (default: the shipped presets; validation adds the calibrations
+    kept in the repository's ``lab/profiles/``). A shipped preset is returned by name, any
+    other profile by its path."""
     import re
 
     from .spec import CLUSTER_DIR, load_cluster
 
     matches = []
-    for path in CLUSTER_DIR.glob("cpu-*.yaml"):
+    paths = [p for folder in (folders or (CLUSTER_DIR,)) for p in sorted(Path(folder).glob("cpu-*.yaml"))]
+    for path in paths:
         spec = load_cluster(str(path))
         if profile_devices(spec) and host_mismatch(spec, device, caches) is None:
             multi_rank = bool(re.search(r"-x\d+$", path.stem))
             other_malloc = allocator_mismatch(spec, environ) is not None
-            matches.append((other_malloc, multi_rank, profile_date(spec), path.stem))
-    matches.sort(key=lambda m: m[3])
+            shipped = path.parent.resolve() == Path(CLUSTER_DIR).resolve()
+            matches.append((other_malloc, multi_rank, profile_date(spec), path.stem if shipped else str(path)))
+    matches.sort(key=lambda m: Path(m[3]).stem)
     matches.sort(key=lambda m: m[2], reverse=True)  # stable: newest first, then by name
     matches.sort(key=lambda m: m[:2])               # this malloc setting, then one rank per slot
     return matches[0][3] if matches else None
@@ -218,7 +224,7 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
 
 def profile_allocator_env(spec) -> dict[str, str]:
     """The malloc settings a calibrated profile's ranks ran with (``calibration.provenance.
-    allocator_env``; runs from 2026-12-02 on record it, empty means glibc's defaults)."""
+    allocator_env``; empty means glibc's defaults, or a profile that did not record them)."""
     return {str(k): str(v) for k, v in (_provenance(spec).get("allocator_env") or {}).items()}
 
 
@@ -227,7 +233,7 @@ def allocator_mismatch(spec, environ: dict[str, str] | None = None) -> str | Non
     ``environ``'s (default ``os.environ``), or None when they agree or the profile is not a
     calibrated CPU profile. The settings moved the same run on the Zen 4 by up to 40 %: glibc's
     heap trimming re-faults FSDP's gradients every step and slows DDP's steps as well
-    (validate/README, "The ViT FSDP none gap is glibc's heap trimming")."""
+    (lab/CAMPAIGN.md, "The ViT FSDP none gap is glibc's heap trimming")."""
     if not any(d.startswith("cpu:") for d in profile_devices(spec)):
         return None
     theirs, here = profile_allocator_env(spec), allocator_env(environ)

@@ -493,7 +493,7 @@ class Efficiency:
     # ``matmul`` applies to the precisions not given. precision -> Sourced fraction.
     matmul_by_precision: FrozenMap = field(default_factory=FrozenMap)
     # Optional fixed seconds per matmul/convolution call (forward, and each backward gradient),
-    # added to kernel_launch: large for oneDNN on CPU. Fitted by `simdl calibrate` (issue 5).
+    # added to kernel_launch: large for oneDNN on CPU. Fitted by `simdl calibrate`.
     matmul_call_overhead: Sourced | None = None
     # Optional piecewise alpha-beta costs of collectives inside a node (calibrated gloo:
     # bandwidth changes with message size). Where a collective has a curve it replaces
@@ -524,7 +524,7 @@ class Efficiency:
     # (CPU): how many times its time on the idle machine (copy_bandwidth, page faults of
     # fresh buffers) a strategy's buffer copy (FSDP2 packing and unpacking its collective
     # buffers, DDP filling its buckets) takes inside a training step. A profiled ViT-B/32
-    # FSDP step on the Xeon (2026-11-25) ran the 28 MB chunk_cat of each unit's gradients at
+    # FSDP step on an Intel Xeon (cpu-local's host) ran the 28 MB chunk_cat of each unit's gradients at
     # 0.67 GB/s, against 4-7.5 ms alone. Fitted by `simdl calibrate` from the profiled
     # strategy steps (simdl.calibrate.in_step.CopyFit) and printed; written into a profile only
     # where simdl.calibrate.profile.COPY_FACTOR_FROM_PROFILED_STEPS says (one factor did not
@@ -541,14 +541,14 @@ class Efficiency:
     # Optional factor for all_reduce alone (default: ``collective_load_factor``): on the
     # idle machine gloo's all_reduce reaches 2-3x the bus bandwidth of its reduce_scatter
     # and all_gather (cpu-local's collective fits: 1.57 against 0.49 and 0.87 GB/s), and
-    # inside a training step it loses most of that lead (profiled FSDP2 steps, 2026-11-24:
-    # an in-step all-reduce of a unit took about as long as the reduce-scatter of the same
+    # inside a training step it loses most of that lead (profiled FSDP2 steps of cpu-local's
+    # calibration: an in-step all-reduce of a unit took about as long as the reduce-scatter of the same
     # bytes). Fitted by `simdl calibrate` with the other factor.
     collective_load_factor_all_reduce: Sourced | None = None
     # Optional message size (bytes; key ``collective_load_half_size_MiB``) at which the slowdown
     # is half its small-message value: the factors above then apply to small messages, and a
     # message of S bytes is slowed by 1 + (factor - 1) / (1 + S / half_size). Measured strategy
-    # steps (calibration, 2026-11-24): a single 403 MB all-reduce in a step runs at nearly its
+    # steps (cpu-local's calibration): a single 403 MB all-reduce in a step runs at nearly its
     # idle speed, while 1-67 MB ones take 2-3x theirs. Absent: every size gets the full factor.
     collective_load_half_size: Sourced | None = None
     # Optional, for collectives that hold the training thread (FSDP2 on CPU: gloo's work is
@@ -561,16 +561,16 @@ class Efficiency:
     # and ``collective_load_overhead_us`` is still added per call.
     # ``collective_blocking_wait``: the time ranks spend in the calls waiting for a peer that
     # is still computing, as a fraction of the step's compute (ranks drift apart while they
-    # compute and meet at every call; logged waits, 2026-11-24, were 5-16 % of the local step
+    # compute and meet at every call; logged waits in calibration were 5-16 % of the local step
     # on every model, and no steadier per call).
     collective_blocking_factors: FrozenMap = field(default_factory=FrozenMap)
     collective_blocking_wait: Sourced | None = None
     # Optional host time (s; key ``fsdp_unit_overhead_us``) FSDP2 spends per unit per step
     # outside its collectives and the copies the plan prices: its forward and backward hooks
     # (pre-forward unshard, pre-backward, post-backward reduce) are Python on the training
-    # thread. The calls logged in the strategy steps (calibration, 2026-11-25, AMD EPYC, 2
-    # ranks) left 150-250 ms per convnext_tiny / efficientnet_v2_s step outside the calls and
-    # the local step, about as much with one collective per unit (NO_SHARD) as with three
+    # thread. The calls logged in the strategy steps (calibration on an AMD EPYC, 2 ranks)
+    # left 150-250 ms per convnext_tiny / efficientnet_v2_s step outside the calls and the
+    # local step, about as much with one collective per unit (NO_SHARD) as with three
     # (FULL_SHARD): a cost per unit, not per call. Fitted by `simdl calibrate` with the other
     # step parameters; absent = 0 (every GPU preset: there the hooks run ahead of the kernels).
     fsdp_unit_overhead: Sourced | None = None
@@ -590,7 +590,7 @@ class Efficiency:
     # Optional fraction of a row's shorter part (FLOPs or bytes time) hidden under its longer
     # part: 1 = the roofline's max (the default; a GPU's warps overlap arithmetic with memory
     # traffic), 0 = their sum (one CPU core runs a small op's arithmetic and its loads in one
-    # instruction stream). Fitted by `simdl calibrate` (issue 5: 0 on this 2-core host).
+    # instruction stream). Fitted by `simdl calibrate` (0 on the 2-core development VMs).
     compute_memory_overlap: Sourced | None = None
     # Optional fixed cost (s; key ``call_overhead_<class>_us``) per call of a memory-bound
     # class's row, on top of its kernels' launches: a CPU batch norm in training mode has a
@@ -1085,6 +1085,18 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _anchor_compute_profile(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """``raw`` with a relative ``compute_profile`` file named from ``folder``, the folder of
+    the file that gave it: a profile that extends another keeps its base's measured rows
+    wherever the two files live."""
+    cp = raw.get("compute_profile")
+    file = cp.get("file") if isinstance(cp, Mapping) else cp
+    if isinstance(file, str) and file.strip() and not Path(file).is_absolute() and (folder / file).is_file():
+        anchored = str(folder / file)
+        raw["compute_profile"] = {**cp, "file": anchored} if isinstance(cp, Mapping) else anchored
+    return raw
+
+
 def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
     raw = _load_yaml(path)
     base_name = raw.get("extends")
@@ -1092,14 +1104,15 @@ def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
         return raw
     where = str(path)
     if not isinstance(base_name, str):
-        raise SimdlError(f"{where}: extends = {base_name!r}; accepted: a cluster preset name")
+        raise SimdlError(f"{where}: extends = {base_name!r}; accepted: a cluster preset name or a profile beside it")
     if base_name in chain:
         raise SimdlError(f"{where}: extends = {base_name!r} makes a cycle ({' -> '.join(chain + (base_name,))})")
+    beside = path.parent / f"{base_name}.yaml"  # a profile kept outside the package extends its neighbour
     try:
-        base_path = _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
+        base_path = beside if beside.is_file() else _resolve(base_name, CLUSTER_DIR, "cluster preset", cluster_names())
     except SimdlError as exc:
         raise SimdlError(f"{where}: extends: {exc}") from None
-    base = _raw_cluster(base_path, chain + (base_name,))
+    base = _anchor_compute_profile(_raw_cluster(base_path, chain + (base_name,)), base_path.parent)
     base.pop("name", None)
     base.pop("description", None)
     merged = _merge(base, {k: v for k, v in raw.items() if k != "extends"})

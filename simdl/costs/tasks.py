@@ -53,7 +53,7 @@ class Rates:
     activation_factor: float  # bytes scale for activations under mixed precision
     # s of fixed setup per matmul/convolution call (a row's forward call, and each of its
     # backward input- and weight-gradient calls), on top of kernel_overhead: oneDNN on CPU
-    # pays ~0.1 ms per convolution call (issue 5 calibration); 0 unless the profile says.
+    # pays ~0.1 ms per convolution call (fitted by simdl calibrate); 0 unless the profile says.
     matmul_call_overhead: float = 0.0
     # Bytes/s of the memory-bound op classes that have their own rate, as ((class, rate), ...)
     # (hashable: rates key the row-time cache); other rows use memory_bandwidth.
@@ -98,7 +98,8 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
     eff = cluster.spec.efficiency
     peak = PEAK_KEY[precision]
     # A profile may give the matmul efficiency per peak (matmul_tf32, matmul_fp16, ...): the
-    # fraction of peak reached differs by precision (issue 5 fits: A100 TF32 0.24, AMP 0.43).
+    # fraction of peak reached differs by precision (fits to published figures, simdl.calibrate.published:
+    # A100 TF32 0.24, AMP 0.43).
     matmul = eff.matmul_by_precision.get(peak, eff.matmul)
     return Rates(
         flops=cluster.per_rank_peak_flops(peak) * matmul.value,
@@ -234,11 +235,11 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
     if rates.conv_weight_grad_bandwidth:
         # A CPU convolution's backward accumulates the weight gradient image by image (oneDNN's
         # backward-weights reduces over the batch into a filter-sized buffer): a cost of
-        # batch x weight bytes that dominates at small spatial sizes. Calibration on the Zen 3
-        # EPYC, 2 ranks (2026-11-26): a 3x3 conv on a 1x1 output ran its backward at 2.6
-        # GFLOP/s against 30 at 16x16; with this term the held-out DenseNet121 went from
-        # +110 % to at most +12 % (simdl.calibrate.fit.CONV_WEIGHT_GRAD; a forward term of the
-        # same form fitted to no cost, so there is none). The fixed read
+        # batch x weight bytes that dominates at small spatial sizes (measured in calibration on
+        # a Zen 3 EPYC: a 3x3 conv on a 1x1 output ran its backward at 2.6 GFLOP/s against 30
+        # at 16x16; the held-out errors with and without the term are
+        # simdl.calibrate.fit.CONV_WEIGHT_GRAD's; a forward term of the same form fits to no
+        # cost, so there is none). The fixed read
         # bytes of a conv row are its weights (and bias).
         weights = (table.op_classes == "conv") * table.fixed["read_bytes"] * batch
         bwd += weights / rates.conv_weight_grad_bandwidth
@@ -352,8 +353,8 @@ def compute_split(tasks, rows: "RowTimes", durations) -> dict[str, float]:
 
 
 # Which tasks of a plan are rows only, and which also stream bytes: fixed per plan, so kept
-# for the plans a sweep repeats (plans are memoised; the split was 7 % of a memoised
-# prediction when it walked every task's fields each time, on the Intel Xeon, 2026-11-26).
+# for the plans a sweep repeats (plans are memoised; walking every task's fields on each
+# prediction made the split 7 % of a memoised prediction's time, timed on a 2-core Xeon VM).
 _SPLIT_INDEX: dict[int, tuple] = {}
 
 

@@ -62,7 +62,7 @@ METRICS: tuple[Metric, ...] = (
            "Result.total_time_s",
            lambda r: _m(r).get("total_time_s"), lambda p: p.get("total_time_s")),
     # The harness profiles a few steps (memory and busy time), which a user's training does
-    # not; runs since 2026-11-29 record what that added (validate/run.py profiling_overhead).
+    # not; runs that recorded every step say what that added (validate/run.py profiling_overhead).
     Metric("total_time_unprofiled", "training time without the harness's profiling", "s",
            "training time above less the profiled steps' excess over the median steady step and the "
            "profiler's stop (runs that recorded every step, since 2026-11-29)",
@@ -101,7 +101,7 @@ METRIC_BY_KEY = {m.key: m for m in METRICS}
 
 def _staleness(r: dict) -> dict:
     """The measured staleness summary compared with the prediction: the steady-state one
-    when the run logged it (runs from 2026-11-23 on), else that of every update."""
+    when the run logged it (a server that logged each update), else that of every update."""
     m = _m(r)
     return m.get("staleness_steady") or m.get("staleness") or {}
 
@@ -295,7 +295,7 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
         m["profiling_overhead_s"] = statistics.fmean(over)
     else:
         m.pop("profiling_overhead_s", None)
-    # Attempts from before the server logged each update (2026-11-23) have no steady-state
+    # Attempts whose server did not log each update have no steady-state
     # histogram: the steady state is pooled over those that have one.
     hists = [x["staleness_steady"].get("histogram") for x in ms if x.get("staleness_steady")]
     if len(hists) > 1 and all(hists):

@@ -3,7 +3,7 @@
 ``simdl report RESULTS.jsonl -o report/ [--paper]`` reads the JSON lines written by
 ``python -m validate.run`` and writes ``report/README.md`` with tables shaped like the
 source studies' (measured, predicted and error side by side), MAPE and max error per
-metric, the goals of issue 6, strategy-ordering checks, and figures (parity, error by
+metric, the accuracy goals (:data:`GOALS`), strategy-ordering checks, and figures (parity, error by
 strategy, memory over time, staleness histograms). ``--paper`` appends simdl's
 predictions of the studies' experiments at their own scale (:mod:`.paper`).
 """
@@ -22,7 +22,7 @@ from ..strategies import registry
 from .metrics import (METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, rel_error, repeat_floor,
                       summary)
 
-# Goals of issue 6 on the local profile (fractions).
+# simdl's accuracy goals on the local profile (fractions; validate/README.md, "Results").
 GOALS = {"step_mape": 0.05, "step_mape_stretch": 0.03, "step_max": 0.15, "memory_mean": 0.03, "staleness": 0.10}
 
 
@@ -83,7 +83,7 @@ def mape_table(records: list[dict], engine: str) -> list[str]:
 def band_coverage(records: list[dict], engine: str = "analytic") -> dict:
     """How many measured steps fell inside their prediction's band (Result.iteration_time_band_s,
     simdl.band): ``{"inside", "runs", "without"}``, ``without`` the finished runs whose record
-    has no band (predicted before 2026-11-29, or with a profile that has no calibration)."""
+    has no band (predicted by a simdl without bands, or with a profile that has no calibration)."""
     metric = METRIC_BY_KEY["step_time"]
     inside = runs = without = 0
     for r, m, _, _ in pairs(records, metric, engine):
@@ -298,13 +298,13 @@ def _setup_section(records: list[dict]) -> list[str]:
     hosts = {(r.get("host") or {}).get("hostname", "?"): r.get("host") or {} for r in records}
     lines = ["## Setup", ""]
     for name, h in hosts.items():
-        # The processor is recorded since 2026-11-25 (the VM keeps its hostname when it changes).
+        # The processor, where the run recorded it (a VM keeps its hostname when it changes).
         cpus = sorted({(r.get("host") or {}).get("cpu_model") or "not recorded" for r in records
                        if (r.get("host") or {}).get("hostname", "?") == name})
         lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores ({', '.join(cpus)}), "
                      f"torch {h.get('torch', '?')}, CUDA {'yes' if h.get('cuda') else 'no'}, "
                      f"Python {h.get('python', '?')}")
-    # glibc malloc settings (recorded since 2026-12-02; simdl.cluster.host.allocator_env): they
+    # glibc malloc settings (where recorded; simdl.cluster.host.allocator_env): they
     # decide whether FSDP2's CPU steps fault their gradients in again every step.
     from collections import Counter
 
@@ -330,7 +330,7 @@ def _setup_section(records: list[dict]) -> list[str]:
         lines += [f"- **A rank failed while tearing down** ({len(torn)} of {len(records)} runs: "
                   + ", ".join(f"`{r['run_id']}`" for r in torn) + "): every rank had written its complete "
                   "record first, so the measurements are used; the runs' `teardown_error` says what failed."]
-    # validate.run measures, since 2026-11-29, what other processes took of the CPU before and
+    # validate.run measures what other processes took of the CPU before and
     # during each run (simdl.calibrate.host_load): on 2 cores one other job slows a run by a third.
     metered = [r for r in records if (r.get("host_cpu") or {}).get("others_cores") is not None]
     busy = [(r, host_load.busy_note(r)) for r in records if host_load.busy_note(r)]
@@ -344,8 +344,8 @@ def _setup_section(records: list[dict]) -> list[str]:
         lines += [f"- Other processes' CPU, measured during {len(metered)} of {len(records)} runs: at most "
                   f"{worst:.2f} cores on average (runs above {host_load.BUSY_CORES:g} would be listed here)."]
     over = [r for r in records if r.get("oversubscribed")]
-    # validate/train.py records the RPC transport of each PS run (uv since 2026-11-23; the
-    # default shm before, whose busy-polling reactor slowed oversubscribed runs).
+    # validate/train.py records the RPC transport of each PS run (uv: TensorPipe's default shm
+    # transport's busy-polling reactor slows oversubscribed runs; older records ran shm).
     kinds = sorted({(r.get("measured") or {}).get("transport") for r in records
                     if registry.is_client_server(str((r.get("spec") or {}).get("strategy", "")))} - {None})
     ps_transport = ("; transport as recorded per run: " + ", ".join(f"`{k}`" for k in kinds)) if kinds else ""
@@ -540,7 +540,7 @@ def relative_steps(records: list[dict], engine: str = "analytic") -> list[dict]:
 
     A sweep runs a model's strategies one after the other, minutes apart. A profile whose compute
     times went stale over hours (cpu-xeon-emr-b: the same run 11 % apart at the median two hours
-    later, validate/README) errs alike on both runs of a pair, and the ratio keeps what the
+    later, lab/CAMPAIGN.md) errs alike on both runs of a pair, and the ratio keeps what the
     prediction says about the strategies themselves: how much more one costs than the other.
     The noise of one run against the next stays in it. A check beside the goals, not one of them.
     """
@@ -718,7 +718,7 @@ def drift_table(records: list[dict], engine: str = "analytic") -> list[str]:
 
 def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
     """Where the step goes, measured against predicted, for runs whose profiled step was split
-    into groups (``busy_by_group_s``, validate/measure.py; runs since 2026-11-25) and whose
+    into groups (``busy_by_group_s``, validate/measure.py; older records lack it) and whose
     prediction carries ``step_split_s``. Shares of the step, not seconds: the profiler slows
     the profiled step, so its groups are divided by its own length."""
     rows = []

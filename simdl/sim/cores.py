@@ -8,14 +8,14 @@ balancing: n runnable jobs each progress at min(1, K/n) of a core. So a worker t
 while others wait for the server runs faster than one that computes alongside them, and the
 server's update runs slower while workers compute. Both couple the workers' timing in ways a
 model of independent workers misses. On the EPYC the server's event log found workers that
-push back to back again and again ("Where asynchronous updates lose staleness", 2026-11-27),
+push back to back again and again (lab/CAMPAIGN.md, "Where asynchronous updates lose staleness"),
 and on the Emerald Rapids the VGG16 server's update took 0.43 s (median) in async, where
 workers compute meanwhile, against 0.21 s in SSP(0), where they mostly wait
-(validate/results/xeon-emr-x4.jsonl, ``server_update_time_s``).
+(lab/records/xeon-emr-x4.jsonl.xz, ``server_update_time_s``).
 
 Pinning each process to one core (no balancing, the other limit) was tried too. It
 under-predicted VGG16's staleness by 12-22 % on the EPYC and the Intel Xeon. Balancing
-gave the smaller errors on both (validate/README, 2026-11-29).
+gave the smaller errors on both (lab/CAMPAIGN.md, "Where VGG16 PS sync's time goes").
 
 A job's *work* is its duration on a whole core. The compute profile of a shared device was
 measured with every rank computing at once, so a duration d from it is d x min(1, K/N)

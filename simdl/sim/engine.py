@@ -211,7 +211,7 @@ def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, not
         # server's work (simdl.sim.cores) but leaves out the CPU the transfers take, so the
         # step is floored at the cores' operational bound, as the analytic engine's
         # (simdl.costs.ps.ps_host_floor). Without it VGG16 async on cpu-xeon-emr-x4
-        # was predicted 3.45 s against 4.09 s measured (-16 %, validate/results/xeon-emr-x4.jsonl).
+        # is predicted 3.45 s against 4.09 s measured (-16 %, lab/records/xeon-emr-x4.jsonl.xz).
         from ..costs.ps import ps_host_floor
 
         host_floor = ps_host_floor(cluster, plan, sum(durations))
@@ -225,7 +225,7 @@ def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, not
     interference = cluster.spec.efficiency.comm_compute_interference
     added = {}
     if not is_ps and interference is not None and interference.value > 0.0:
-        # The profile's fitted compute/communication interference (issue 5; on CPU gloo's
+        # The profile's fitted compute/communication interference (simdl calibrate; on CPU gloo's
         # threads take the cores the compute needs): the links model no core contention, so
         # the same correction as the analytic engine's is applied to the simulated overlap.
         added["interference"] = interference.value * max(compute + comm_busy - any_busy, 0.0)

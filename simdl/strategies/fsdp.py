@@ -52,8 +52,8 @@ A profile may also charge FSDP2's own host time per unit and step
 training thread. On CPU ranks the logged calls left about as much time outside the calls
 with one collective per unit (none) as with three (full), so it is a cost per unit, not per
 call; it is one ``fsdp_hooks`` task before each unit's first forward run. Chosen on the
-calibration's own leave-one-model-out errors (cpu-epyc, 2026-11-25: mean 9.9% -> 7.8%, max
-21.6% -> 22.3%, both maxima the same wide_resnet101_2 grad_op step).
+calibration's own leave-one-model-out errors (cpu-epyc: mean 7.8 % with the term against 9.9 %
+without, max 22.3 % against 21.6 %, both maxima the same wide_resnet101_2 grad_op step).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ The analytic engine prices matmul-class rows (convolution, linear, attention) by
 the others by bytes; a cluster profile may give the memory-bound classes each their own
 achievable bandwidth (``efficiency.memory_bandwidth_<class>``): on CPU a batch norm (two
 passes for its statistics, then one to normalise) streams its bytes at a quarter of the rate
-an in-place ReLU does (issue 5 calibration). Calibration also sums measured times per class.
+an in-place ReLU does (cpu-local's calibration). Calibration also sums measured times per class.
 """
 
 from __future__ import annotations

@@ -12,6 +12,14 @@ from simdl.cluster.spec import CLUSTER_DIR, GPU_DIR, PRECISIONS, raw_preset
 from simdl.errors import SimdlError
 from simdl.provenance import KINDS
 
+# The development VMs' calibrations live with the lab data, not in the package.
+LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+
+
+def lab(name: str) -> str:
+    return str(LAB_PROFILES / f"{name}.yaml")
+
+
 EXPECTED_GPUS = {"A100-SXM4-40GB", "A100-SXM4-80GB", "A100-PCIe-80GB", "A10G", "H100-SXM", "V100-SXM2", "cpu"}
 EXPECTED_PRESETS = {"a100-80gb-nvlink", "a100-80gb-pcie", "a10g-ps", "a100-40gb-2node", "dgx-a100",
                     "h100-hgx", "v100-dgx1", "cpu-local"}
@@ -182,13 +190,13 @@ def test_ps_link_fields_round_trip_and_a_negative_one_is_rejected(tmp_path):
         r["ps_servers"]["receive_fault_ns_per_byte"] = {"value": 0.2, "kind": "calibrated", "source": "a test"}
         r["ps_servers"].pop("response_copy_ns_per_byte", None)
 
-    spec = load_cluster(_write_variant(tmp_path, calibrated, base="cpu-local-x4"))
+    spec = load_cluster(_write_variant(tmp_path, calibrated, base=lab("cpu-local-x4")))
     assert spec.ps_servers.worker_link.value == pytest.approx(1.5e9)
     assert spec.ps_servers.receive_fault.value == pytest.approx(0.2e-9)
     assert spec.ps_servers.response_copy is None  # optional
     assert spec.ps_servers.to_dict()["receive_fault_ns_per_byte"]["value"] == pytest.approx(0.2)
     path = _write_variant(tmp_path, lambda r: r["ps_servers"].update(
-        response_copy_ns_per_byte={"value": -1, "kind": "calibrated", "source": "a test"}), base="cpu-local-x4")
+        response_copy_ns_per_byte={"value": -1, "kind": "calibrated", "source": "a test"}), base=lab("cpu-local-x4"))
     with pytest.raises(SimdlError) as exc:
         load_cluster(path)
     _assert_one_line(exc, "response_copy_ns_per_byte", "-1", ">= 0")

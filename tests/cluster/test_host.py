@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from simdl.cluster import load_cluster
+from simdl.cluster.spec import CLUSTER_DIR
 from simdl.cluster.host import cache_sizes, cpu_identity, cpu_model, host_mismatch, profile_caches, profile_devices
+
+# The development VMs' calibrations live with the lab data, not in the package.
+LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+
+
+def lab(name: str) -> str:
+    return str(LAB_PROFILES / f"{name}.yaml")
 
 
 def test_cpu_model_reads_cpuinfo(tmp_path):
@@ -38,7 +48,7 @@ def test_cache_sizes_from_sysfs_layout(tmp_path):
 
 
 def test_shipped_cpu_profile_names_its_processor():
-    for name in ("cpu-local", "cpu-epyc"):
+    for name in ("cpu-local", lab("cpu-epyc")):
         devs = profile_devices(load_cluster(name))
         assert devs and all(d.startswith("cpu: ") for d in devs)
 
@@ -77,9 +87,9 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
     import simdl.cluster.spec as spec_mod
     from simdl.cluster.host import preset_for_this_host
 
-    src = spec_mod.CLUSTER_DIR / "cpu-epyc.yaml"
+    src = LAB_PROFILES / "cpu-epyc.yaml"
     raw = yaml.safe_load(src.read_text())
-    shutil.copy(spec_mod.CLUSTER_DIR / "cpu-epyc.compute.json", tmp_path)
+    shutil.copy(LAB_PROFILES / "cpu-epyc.compute.json", tmp_path)
 
     def ship(name: str, date: str, slots: int = 2, allocator_env: dict | None = None) -> None:
         d = {**raw, "name": name, "gpus_per_node": slots}
@@ -161,7 +171,7 @@ EPYC_L2_512K = {"L1d": "32K", "L1i": "32K", "L2": "512K", "L3": "32768K"}
 def test_host_mismatch_compares_caches_when_both_sides_record_them():
     from simdl.cluster.host import profile_caches
 
-    spec = load_cluster("cpu-epyc")
+    spec = load_cluster(lab("cpu-epyc"))
     assert profile_caches(spec) == EPYC_L2_1M
     assert host_mismatch(spec, "cpu: AMD EPYC", EPYC_L2_1M) is None
     why = host_mismatch(spec, "cpu: AMD EPYC", EPYC_L2_512K)
@@ -173,12 +183,15 @@ def test_host_mismatch_compares_caches_when_both_sides_record_them():
 def test_preset_for_this_host_tells_processors_of_one_name_apart():
     from simdl.cluster.host import preset_for_this_host
 
-    # The Zen 4 has cpu-epyc (2026-11-25) and cpu-epyc-zen4 (2026-12-02): the newer.
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}) == "cpu-epyc-zen4"
+    # The Zen 4 has cpu-epyc (2026-11-25) and cpu-epyc-zen4 (2026-12-02): the newer. Both
+    # are calibrations kept with the lab data, returned by path; the package ships neither.
+    folders = (CLUSTER_DIR, LAB_PROFILES)
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}) is None
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}, folders=folders) == lab("cpu-epyc-zen4")
     # The Zen 3 has a 2-rank profile (cpu-epyc-milan) and a 4-rank one (cpu-epyc-x4): the
     # 2-rank one is preferred, and validate.run finds the other for 4-rank runs by provenance.
-    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K, environ={}) == "cpu-epyc-milan"
-    assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}, environ={}) is None
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_512K, environ={}, folders=folders) == lab("cpu-epyc-milan")
+    assert preset_for_this_host("cpu: AMD EPYC", {"L1d": "48K", "L2": "1024K"}, environ={}, folders=folders) is None
 
 
 def test_allocator_env_keeps_only_the_c_allocators_settings():
@@ -190,11 +203,11 @@ def test_allocator_env_keeps_only_the_c_allocators_settings():
 
 
 def test_allocator_mismatch_names_both_malloc_settings():
-    """A profile's compute times depend on glibc's heap trimming (validate/README), so a
+    """A profile's compute times depend on glibc's heap trimming (lab/CAMPAIGN.md), so a
     profile timed under other malloc settings than the ranks' is named, both sides shown."""
     from simdl.cluster.host import allocator_mismatch
 
-    spec = load_cluster("cpu-epyc-zen4")  # calibrated with glibc's defaults
+    spec = load_cluster(lab("cpu-epyc-zen4"))  # calibrated with glibc's defaults
     assert allocator_mismatch(spec, {"PATH": "/bin"}) is None
     why = allocator_mismatch(spec, {"MALLOC_TRIM_THRESHOLD_": "68719476736"})
     assert why == ("profile cpu-epyc-zen4 was timed with glibc's default malloc settings; these ranks with "

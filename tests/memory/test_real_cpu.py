@@ -40,7 +40,7 @@ def test_single_process_step(model, dataset, batch, optimizer):
     # 2.14 sends resnet18's convolutions through oneDNN, whose extra buffers simdl does not
     # model: 252,934,720 B measured with it, 197,821,508 B without (simdl: 197,819,200). On
     # the AVX-512 hosts before it the default path matched within 3 %. The check runs the
-    # modelled path on every host; the gap is a known limit (validate/README, "oneDNN's
+    # modelled path on every host; the gap is a known limit (lab/CAMPAIGN.md, "oneDNN's
     # buffers on an AVX2 host").
     with torch.backends.mkldnn.flags(enabled=False):
         measured = real_single_step(model, t.input_shape, t.num_classes, batch, optimizer)

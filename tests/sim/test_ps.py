@@ -1,5 +1,7 @@
 """Parameter server on the timeline: staleness, incast, SSP."""
 
+from pathlib import Path
+
 import pytest
 import simpy
 
@@ -8,6 +10,13 @@ from simdl.cluster.topology import build_topology
 from simdl.predict import predict
 from simdl.sim.collectives import Router
 from simdl.sim.network import Network
+
+# The development VMs' calibrations live with the lab data, not in the package.
+LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+
+
+def lab(name: str) -> str:
+    return str(LAB_PROFILES / f"{name}.yaml")
 
 
 def test_sync_staleness_is_zero():
@@ -65,16 +74,16 @@ def test_identical_deterministic_workers_convoy_and_jitter_breaks_it():
 def test_ps_sim_draws_the_profiles_measured_compute_jitter_by_default():
     from simdl.cluster import load_cluster
 
-    cj = load_cluster("cpu-local-x4").efficiency.compute_jitter
+    cj = load_cluster(lab("cpu-local-x4")).efficiency.compute_jitter
     assert cj is not None and cj.kind == "calibrated" and cj.value > 0
-    kw = dict(cluster="cpu-local-x4", engine="sim", dataset="mnist", batch_size=32)
+    kw = dict(cluster=lab("cpu-local-x4"), engine="sim", dataset="mnist", batch_size=32)
     r = predict("resnet50", "ps-async", 4, **kw)
     assert any("per worker and step" in n and "efficiency.compute_jitter" in n for n in r.notes)
     assert r.config["jitter"].startswith(f"lognormal:{cj.value:g}")
     # An explicit choice wins; SPMD plans get no default (their step fit already pays for it).
     none = predict("resnet50", "ps-async", 4, jitter="none", **kw)
     assert not any("heterogeneity" in n for n in none.notes) and "jitter" not in none.config
-    ddp = predict("resnet18", "ddp", 4, cluster="cpu-local-x4", engine="sim")
+    ddp = predict("resnet18", "ddp", 4, cluster=lab("cpu-local-x4"), engine="sim")
     assert not any("heterogeneity" in n for n in ddp.notes)
 
 
@@ -155,9 +164,9 @@ def test_shared_host_floors_the_simulated_step_at_its_cores():
     from simdl.workload.library import load_workload
 
     kw = dict(dataset="mnist", batch_size=32, train_samples=512, epochs=1, optimizer="momentum")
-    r = predict("vgg16", "ps-async", 4, cluster="cpu-local-x4", engine="sim", **kw)
-    a = predict("vgg16", "ps-async", 4, cluster="cpu-local-x4", engine="analytic", **kw)
-    cluster = allocate("cpu-local-x4", 4)
+    r = predict("vgg16", "ps-async", 4, cluster=lab("cpu-local-x4"), engine="sim", **kw)
+    a = predict("vgg16", "ps-async", 4, cluster=lab("cpu-local-x4"), engine="analytic", **kw)
+    cluster = allocate(lab("cpu-local-x4"), 4)
     w = wl.Workload(table=load_workload("vgg16", "mnist"), batch_size=32, train_samples=512, epochs=1,
                     optimizer="momentum", precision="fp32")
     plan = build_plan(w, cluster, StrategyConfig(name="ps-async"))

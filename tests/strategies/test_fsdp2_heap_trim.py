@@ -3,6 +3,7 @@ top, trimmed back to the OS, faulted in again next step (simdl.strategies.fsdp
 asks simdl.hosts.cpu_glibc's GlibcCpuHost.refault_limit; simdl.cluster.allocator)."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,14 @@ from simdl.cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold, tr
 from simdl.strategies import StrategyConfig, build_plan
 from simdl.workload import workload as wl
 from simdl.workload.library import load_workload
+
+# The development VMs' calibrations live with the lab data, not in the package.
+LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+
+
+def lab(name: str) -> str:
+    return str(LAB_PROFILES / f"{name}.yaml")
+
 
 MiB = 1024 * 1024
 
@@ -24,7 +33,7 @@ def _plan(cluster, model="vit_b_32", sharding="none", gpus=2):
 
 
 def test_thresholds_follow_glibcs_dynamic_adjustment_and_are_absent_on_gpus():
-    cpu = allocate("cpu-epyc-milan", 2)
+    cpu = allocate(lab("cpu-epyc-milan"), 2)
     assert mmap_threshold(cpu) == GLIBC_MMAP_THRESHOLD_MAX == 32 * MiB
     assert trim_threshold(cpu) == 64 * MiB  # malloc.c: trim_threshold = 2 * mmap_threshold
     assert mmap_threshold(allocate("a100-80gb-nvlink", 2)) is None
@@ -33,7 +42,7 @@ def test_thresholds_follow_glibcs_dynamic_adjustment_and_are_absent_on_gpus():
 
 @pytest.mark.parametrize("sharding,shard", [("none", 1), ("full", 2), ("grad_op", 2)])
 def test_each_sub_threshold_reduce_output_refaults_once_per_step(sharding, shard):
-    _, _, plan = _plan("cpu-epyc-milan", sharding=sharding)
+    _, _, plan = _plan(lab("cpu-epyc-milan"), sharding=sharding)
     cins = [t for t in plan.tasks if t.name.startswith("rs_copy_in")]
     assert cins
     for t in cins:
@@ -48,7 +57,7 @@ def test_each_sub_threshold_reduce_output_refaults_once_per_step(sharding, shard
 
 def test_gradients_below_the_trim_threshold_in_total_are_kept_by_the_heap():
     # mnist_cnn's gradients total well under 64 MiB: a heap top that small is never trimmed
-    w, _, plan = _plan("cpu-epyc-milan", model="mnist_cnn")
+    w, _, plan = _plan(lab("cpu-epyc-milan"), model="mnist_cnn")
     assert w.param_bytes < 64 * MiB
     assert all(t.refaults == 0 for t in plan.tasks)
 
@@ -57,7 +66,7 @@ def test_no_refaults_where_memory_does_not_come_from_glibc():
     _, _, plan = _plan("a100-80gb-nvlink")
     assert all(t.refaults == 0 for t in plan.tasks)
     # a CPU profile without a page-fault cost prices none either
-    _, c, _ = _plan("cpu-epyc-milan")
+    _, c, _ = _plan(lab("cpu-epyc-milan"))
     host = dataclasses.replace(c.spec.host, page_fault_per_byte=None)
     spec = dataclasses.replace(c.spec, host=host)
     t = load_workload("vit_b_32", "cifar10")
@@ -67,7 +76,7 @@ def test_no_refaults_where_memory_does_not_come_from_glibc():
 
 
 def test_a_refaulting_copy_costs_its_bytes_at_the_hosts_page_fault_rate():
-    w, c, plan = _plan("cpu-epyc-milan")
+    w, c, plan = _plan(lab("cpu-epyc-milan"))
     rates = device_rates(c, "fp32")
     rows = row_times(w.table, w.batch_size, rates)
     t = next(t for t in plan.tasks if t.refaults)
@@ -82,14 +91,14 @@ def test_a_profile_whose_ranks_never_trim_the_heap_refaults_nothing(tmp_path):
     # Ranks run with MALLOC_TRIM_THRESHOLD_ far above any step's heap: the profile says so
     # (host.trim_threshold_MiB) and the gradients stay mapped; mapped buffers are unchanged.
     path = tmp_path / "keep.yaml"
-    path.write_text("name: keep\nextends: cpu-epyc-milan\nhost:\n  trim_threshold_MiB:\n"
+    path.write_text(f"name: keep\nextends: {lab('cpu-epyc-milan')}\nhost:\n  trim_threshold_MiB:\n"
                     "    value: 65536\n    kind: framework\n    source: MALLOC_TRIM_THRESHOLD_=68719476736\n")
     from simdl.cluster import load_cluster
 
     keep = allocate(load_cluster(str(path)), 2)
     assert trim_threshold(keep) == 65536 * MiB and mmap_threshold(keep) == 32 * MiB
     _, _, plan = _plan(load_cluster(str(path)))
-    _, _, base = _plan("cpu-epyc-milan")
+    _, _, base = _plan(lab("cpu-epyc-milan"))
     assert sum(t.refaults for t in base.tasks) > 0
     assert all(t.refaults == 0 for t in plan.tasks)
     assert [t.allocs for t in plan.tasks] == [t.allocs for t in base.tasks]
@@ -105,7 +114,7 @@ def test_calibration_takes_the_thresholds_from_the_ranks_environment():
 
 
 def test_a_plan_that_refaults_says_so_and_one_that_does_not_is_silent():
-    _, _, plan = _plan("cpu-epyc-milan")
+    _, _, plan = _plan(lab("cpu-epyc-milan"))
     note = [n for n in plan.notes if n.startswith("glibc heap trimming")]
     mb = sum(t.refaults for t in plan.tasks) / 1e6
     assert len(note) == 1 and f"{mb:.0f} MB" in note[0] and "MALLOC_TRIM_THRESHOLD_" in note[0]

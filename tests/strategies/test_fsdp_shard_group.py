@@ -2,6 +2,8 @@
 2-D mesh of any shape, e.g. 2 replicas x 2 shards on one 4-rank host, as validate/train.py
 runs it with init_device_mesh(..., (2, 2))."""
 
+from pathlib import Path
+
 import pytest
 
 import simdl
@@ -12,6 +14,13 @@ from simdl.strategies import StrategyConfig, build_plan
 from simdl.workload import workload as wl
 from simdl.workload.library import load_workload
 
+# The development VMs' calibrations live with the lab data, not in the package.
+LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+
+
+def lab(name: str) -> str:
+    return str(LAB_PROFILES / f"{name}.yaml")
+
 
 def _plan(cluster, gpus, shard_group=None, sharding="hybrid", nodes=None):
     t = load_workload("resnet18", "cifar10")
@@ -21,7 +30,7 @@ def _plan(cluster, gpus, shard_group=None, sharding="hybrid", nodes=None):
 
 
 def test_two_by_two_on_one_host_shards_in_pairs_and_all_reduces_the_shard_across_pairs():
-    c, plan = _plan("cpu-epyc-x4", 4, shard_group=2)
+    c, plan = _plan(lab("cpu-epyc-x4"), 4, shard_group=2)
     assert (plan.details["shard_size"], plan.details["replicas"]) == (2, 2)
     assert plan.groups["shard"].size == 2 and plan.groups["replicate"].size == 2
     assert plan.groups["shard"].scope == plan.groups["replicate"].scope == "intra"  # one node
@@ -35,7 +44,7 @@ def test_two_by_two_on_one_host_shards_in_pairs_and_all_reduces_the_shard_across
 
 
 def test_the_sim_lays_the_mesh_out_row_major():
-    c, plan = _plan("cpu-epyc-x4", 4, shard_group=2)
+    c, plan = _plan(lab("cpu-epyc-x4"), 4, shard_group=2)
     assert group_instances(plan.groups["shard"], c) == [("block", (0, 1)), ("block", (2, 3))]
     assert group_instances(plan.groups["replicate"], c) == [("strided", (0, 2)), ("strided", (1, 3))]
 
@@ -57,7 +66,7 @@ def test_a_smaller_shard_group_across_nodes_replicates_over_the_world():
 
 
 def test_memory_and_bytes_sit_between_full_and_none():
-    kw = dict(model="vgg16", strategy="fsdp", gpus=4, cluster="cpu-epyc-x4", dataset="cifar10")
+    kw = dict(model="vgg16", strategy="fsdp", gpus=4, cluster=lab("cpu-epyc-x4"), dataset="cifar10")
     full, none = simdl.predict(sharding="full", **kw), simdl.predict(sharding="none", **kw)
     hybrid = simdl.predict(sharding="hybrid", shard_group=2, **kw)
     assert full.peak_tensor_bytes < hybrid.peak_tensor_bytes < none.peak_tensor_bytes
@@ -72,14 +81,14 @@ def test_memory_and_bytes_sit_between_full_and_none():
 ])
 def test_bad_shard_groups_are_one_line_errors(kw, message):
     with pytest.raises(SimdlError, match=message):
-        simdl.predict("vgg16", "fsdp", 4, cluster="cpu-epyc-x4", **kw)
+        simdl.predict("vgg16", "fsdp", 4, cluster=lab("cpu-epyc-x4"), **kw)
 
 
 def test_the_cli_takes_and_echoes_the_mesh(capsys):
     from simdl.cli import main
 
     assert main(["predict", "--model", "vgg16", "--strategy", "fsdp", "--sharding", "hybrid", "--gpus", "4",
-                 "--shard-group", "2", "--cluster", "cpu-epyc-x4"]) in (0, None)
+                 "--shard-group", "2", "--cluster", lab("cpu-epyc-x4")]) in (0, None)
     assert "fsdp-hybrid (2 replicas x 2 shards)" in capsys.readouterr().out
     assert main(["predict", "--strategy", "ddp", "--shard-group", "2"]) == 2
     err = capsys.readouterr().err

@@ -2,6 +2,8 @@
 the worker loads the pulled parameters into its model; the server snapshots its shard for
 every pull; on host-memory devices, fresh buffers above the mmap threshold fault in."""
 
+from pathlib import Path
+
 import pytest
 
 from simdl.costs.ps import ps_update_time
@@ -9,6 +11,13 @@ from simdl.cluster import allocate
 from simdl.strategies import StrategyConfig, build_plan
 from simdl.workload import workload as wl
 from simdl.workload.library import load_workload
+
+# The development VMs' calibrations live with the lab data, not in the package.
+LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
+
+
+def lab(name: str) -> str:
+    return str(LAB_PROFILES / f"{name}.yaml")
 
 
 def _plan(model, strategy="ps-sync", cluster="cpu-local", gpus=2):
@@ -46,7 +55,7 @@ def test_sync_mean_streams_the_server_codes_passes():
     from simdl.costs.ps import ps_aggregate_bytes, ps_snapshot_time
 
     for model in ("resnet50", "vgg16"):
-        _, alloc, plan = _plan(model, cluster="cpu-local-x4", gpus=4)
+        _, alloc, plan = _plan(model, cluster=lab("cpu-local-x4"), gpus=4)
         assert ps_aggregate_bytes(plan, 1) == 0
         assert ps_aggregate_bytes(plan, 4) == 13 * plan.push_bytes
         bw = alloc.ps_update_bandwidth()
@@ -62,9 +71,9 @@ def test_ps_on_a_shared_host_pays_for_the_server_with_compute():
     import simdl
     from simdl.analytic import engine
 
-    w, alloc, plan = _plan("vgg16", "ps-async", "cpu-local-x4", 4)
+    w, alloc, plan = _plan("vgg16", "ps-async", lab("cpu-local-x4"), 4)
     assert alloc.spec.shared_device and alloc.spec.host.cpu_cores.value == 2
-    r = simdl.predict(model="vgg16", strategy="ps-async", gpus=4, cluster="cpu-local-x4", dataset="mnist",
+    r = simdl.predict(model="vgg16", strategy="ps-async", gpus=4, cluster=lab("cpu-local-x4"), dataset="mnist",
                       batch_size=32, train_samples=100, epochs=1, optimizer="momentum")
     push1, pull1 = engine.ps_transfer_times(alloc, plan, 1)
     upd = ps_update_time(alloc, plan, 1)

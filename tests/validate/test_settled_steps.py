@@ -11,7 +11,7 @@ from simdl.report.metrics import METRIC_BY_KEY, mser_truncation, pool_repeats, r
 from validate import run as vrun
 from validate.experiments import RunSpec
 
-RESULTS = Path(__file__).resolve().parents[2] / "validate" / "results"
+RESULTS = Path(__file__).resolve().parents[2] / "lab" / "records"
 
 
 def test_a_run_already_steady_loses_nothing():
@@ -56,9 +56,9 @@ def test_repeats_are_cut_before_they_are_pooled():
 
 
 def test_the_first_sweeps_vit_b16_b64_had_not_settled():
-    # validate/results/xeon-emr.jsonl, 2026-11-28: 7 steady steps, the first three still
+    # lab/records/xeon-emr.jsonl.xz: 7 steady steps, the first three still
     # warming up (1.8x, 1.4x, 1.15x the later ones); the fixed rule's median is 15 % high.
-    recs = {r["run_id"]: r for r in read_results(RESULTS / "xeon-emr.jsonl")}
+    recs = {r["run_id"]: r for r in read_results(RESULTS / "xeon-emr.jsonl.xz")}
     r = recs["vit-vit_b_16-fsdp-full-r2-b64-fbe9f17d"]
     fixed = METRIC_BY_KEY["step_time"].measured(r)
     settled = METRIC_BY_KEY["settled_step_time"].measured(r)

@@ -1,5 +1,5 @@
 """benchmarks/ps_sync_rounds.py and proc_cpu_timeline.py on the committed event logs of the
-VGG16 sync runs (validate/results/xeon-emr-x4-sync-events/, validate/README)."""
+VGG16 sync runs (lab/records/events/xeon-emr-x4-sync-events/, lab/CAMPAIGN.md)."""
 
 import subprocess
 import sys
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-EVENTS = ROOT / "validate" / "results" / "xeon-emr-x4-sync-events"
+EVENTS = ROOT / "lab" / "records" / "events" / "xeon-emr-x4-sync-events"
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import proc_cpu_timeline  # noqa: E402

@@ -94,7 +94,7 @@ def test_shard_group_keeps_the_run_ids_of_runs_without_it():
     """Resume keys on run_id: configurations from before the field keep their ids."""
     r = RunSpec("exp1", "vgg16", "cifar10", "ddp", 4, 32, 1, 1536, 256)
     assert "shard_group" not in r.to_dict()
-    assert r.run_id == "exp1-vgg16-ddp-r4-b32-f62ddaa9"  # as filed in validate/results/epyc-x4-2.jsonl
+    assert r.run_id == "exp1-vgg16-ddp-r4-b32-f62ddaa9"  # as filed in lab/records/epyc-x4-2.jsonl.xz
     h = RunSpec("exp1", "vgg16", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
     assert h.to_dict()["shard_group"] == 2 and RunSpec.from_dict(h.to_dict()) == h
 

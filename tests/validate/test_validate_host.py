@@ -6,6 +6,7 @@ import json
 
 from validate import run as vrun
 from validate import repredict as vre
+from validate.run import LAB_PROFILES
 
 
 def _fake_sweep(monkeypatch, device, caches=None):
@@ -56,8 +57,8 @@ def test_a_sibling_profile_of_another_processor_of_the_same_name_is_refused(tmp_
     from simdl.cluster import load_cluster
     from simdl.cluster.host import profile_caches
 
-    l2_1m = profile_caches(load_cluster("cpu-epyc"))
-    l2_512k = profile_caches(load_cluster("cpu-epyc-x4"))
+    l2_1m = profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc.yaml")))
+    l2_512k = profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc-x4.yaml")))
     calls = _fake_sweep(monkeypatch, "cpu: AMD EPYC", l2_1m)
     # --cluster cpu-epyc: the default on this processor is now the newer cpu-epyc-zen4, which has
     # no 4-rank sibling of its name (validate.run derives a 4-slot copy of it instead).
@@ -87,8 +88,8 @@ def test_repredict_labels_runs_of_another_processor(tmp_path, monkeypatch):
     from simdl.cluster import load_cluster
     from simdl.cluster.host import profile_caches
 
-    other = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster("cpu-epyc-x4"))})
-    same = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster("cpu-epyc"))})
+    other = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc-x4.yaml")))})
+    same = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc.yaml")))})
     out = vre.repredict(json.loads(json.dumps([other, same])), "cpu-epyc", tmp_path, ("analytic",))
     assert "L2 512K" in out[0]["host_mismatch"] and "host_mismatch" not in out[1]
 
@@ -99,7 +100,7 @@ def test_a_sweep_under_other_malloc_settings_than_its_profile_is_labelled(tmp_pa
     from simdl.cluster import load_cluster
     from simdl.cluster.host import profile_caches, profile_devices
 
-    spec = load_cluster("cpu-epyc-zen4")
+    spec = load_cluster(str(LAB_PROFILES / "cpu-epyc-zen4.yaml"))
     seen = []
     _fake_sweep(monkeypatch, profile_devices(spec)[0], profile_caches(spec))
     fake = vrun.run_one
