@@ -25,6 +25,9 @@ import pytest
 import simdl
 
 FIXTURE = Path(__file__).parent / "golden" / "predictions.json"
+# Development-VM calibrations live with the lab data, named by repository-relative path.
+LAB_ZEN4 = "lab/profiles/cpu-epyc-zen4.yaml"
+LAB_LOCAL_X4 = "lab/profiles/cpu-local-x4.yaml"
 REL = 1e-12
 
 # name -> predict() keywords. The first six are the README's examples.
@@ -45,9 +48,9 @@ CASES: dict[str, dict] = {
     "ddp_vit_2node_8_bf16": dict(model="vit_b_16", strategy="ddp", gpus=8, cluster="a100-40gb-2node",
                                  precision="bf16", dataset="imagenet"),
     "ddp_resnet50_tree_h100": dict(model="resnet50", strategy="ddp", gpus=8, cluster="h100-hgx", algorithm="tree"),
-    "ddp_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="ddp", gpus=2, cluster="cpu-epyc-zen4",
+    "ddp_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="ddp", gpus=2, cluster=LAB_ZEN4,
                                       engine="sim"),
-    "ddp_resnet18_cpu_zen4": dict(model="resnet18", strategy="ddp", gpus=2, cluster="cpu-epyc-zen4"),
+    "ddp_resnet18_cpu_zen4": dict(model="resnet18", strategy="ddp", gpus=2, cluster=LAB_ZEN4),
     # FSDP
     "fsdp_full_resnet50_dgx_16": dict(model="resnet50", strategy="fsdp", gpus=16, cluster="dgx-a100"),
     "fsdp_none_vgg16_v100": dict(model="vgg16", strategy="fsdp", sharding="none", gpus=8, cluster="v100-dgx1"),
@@ -61,8 +64,8 @@ CASES: dict[str, dict] = {
     "fsdp_full_cpu_offload": dict(model="vgg16", strategy="fsdp", gpus=4, cpu_offload=True),
     "fsdp_grad_op_ga2_adam": dict(model="resnet50", strategy="fsdp", sharding="grad_op", gpus=4,
                                   grad_accumulation=2, optimizer="adam"),
-    "fsdp_full_resnet18_cpu_zen4": dict(model="resnet18", strategy="fsdp", gpus=2, cluster="cpu-epyc-zen4"),
-    "fsdp_full_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="fsdp", gpus=2, cluster="cpu-epyc-zen4",
+    "fsdp_full_resnet18_cpu_zen4": dict(model="resnet18", strategy="fsdp", gpus=2, cluster=LAB_ZEN4),
+    "fsdp_full_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="fsdp", gpus=2, cluster=LAB_ZEN4,
                                             engine="sim"),
     "fsdp_grad_op_resnet18_cpu_local": dict(model="resnet18", strategy="fsdp", sharding="grad_op", gpus=2,
                                             cluster="cpu-local"),
@@ -81,8 +84,8 @@ CASES: dict[str, dict] = {
     "ps_async_sim_a10g": dict(model="resnet18", strategy="ps-async", gpus=4, cluster="a10g-ps", engine="sim"),
     "ps_ssp_sim_a10g": dict(model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps", engine="sim",
                             staleness_bound=2),
-    "ps_sync_cpu_local_x4": dict(model="resnet18", strategy="ps-sync", gpus=3, cluster="cpu-local-x4"),
-    "ps_async_cpu_local_x4_sim": dict(model="resnet18", strategy="ps-async", gpus=3, cluster="cpu-local-x4",
+    "ps_sync_cpu_local_x4": dict(model="resnet18", strategy="ps-sync", gpus=3, cluster=LAB_LOCAL_X4),
+    "ps_async_cpu_local_x4_sim": dict(model="resnet18", strategy="ps-async", gpus=3, cluster=LAB_LOCAL_X4,
                                       engine="sim"),
 }
 

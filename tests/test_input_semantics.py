@@ -178,7 +178,7 @@ def test_cpu_offload_reports_host_memory_and_what_the_step_leaves_out():
 def test_a_calibrated_profile_without_a_band_says_why():
     from simdl.cluster import load_cluster
 
-    spec = load_cluster("cpu-xeon-emr-x4")
+    spec = load_cluster("lab/profiles/cpu-xeon-emr-x4.yaml")
     cal = {k: v for k, v in spec.calibration.items() if k != "strategy_fit"}
     r = simdl.predict("resnet18", "ddp", 2, cluster=dataclasses.replace(spec, calibration=cal))
     assert r.iteration_time_band_s is None
@@ -186,7 +186,7 @@ def test_a_calibrated_profile_without_a_band_says_why():
     one = dict(spec.calibration, strategy_fit={"points": [{"model": "resnet18"}], "held_out": {}})
     r = simdl.predict("resnet18", "ddp", 2, cluster=dataclasses.replace(spec, calibration=one))
     assert "1 model(s): resnet18" in r.config["iteration_time_band"]
-    assert simdl.predict("resnet18", "ddp", 2, cluster="cpu-xeon-emr-x4").iteration_time_band_s is not None
+    assert simdl.predict("resnet18", "ddp", 2, cluster="lab/profiles/cpu-xeon-emr-x4.yaml").iteration_time_band_s is not None
 
 
 def test_version_and_grouped_help(capsys):

@@ -1085,6 +1085,11 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+# Compute profiles named by a base profile in its own folder and checked there
+# (_anchor_compute_profile); a file that extends that base may use them.
+_ANCHORED_DATA_FILES: set[str] = set()
+
+
 def _anchor_compute_profile(raw: dict[str, Any], folder: Path) -> dict[str, Any]:
     """``raw`` with a relative ``compute_profile`` file named from ``folder``, the folder of
     the file that gave it: a profile that extends another keeps its base's measured rows
@@ -1092,7 +1097,11 @@ def _anchor_compute_profile(raw: dict[str, Any], folder: Path) -> dict[str, Any]
     cp = raw.get("compute_profile")
     file = cp.get("file") if isinstance(cp, Mapping) else cp
     if isinstance(file, str) and file.strip() and not Path(file).is_absolute() and (folder / file).is_file():
-        anchored = str(folder / file)
+        from .safe_yaml import check_data_file
+
+        # Checked here against the base's own folder, so the extending file may name it.
+        anchored = str(check_data_file(folder / file, (folder,), f"{folder / file}: compute_profile"))
+        _ANCHORED_DATA_FILES.add(anchored)
         raw["compute_profile"] = {**cp, "file": anchored} if isinstance(cp, Mapping) else anchored
     return raw
 
@@ -1202,6 +1211,8 @@ def _parse_compute_profile(value: Any, path: Path, where: str) -> tuple[str, str
         raise SimdlError(f"{where}: compute_profile file {value!r} not found (looked in {path.parent})")
     from .safe_yaml import check_data_file
 
+    if str(p.resolve()) in _ANCHORED_DATA_FILES:
+        return str(p.resolve()), source
     return str(check_data_file(p, (path.parent, CLUSTER_DIR), f"{where}: compute_profile")), source
 
 

@@ -135,9 +135,12 @@ class ComputeProfile:
 def load_compute_profile(path: str) -> ComputeProfile:
     p = Path(path)
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SimdlError(f"compute profile {path}: cannot read ({exc.strerror})") from None
+        from ..textfile import read_text
+
+        text = read_text(p)  # a .xz / .gz profile reads as its plain form
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise SimdlError(f"compute profile {path}: cannot read ({reason})") from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

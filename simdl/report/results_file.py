@@ -33,11 +33,15 @@ def _open_text(path: Path) -> str:
         raise SimdlError(f"{path}: {path.stat().st_size:,} bytes is larger than a results file can be "
                          f"({MAX_BYTES:,} bytes at most)")
     try:
-        return path.read_text(encoding="utf-8")
+        from ..textfile import read_text
+
+        return read_text(path)
     except PermissionError:
         raise SimdlError(f"{path}: cannot be read (permission denied)") from None
     except UnicodeDecodeError as e:
         raise SimdlError(f"{path}: not UTF-8 text (byte {e.start}); accepted: a results JSONL file") from None
+    except (OSError, EOFError) as e:  # a corrupt .gz / .xz
+        raise SimdlError(f"{path}: cannot be decompressed ({e}); accepted: a results JSONL file") from None
 
 
 def _check_record(rec: Any, path: Path, line: int, for_report: bool) -> dict:

@@ -89,7 +89,7 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
 
     src = LAB_PROFILES / "cpu-epyc.yaml"
     raw = yaml.safe_load(src.read_text())
-    shutil.copy(LAB_PROFILES / "cpu-epyc.compute.json", tmp_path)
+    shutil.copy(LAB_PROFILES / "cpu-epyc.compute.json.xz", tmp_path)
 
     def ship(name: str, date: str, slots: int = 2, allocator_env: dict | None = None) -> None:
         d = {**raw, "name": name, "gpus_per_node": slots}

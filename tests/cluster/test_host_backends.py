@@ -41,7 +41,7 @@ def test_an_unknown_kind_is_a_one_line_error(tmp_path):
 
 def test_each_kind_gets_its_backend():
     gpu = host_for(allocate("a100-80gb-nvlink", 4))
-    cpu = host_for(allocate("cpu-epyc-zen4", 2))
+    cpu = host_for(allocate("lab/profiles/cpu-epyc-zen4.yaml", 2))
     assert isinstance(gpu, CudaHost) and isinstance(cpu, GlibcCpuHost)
     assert (gpu.collectives_block(), gpu.foreach_optimizer(), gpu.mapped_threshold()) == (False, True, None)
     assert cpu.collectives_block() and not cpu.foreach_optimizer() and cpu.mapped_threshold() > 0

@@ -65,7 +65,7 @@ def test_lamb_keeps_two_states_and_runs_on_gpus_only():
     assert lamb.memory_breakdown_bytes["optimizer"] == pytest.approx(2 * table.param_bytes, rel=0.01)
     adam = simdl.predict(model="vgg16", strategy="ddp", gpus=2, optimizer="adam")
     assert 0 < lamb.step_split_s["optimizer"] < adam.step_split_s["optimizer"]  # 13 passes against 18
-    for kw in (dict(cluster="cpu-epyc", strategy="ddp", gpus=2), dict(cluster="a10g-ps", strategy="ps-sync", gpus=2)):
+    for kw in (dict(cluster="cpu-local", strategy="ddp", gpus=2), dict(cluster="a10g-ps", strategy="ps-sync", gpus=2)):
         with pytest.raises(SimdlError, match="'lamb' .*CUDA GPUs only.*accepted here: sgd, momentum, adam, adamw"):
             simdl.predict(model="resnet18", optimizer="lamb", **kw)
 
