@@ -43,6 +43,7 @@ from pathlib import Path
 
 from simdl.calibrate.compute import anchored_step
 from simdl.calibrate.records import read_jsonl  # skips the torn last line a killed rank leaves
+from simdl.textfile import read_text
 
 from . import watch
 from .experiments import RunSpec
@@ -61,7 +62,7 @@ def probe_point(cluster_path: str, run: RunSpec) -> dict:
     spec = load_cluster(cluster_path)
     if not spec.compute_profile:
         return {"skipped": f"profile {spec.name} has no compute profile"}
-    prof = json.loads(Path(spec.compute_profile).read_text())
+    prof = json.loads(read_text(spec.compute_profile))
     name = run.model_name
     rows = [m for m in prof.get("models", []) if m.get("model") == name and m.get("dataset") == run.dataset]
     if not rows:

@@ -16,7 +16,7 @@ def test_every_class_curve_is_its_own_placement():
                         jitter="lognormal:0.2", return_run=True)
     plan, cluster = run.plan, run.cluster
     wl = Workload(load_workload("resnet18", dataset="cifar10"))
-    rows = row_times(wl.table, wl.batch_size, spmd_or_ps_rates(device_rates(cluster, wl.precision), plan))
+    rows = row_times(wl.table, wl.batch_size, spmd_or_ps_rates(device_rates(cluster, wl.precision), plan, wl.table))
     tl = timeline_for(wl, plan, cluster)
     assert len(run.classes) == 8
     assert len({tuple(m.times) for m in run.memory.values()}) == 8  # jitter: every class its own times
