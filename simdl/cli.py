@@ -80,6 +80,8 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shard-group", type=_int, default=None,
                    help="FSDP hybrid: ranks per shard group, the inner dimension of FSDP2's 2-D mesh (default: "
                         "the GPUs of a node); e.g. --gpus 4 --shard-group 2 is 2 replicas x 2 shards on one node")
+    p.add_argument("--deepspeed-config", default=None, metavar="JSON",
+                   help="a DeepSpeed ds_config.json: its ZeRO stage (zero0..zero3), options, batch and precision")
     p.add_argument("--engine", default="analytic", help="analytic | sim (default analytic)")
 
 
@@ -88,7 +90,7 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
-            "shard_group")
+            "shard_group", "deepspeed_config")
     return {k: getattr(a, k) for k in keys}
 
 

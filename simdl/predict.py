@@ -64,6 +64,7 @@ def predict(
     cpu_offload: bool = False,
     reshard_root: bool = False,
     shard_group: int | None = None,
+    deepspeed_config: str | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -77,6 +78,11 @@ def predict(
     registry entry declares (:mod:`simdl.strategies.registry`); one the strategy does not
     take raises, naming the strategies that do. A strategy registered with keywords of its
     own takes them here too (through ``**engine_options``).
+
+    ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
+    stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
+    batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
+    it must agree with it.
     """
     if isinstance(model, Job):
         args = dict(locals())
@@ -87,6 +93,13 @@ def predict(
 
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
+    ds = None
+    if deepspeed_config is not None:
+        from .strategies.zero_config import apply_ds_config
+
+        ds, strategy, batch_size, grad_accumulation, precision, optimizer = apply_ds_config(
+            deepspeed_config, engine_options, gpus=gpus, strategy=strategy, default_strategy=_DEFAULTS["strategy"],
+            batch_size=batch_size, grad_accumulation=grad_accumulation, precision=precision, optimizer=optimizer)
     family = registry.get(strategy)
     strategy_kw = dict(sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
                        bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None,
@@ -116,6 +129,8 @@ def predict(
     reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
                                        if key.default_reason})
     echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
+    if ds is not None:
+        echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
     return _run(workload, alloc, plan, echo, engine, engine_options)
 
 
