@@ -83,13 +83,17 @@ def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool
             b.append(Buffer("ipg bucket 1", "comm_buffers", e * R, "backward"))
     if stage == 3:
         b.append(Buffer("gradient partition buffer", "grads", e * part, "host" if off else "model"))
-    else:
+    elif not off:  # with cpu_offload the reduced partition goes straight to the host's fp32 gradients
         b.append(Buffer("gradient partition" if stage == 2 else "averaged gradient partition", "grads", e * part,
                         "first_reduce" if stage == 2 else "epilogue"))
+    if not opts.contiguous_gradients and stage < 3:
+        # allreduce_bucket flattens the bucket's gradients for the collective (the largest bucket)
+        b.append(Buffer("flattened bucket", "comm_buffers", e * min(R, P), "reduce_each"))
     if off:
         b.append(Buffer("fp32 gradient partition", "grads", 4 * part, "host"))
-        largest = float(max((p.numel for p in workload.table.params), default=0))
-        b.append(Buffer("offload staging buffer", "grads", e * largest, "model"))  # temp_grad_buffer_for_gpu_offload
+        if stage < 3:  # stage_1_and_2.py: temp_grad_buffer_for_gpu_offload, the largest parameter
+            largest = float(max((p.numel for p in workload.table.params), default=0))
+            b.append(Buffer("offload staging buffer", "grads", e * largest, "model"))
     elif e != 4:
         b.append(Buffer("fp32 gradient partition", "grads", 4 * part, "step"))
     return tuple(b)
@@ -150,6 +154,10 @@ def _timeline(table, batch, optimizer, precision, opts, f):
         elif buf.life == "step":
             at(step_a, buf.bytes, buf.category, buf.name, -0.05)
             at(step_end, -buf.bytes, buf.category, buf.name, -0.02)
+        elif buf.life == "reduce_each":  # while each bucket is reduced
+            for r in ready:
+                at(b_post(r) if f.stage == 2 else epi, buf.bytes, buf.category, buf.name, 0.012)
+                at(b_post(r) if f.stage == 2 else epi, -buf.bytes, buf.category, buf.name, 0.014)
         elif buf.life == "reduce":  # stage 0: one flattened bucket at a time, after backward
             at(epi, buf.bytes, buf.category, buf.name, 0.003)
             at(epi, -buf.bytes, buf.category, buf.name, 0.006)
