@@ -163,7 +163,14 @@ def _timeline(table, batch, optimizer, precision, opts, f):
             at(epi, -buf.bytes, buf.category, buf.name, 0.006)
     # Row gradients (allocated by the row events): stages 2-3 free each bucket's once it is
     # reduced; stage 1 in the epilogue (zero_grad(set_to_none=True)); stage 0 at zero_grad.
-    if f.stage >= 2 and f.buckets:
+    if f.stage >= 2 and f.contiguous_gradients:
+        # The backward hook copies each gradient into the ipg bucket and points .grad at the copy
+        # (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads, stage3.py
+        # __add_grad_to_ipg_bucket): autograd's tensor is freed as soon as the row's backward ends.
+        g = table.fixed["param_bytes"].astype(float) * e / 4.0
+        ev.add(pb(tree.post_pos) + 0.76, _CAT["grads"], -g, direction=T.BWD, row=tree.end - 1, edge=1,
+               label="gradients copied into the ipg bucket")
+    elif f.stage >= 2 and f.buckets:
         bucket_bytes = np.asarray(f.bucket_elements, float) * e
         for r, nb in zip(ready, bucket_bytes):
             at(b_post(r), -nb, "grads", "gradients reduced into the partition", 0.02)
