@@ -60,7 +60,7 @@ def breakdowns(precision: str, optimizer: str, batch: int = 16) -> list[str]:
             b = r.memory_breakdown_bytes
             parts = " / ".join(f"{b[k] / GIB:.2f}" for k in ("params", "grads", "optimizer", "activations",
                                                                 "comm_buffers"))
-            bufs = r.config.get("zero_buffers_bytes", {})
+            bufs = r.config.get("buffers_bytes", {})
             named = ", ".join(f"{k} {v / GIB:.2f}" for k, v in bufs.items() if v >= 0.01 * GIB)
             lines.append(f"  {label:13s} {parts}" + (f"   [{named}]" if named else ""))
     return lines

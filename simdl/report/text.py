@@ -41,6 +41,13 @@ def format_result(r: Result) -> str:
         f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}")
     parts = [f"{k.replace('_', ' ')} {format_bytes(r.memory_breakdown_bytes[k])}" for k in MEMORY_CATEGORIES]
     lines.append("    " + " | ".join(parts))
+    # A strategy's own named buffers (its registry echo: buffers_bytes, host_buffers_bytes)
+    named = [f"{k} {format_bytes(v)}" for k, v in (c.get("buffers_bytes") or {}).items() if v > 0]
+    if named:
+        lines.append("    buffers: " + " | ".join(named))
+    if c.get("host_memory_bytes"):
+        row("host memory", format_bytes(c["host_memory_bytes"]),
+            f"per rank; PCIe {format_bytes(c.get('pcie_bytes_per_iteration', 0.0))} per iteration")
     s = r.staleness
     if registry.is_client_server(c.get("strategy", "")):
         row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.0f}, p99 {s.p99:.0f}, max {s.max:.0f}")

@@ -151,7 +151,7 @@ def _echo(config, plan) -> dict:
            "overlap_comm": f.overlap_comm, "contiguous_gradients": f.contiguous_gradients,
            "zero_buckets": f.buckets, "offload_optimizer": config.offload_optimizer,
            "gradient_clipping": config.gradient_clipping, "loss_scaling": f.loss_scaling,
-           "zero_buffers_bytes": {b.name: b.bytes for b in f.buffers if b.life != "host"}}
+           "buffers_bytes": {b.name: b.bytes for b in f.buffers if b.life != "host"}}
     if f.stage == 3:
         out.update(stage3_prefetch_bucket_size=config.stage3_prefetch_bucket_size,
                    stage3_param_persistence_threshold=config.stage3_param_persistence_threshold,
@@ -159,7 +159,7 @@ def _echo(config, plan) -> dict:
                    offload_param=config.offload_param)
     if f.host_bytes:
         out.update(host_memory_bytes=f.host_bytes, pcie_bytes_per_iteration=f.pcie_bytes,
-                   zero_host_buffers_bytes={b.name: b.bytes for b in f.buffers if b.life == "host"})
+                   host_buffers_bytes={b.name: b.bytes for b in f.buffers if b.life == "host"})
     return out
 
 

@@ -133,7 +133,7 @@ def test_zero2_contiguous_gradients_allocates_the_reduce_bucket_and_the_peak_hol
     r = simdl.predict("vit_b_16", strategy="zero2", gpus=8, cluster=CLUSTER, dataset="imagenet", batch_size=8,
                       precision="fp16-amp", optimizer="adam", reduce_bucket_size=int(2e8))
     assert r.memory_breakdown_bytes["comm_buffers"] >= 2e8 * 2
-    assert r.config["zero_buffers_bytes"]["ipg bucket 0"] == 4e8
+    assert r.config["buffers_bytes"]["ipg bucket 0"] == 4e8
 
 
 def test_overlap_comm_doubles_the_bucket_and_no_contiguous_gradients_drops_it():
