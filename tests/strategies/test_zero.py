@@ -319,3 +319,14 @@ def test_zero_sweeps_and_is_recommended_when_named():
     rec = simdl.recommend("resnet18", cluster=CLUSTER, gpus=8, batch_sizes=[32], precisions=["fp32"],
                           strategies=["zero2", "zero3"], jobs=1)
     assert {r["label"] for r in rec.ranked} == {"zero2", "zero3"}
+
+
+def test_the_text_output_names_each_buffer_and_the_host_memory(capsys):
+    from simdl.cli import main
+
+    assert main(["predict", "--model", "resnet18", "--gpus", "4", "--cluster", CLUSTER,
+                 "--deepspeed-config", str(DATA / "ds_config_func_bs4_zero2_offload.json")]) == 0
+    out = capsys.readouterr().out
+    buffers = next(line for line in out.splitlines() if line.strip().startswith("buffers:"))
+    assert "flat parameters" in buffers and "ipg bucket 0" in buffers and "offload staging buffer" in buffers
+    assert "host memory" in out and "PCIe" in out and "CPU optimizer step is priced at an assumed" in out
