@@ -330,3 +330,19 @@ def test_the_text_output_names_each_buffer_and_the_host_memory(capsys):
     buffers = next(line for line in out.splitlines() if line.strip().startswith("buffers:"))
     assert "flat parameters" in buffers and "ipg bucket 0" in buffers and "offload staging buffer" in buffers
     assert "host memory" in out and "PCIe" in out and "CPU optimizer step is priced at an assumed" in out
+
+
+def test_gradient_accumulation_reduces_every_micro_step_from_stage_2_on():
+    """engine.py allreduce_gradients: 'ZeRO stage >= 2 communicates during non gradient
+    accumulation boundaries as well'; stages 0-1 reduce at the boundary only."""
+    table = load_workload("resnet18", dataset="cifar10")
+    alloc = allocate(load_cluster(CLUSTER), 4, None)
+    counts = {}
+    for stage in ("zero1", "zero2", "zero3"):
+        for gas in (1, 3):
+            wl = Workload(table=table, batch_size=8, grad_accumulation=gas)
+            plan = build_plan(wl, alloc, StrategyConfig(name=stage, reduce_bucket_size=int(2e6)))
+            counts[stage, gas] = sum(t.collective in ("all_reduce", "reduce_scatter") and "bucket" in t.name
+                                     for t in plan.tasks)
+    assert counts["zero1", 3] == counts["zero1", 1]
+    assert counts["zero2", 3] == 3 * counts["zero2", 1] and counts["zero3", 3] == 3 * counts["zero3", 1]
