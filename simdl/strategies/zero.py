@@ -77,6 +77,9 @@ class ZeROOptions:
     """offload_param.device (stage 3 only): ``cpu`` keeps the parameter partition in host memory."""
     gradient_clipping: float = 0.0
     """Clip the global gradient norm to this (0: no clipping, DeepSpeed's default)."""
+    fused_adam: bool = False
+    """The ds_config names an Adam/AdamW optimizer: DeepSpeed builds FusedAdam on the GPU
+    (engine.py _configure_basic_optimizer) unless torch_adam is set or the optimizer is offloaded."""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -114,6 +117,7 @@ class ZeROFacts(PlanFacts):
     world: int = 1  # data-parallel ranks the partitions are spread over
     elem_bytes: int = 4  # bytes per element of the model's parameters and gradients (fp32 / 16-bit)
     loss_scaling: bool = False  # fp16: dynamic loss scale with an overflow check per step
+    fused_adam: bool = False  # the step is DeepSpeed's FusedAdam kernel (no foreach scratch)
     overlap_comm: bool = False
     contiguous_gradients: bool = True
     buckets: int = 0  # gradient reduction buckets
@@ -165,7 +169,7 @@ def _echo(config, plan) -> dict:
 
 _OWN = ("reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
         "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-        "offload_optimizer", "offload_param", "gradient_clipping")
+        "offload_optimizer", "offload_param", "gradient_clipping", "fused_adam")
 _NAMES = ("zero0", "zero1", "zero2", "zero3")
 _REASON = "DeepSpeed 0.16.5's default (deepspeed/runtime/zero/config.py)"
 

@@ -167,6 +167,11 @@ def read_ds_config(path: str | Path) -> DSConfig:
         if clip > 0:
             opts["gradient_clipping"] = float(clip)
     precision = _precision(raw, where)
+    optimizer = _optimizer(raw, where, notes)
+    block = raw.get("optimizer") or {}
+    params = block.get("params") if isinstance(block.get("params"), dict) else {}
+    if block.get("type", "").lower() in ("adam", "adamw") and not params.get("torch_adam", False):
+        opts["fused_adam"] = True  # engine.py _configure_basic_optimizer: FusedAdam (DeepSpeedCPUAdam if offloaded)
     if _UNKNOWN:
         notes.append(f"not DeepSpeed keys, ignored: {', '.join(_UNKNOWN)}")
     return DSConfig(
@@ -174,7 +179,7 @@ def read_ds_config(path: str | Path) -> DSConfig:
         batch_size=_int(raw, "train_micro_batch_size_per_gpu", where, "", None, minimum=1),
         grad_accumulation=_int(raw, "gradient_accumulation_steps", where, "", None, minimum=1),
         train_batch_size=_int(raw, "train_batch_size", where, "", None, minimum=1),
-        precision=precision, optimizer=_optimizer(raw, where, notes), notes=tuple(notes))
+        precision=precision, optimizer=optimizer, notes=tuple(notes))
 
 
 _UNKNOWN: list[str] = []  # the keys the current read_ds_config call warned about

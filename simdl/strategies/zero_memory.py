@@ -180,7 +180,7 @@ def _timeline(table, batch, optimizer, precision, opts, f):
         at(step_end, -grads_total, "grads", "zero_grad", 0.03)
     if f.stage == 3:
         _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e)
-    if optimizer == "adam" and not f.cpu_offload:  # foreach Adam's sqrt scratch over the partition
+    if optimizer == "adam" and not f.cpu_offload and not f.fused_adam:  # foreach Adam's sqrt scratch
         local = 4.0 * sum(numels) / (f.world if f.stage >= 1 or precision == "bf16" else 1)
         at(step_a, local, "optimizer", "adam sqrt scratch", 0.1)
         at(step_a, -local, "optimizer", "adam sqrt scratch", 0.3)

@@ -130,13 +130,18 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         elif reduce_ids:
             prev = prev + (reduce_ids[-1],)
         last = prev
-    prev = _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_bw, len(numels))
+    # The optimizer sees one flat fp32 tensor per group in stages 1-3 (single_partition_of_fp32_groups),
+    # under FP16_Optimizer / BF16_Optimizer too; the model's own tensors only in fp32 stage 0.
+    flat = stage >= 1 or workload.mixed_precision
+    fused = opts.fused_adam and workload.optimizer == "adam" and not offload
+    prev = _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_bw,
+                 1 if flat else len(numels), fused)
     if stage in (1, 2) or (stage == 0 and workload.precision == "bf16"):
         if communicate:
             add(Task("all_gather:updated parameters", COMM, "comm", deps=prev, collective="all_gather",
                      comm_bytes=P * e, group="world"))
     facts = ZeROFacts(
-        stage=stage, world=world, elem_bytes=e, loss_scaling=workload.precision == "fp16-amp", overlap_comm=overlap,
+        stage=stage, world=world, elem_bytes=e, fused_adam=fused, loss_scaling=workload.precision == "fp16-amp", overlap_comm=overlap,
         contiguous_gradients=opts.contiguous_gradients, buckets=len(buckets), bucket_elements=tuple(elems),
         bucket_ready_rows=tuple(ready), fetch_modules=len(fetch),
         persistent_elements=sum(numels[i] for i in persistent), cpu_offload=offload,
@@ -185,7 +190,7 @@ def _reduce(add, k: int, nbytes: float, stage: int, overlap: bool, contiguous: b
     return prev + (r,) if not overlap else prev
 
 
-def _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_bw, n_tensors) -> tuple:
+def _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_bw, n_tensors, fused) -> tuple:
     """The optimizer step: overflow check (fp16), gradient norm (clipping), the fp32 update on the
     partition, the copy back into the 16-bit parameters."""
     local = P / world if stage >= 1 or workload.precision == "bf16" else P
@@ -203,7 +208,11 @@ def _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_
         prev = (add(Task("cpu_optimizer_step", PCIE, "opt", deps=prev, host_s=host_s)),)
         prev = (add(Task("h2d:updated partition", PCIE, "comm", deps=prev, host_s=local * e / pcie_bw)),)
         return prev
-    prev = (add(optimizer_task(workload.optimizer, 4 * local, n_tensors, prev, foreach=uses_foreach(cluster))),)
+    if fused:
+        # csrc/adam/multi_tensor_adam.cu: one pass reads g, p, m, v and writes p, m, v (7 fp32 passes)
+        prev = (add(Task("optimizer:fused_adam", COMPUTE, "opt", deps=prev, bytes=7 * 4 * local, kernels=n_tensors)),)
+    else:
+        prev = (add(optimizer_task(workload.optimizer, 4 * local, n_tensors, prev, foreach=uses_foreach(cluster))),)
     if e != 4 or stage >= 1:  # fp32 master partition -> the (16-bit) flat parameters
         prev = (add(Task("master_to_params", COMPUTE, "opt", deps=prev, bytes=local * (4 + e), kernels=1)),)
     return prev

@@ -346,3 +346,15 @@ def test_gradient_accumulation_reduces_every_micro_step_from_stage_2_on():
                                      for t in plan.tasks)
     assert counts["zero1", 3] == counts["zero1", 1]
     assert counts["zero2", 3] == 3 * counts["zero2", 1] and counts["zero3", 3] == 3 * counts["zero3", 1]
+
+
+def test_an_adam_config_steps_with_fused_adam():
+    """ds_config_z2.json names Adam: FusedAdam's one pass (7 fp32 passes, no sqrt scratch) instead
+    of torch's foreach Adam (20 passes and a partition-sized scratch)."""
+    path = str(DATA / "ds_config_z2.json")
+    fused = simdl.predict("vit_b_16", gpus=8, cluster=CLUSTER, dataset="imagenet", deepspeed_config=path)
+    torch_adam = simdl.predict("vit_b_16", strategy="zero2", gpus=8, cluster=CLUSTER, dataset="imagenet",
+                               batch_size=1, precision="bf16", optimizer="adam", gradient_clipping=1.0,
+                               overlap_comm=False, contiguous_gradients=False)
+    assert fused.config["optimizer"] == "adam" and read_ds_config(path).options["fused_adam"]
+    assert fused.step_split_s["optimizer"] < 0.5 * torch_adam.step_split_s["optimizer"]
