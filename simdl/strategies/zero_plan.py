@@ -9,6 +9,8 @@ compute stream wait for it, as a blocking call does. ``pcie`` carries the offloa
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from ..cluster import Cluster
 from ..memory.rowtree import add_recompute
 from ..workload.workload import Workload
@@ -47,117 +49,138 @@ def ipg_buckets(numels: list[int], cap: int) -> list[list[int]]:
     return buckets
 
 
-def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
-    table = workload.table
-    n = table.n_rows
-    world = cluster.gpus
-    stage = stage_of(config.name)
-    opts = config.options
-    e = 2 if workload.mixed_precision else 4
-    overlap = opts.overlap(stage)
-    numels = [int(p.numel) for p in table.params]
-    P = sum(numels)
-    first_row = first_row_of_params(table)
-    cap = STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size
-    buckets = ipg_buckets(numels, cap)
-    ready = [min(first_row[i] for i in b) for b in buckets]
-    elems = [sum(numels[i] for i in b) for b in buckets]
-    persistent = [i for i, k in enumerate(numels) if stage == 3 and k <= opts.stage3_param_persistence_threshold]
-    fetch = fetch_modules(numels, first_row, set(persistent)) if stage == 3 else {}
-    communicate = world > 1
-    grad_elem = 4 if (stage == 0 and workload.precision == "bf16") else e  # BF16_Optimizer reduces fp32 grads
-    groups = {"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")}
-    offload = opts.offload_optimizer == "cpu" and stage >= 1
-    pcie_bw = cluster.spec.intra_node.pcie_bandwidth.value
+@dataclass(frozen=True)
+class _Layout:
+    """What one ZeRO rank reduces and gathers, and in which element size."""
 
+    stage: int
+    world: int
+    e: int  # bytes per parameter / gradient element of the model's dtype
+    grad_elem: int  # bytes per element the gradients are reduced in
+    overlap: bool
+    numels: tuple[int, ...]
+    P: int
+    ready: tuple[int, ...]  # row after whose backward each bucket is reduced
+    elems: tuple[int, ...]  # elements per bucket
+    persistent: tuple[int, ...]  # stage 3: parameters kept whole
+    fetch: dict  # stage 3: row -> elements gathered before it
+    offload: bool
+    pcie_bw: float
+
+    @property
+    def in_backward(self) -> bool:  # reductions issued by the backward hooks
+        return self.stage >= 2 or (self.stage == 1 and self.overlap)
+
+
+def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _Layout:
+    stage, opts = stage_of(config.name), config.options
+    numels = tuple(int(p.numel) for p in workload.table.params)
+    first_row = first_row_of_params(workload.table)
+    buckets = ipg_buckets(list(numels), STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size)
+    persistent = tuple(i for i, k in enumerate(numels) if stage == 3 and k <= opts.stage3_param_persistence_threshold)
+    e = 2 if workload.mixed_precision else 4
+    return _Layout(
+        stage=stage, world=cluster.gpus, e=e,
+        grad_elem=4 if (stage == 0 and workload.precision == "bf16") else e,  # BF16_Optimizer reduces fp32 grads
+        overlap=opts.overlap(stage), numels=numels, P=sum(numels),
+        ready=tuple(min(first_row[i] for i in b) for b in buckets),
+        elems=tuple(sum(numels[i] for i in b) for b in buckets), persistent=persistent,
+        fetch=fetch_modules(numels, first_row, set(persistent)) if stage == 3 else {},
+        offload=opts.offload_optimizer == "cpu" and stage >= 1,
+        pcie_bw=cluster.spec.intra_node.pcie_bandwidth.value)
+
+
+def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
+    lay, opts = _layout(workload, cluster, config), config.options
     tasks: list[Task] = []
 
     def add(t: Task) -> int:
         tasks.append(t)
         return len(tasks) - 1
 
+    prev: tuple[int, ...] = ()
+    for micro in range(workload.grad_accumulation):
+        prev = _micro_step(add, workload, lay, opts, prev, sync=micro == workload.grad_accumulation - 1)
+    # The optimizer sees one flat fp32 tensor per group in stages 1-3 (single_partition_of_fp32_groups),
+    # under FP16_Optimizer / BF16_Optimizer too; the model's own tensors only in fp32 stage 0.
+    flat = lay.stage >= 1 or workload.mixed_precision
+    fused = opts.fused_adam and workload.optimizer == "adam" and not lay.offload
+    prev = _step(add, workload, cluster, lay.stage, opts, lay.P, lay.e, lay.world, prev, lay.offload, lay.pcie_bw,
+                 1 if flat else len(lay.numels), fused)
+    if (lay.stage in (1, 2) or (lay.stage == 0 and workload.precision == "bf16")) and lay.world > 1:
+        add(Task("all_gather:updated parameters", COMM, "comm", deps=prev, collective="all_gather",
+                 comm_bytes=lay.P * lay.e, group="world"))
+    notes = ()
+    if lay.offload:
+        notes = (f"ZeRO-Offload: the CPU optimizer step is priced at an assumed {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s "
+                 "host memory rate (simdl.strategies.zero_plan.CPU_ADAM_BYTES_PER_S); PCIe at the cluster's pcie_GB_per_s",)
+    world = lay.world
+    return SpmdPlan(strategy=config.name, family="zero", tasks=tuple(tasks), world_size=world, data_parallel=world,
+                    groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")},
+                    facts=_facts(workload, lay, opts, fused), notes=notes)
+
+
+def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, sync: bool) -> tuple:
+    """Forward and backward of one micro-step, with stage 3's gathers and the reductions where
+    DeepSpeed issues them (stages >= 2 at every micro-step: engine.py allreduce_gradients)."""
+    table, n, fetch, e = workload.table, workload.table.n_rows, lay.fetch, lay.e
+    communicate, prefetch = lay.world > 1, opts.stage3_prefetch_bucket_size
+
     def gather(row: int, deps: tuple[int, ...], phase: str) -> int:
         k = fetch[row]
         return add(Task(f"all_gather:{phase}:{table.names[row]}", COMM, "comm", deps=deps, collective="all_gather",
                         comm_bytes=k * e, group="world", allocs=(k * e,)))
 
-    # Rows where forward and backward are split: stage 3's fetched modules, the buckets' ready rows.
-    cuts = sorted(set(fetch) | ({r for r in ready} if stage >= 2 or (stage == 1 and overlap) else set()))
-    last: tuple[int, ...] = ()
-    prefetch = opts.stage3_prefetch_bucket_size
-    for micro in range(workload.grad_accumulation):
-        sync = micro == workload.grad_accumulation - 1
-        # Forward, gathering each module's parameters (stage 3) up to the prefetch bucket ahead.
-        starts = sorted(set([0]) | set(fetch))
-        seg_end = {s: (starts[j + 1] if j + 1 < len(starts) else n) for j, s in enumerate(starts)}
-        done: dict[int, int] = {}
-        prev = last
-        order = [s for s in starts if s in fetch]
-        for s in starts:
-            deps = prev
-            if s in fetch:
-                g = gather(s, _prefetch_dep(order, s, fetch, prefetch, done), "fwd")
-                deps = deps + (g,)
-            prev = (add(Task(f"forward[{s}:{seg_end[s]}]", COMPUTE, "fwd", deps=deps, rows=(s, seg_end[s]),
-                             direction="fwd")),)
-            done[s] = prev[0]
-        # Backward in segments, latest rows first; reductions where DeepSpeed issues them.
-        bwd_starts = sorted(set([0]) | set(cuts), reverse=True)
-        stop = n
-        in_backward = stage >= 2 or (stage == 1 and overlap)
-        reduce_ids: list[int] = []
-        done = {}
-        border = sorted(fetch, reverse=True)
-        for s in bwd_starts:
-            deps = prev
-            if s in fetch:
-                deps = deps + (gather(s, _prefetch_dep(border, s, fetch, prefetch, done), "bwd"),)
-            pre = add_recompute(workload, add, deps, s, stop)
-            prev = (add(Task(f"backward[{s}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(s, stop), direction="bwd")),)
-            done[s] = prev[0]
-            if in_backward and communicate:
-                for k in (k for k, r in enumerate(ready) if r >= s and r < stop):
-                    prev = _reduce(add, k, elems[k] * e, stage, overlap, opts.contiguous_gradients, prev, reduce_ids)
-            stop = s
-        if sync and communicate and not in_backward:
-            # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
-            for k in range(len(buckets)):
-                prev = _reduce(add, k, elems[k] * grad_elem, stage, False, opts.contiguous_gradients or stage == 0,
-                               prev, reduce_ids)
-        if offload:  # each reduced gradient partition goes to host memory (async_accumulate_grad_in_cpu_via_gpu)
-            prev = (add(Task("d2h:gradient partition", PCIE, "comm", deps=prev + tuple(reduce_ids[-1:]),
-                             host_s=P * e / world / pcie_bw)),)
-        elif reduce_ids:
-            prev = prev + (reduce_ids[-1],)
-        last = prev
-    # The optimizer sees one flat fp32 tensor per group in stages 1-3 (single_partition_of_fp32_groups),
-    # under FP16_Optimizer / BF16_Optimizer too; the model's own tensors only in fp32 stage 0.
-    flat = stage >= 1 or workload.mixed_precision
-    fused = opts.fused_adam and workload.optimizer == "adam" and not offload
-    prev = _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_bw,
-                 1 if flat else len(numels), fused)
-    if stage in (1, 2) or (stage == 0 and workload.precision == "bf16"):
-        if communicate:
-            add(Task("all_gather:updated parameters", COMM, "comm", deps=prev, collective="all_gather",
-                     comm_bytes=P * e, group="world"))
-    facts = ZeROFacts(
-        stage=stage, world=world, elem_bytes=e, fused_adam=fused, loss_scaling=workload.precision == "fp16-amp", overlap_comm=overlap,
-        contiguous_gradients=opts.contiguous_gradients, buckets=len(buckets), bucket_elements=tuple(elems),
-        bucket_ready_rows=tuple(ready), fetch_modules=len(fetch),
-        persistent_elements=sum(numels[i] for i in persistent), cpu_offload=offload,
-        persistence_threshold=opts.stage3_param_persistence_threshold, prefetch_elements=prefetch,
-        max_live_elements=opts.stage3_max_live_parameters,
-        comm_buffer_bytes=opts.reduce_bucket_size * e * (2 if overlap and stage < 3 else 1) if stage else 0.0,
-        buffers=zero_buffers(workload, stage, opts, world, overlap, sum(numels[i] for i in persistent)),
-        host_bytes=(4 * P / world) * (2 + workload.optimizer_state_copies) if offload else 0.0,
-        pcie_bytes=2 * P * e / world if offload else 0.0,
+    # Forward, gathering each module's parameters (stage 3) up to the prefetch bucket ahead.
+    starts = sorted({0} | set(fetch))
+    seg_end = {s: (starts[j + 1] if j + 1 < len(starts) else n) for j, s in enumerate(starts)}
+    done: dict[int, int] = {}
+    prev = last
+    order = [s for s in starts if s in fetch]
+    for s in starts:
+        deps = prev + ((gather(s, _prefetch_dep(order, s, fetch, prefetch, done), "fwd"),) if s in fetch else ())
+        prev = (add(Task(f"forward[{s}:{seg_end[s]}]", COMPUTE, "fwd", deps=deps, rows=(s, seg_end[s]),
+                         direction="fwd")),)
+        done[s] = prev[0]
+    # Backward in segments, latest rows first, split at stage 3's modules and the buckets' ready rows.
+    cuts = set(fetch) | (set(lay.ready) if lay.in_backward else set())
+    stop, reduce_ids, done, border = n, [], {}, sorted(fetch, reverse=True)
+    for s in sorted({0} | cuts, reverse=True):
+        deps = prev + ((gather(s, _prefetch_dep(border, s, fetch, prefetch, done), "bwd"),) if s in fetch else ())
+        pre = add_recompute(workload, add, deps, s, stop)
+        prev = (add(Task(f"backward[{s}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(s, stop), direction="bwd")),)
+        done[s] = prev[0]
+        if lay.in_backward and communicate:
+            for k in (k for k, r in enumerate(lay.ready) if s <= r < stop):
+                prev = _reduce(add, k, lay.elems[k] * e, lay.stage, lay.overlap, opts.contiguous_gradients, prev,
+                               reduce_ids)
+        stop = s
+    if sync and communicate and not lay.in_backward:
+        # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
+        for k in range(len(lay.elems)):
+            prev = _reduce(add, k, lay.elems[k] * lay.grad_elem, lay.stage, False,
+                           opts.contiguous_gradients or lay.stage == 0, prev, reduce_ids)
+    if lay.offload:  # each reduced gradient partition goes to host memory (async_accumulate_grad_in_cpu_via_gpu)
+        return (add(Task("d2h:gradient partition", PCIE, "comm", deps=prev + tuple(reduce_ids[-1:]),
+                         host_s=lay.P * e / lay.world / lay.pcie_bw)),)
+    return prev + tuple(reduce_ids[-1:])
+
+
+def _facts(workload: Workload, lay: _Layout, opts, fused: bool) -> ZeROFacts:
+    P, world, e, stage = lay.P, lay.world, lay.e, lay.stage
+    persistent = sum(lay.numels[i] for i in lay.persistent)
+    return ZeROFacts(
+        stage=stage, world=world, elem_bytes=e, fused_adam=fused, loss_scaling=workload.precision == "fp16-amp",
+        overlap_comm=lay.overlap, contiguous_gradients=opts.contiguous_gradients, buckets=len(lay.elems),
+        bucket_elements=lay.elems, bucket_ready_rows=lay.ready, fetch_modules=len(lay.fetch),
+        persistent_elements=persistent, cpu_offload=lay.offload,
+        persistence_threshold=opts.stage3_param_persistence_threshold,
+        prefetch_elements=opts.stage3_prefetch_bucket_size, max_live_elements=opts.stage3_max_live_parameters,
+        comm_buffer_bytes=opts.reduce_bucket_size * e * (2 if lay.overlap and stage < 3 else 1) if stage else 0.0,
+        buffers=zero_buffers(workload, stage, opts, world, lay.overlap, persistent),
+        host_bytes=(4 * P / world) * (2 + workload.optimizer_state_copies) if lay.offload else 0.0,
+        pcie_bytes=2 * P * e / world if lay.offload else 0.0,
     )
-    notes = ()
-    if offload:
-        notes = (f"ZeRO-Offload: the CPU optimizer step is priced at an assumed {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s "
-                 "host memory rate (simdl.strategies.zero_plan.CPU_ADAM_BYTES_PER_S); PCIe at the cluster's pcie_GB_per_s",)
-    return SpmdPlan(strategy=config.name, family="zero", tasks=tuple(tasks), groups=groups, world_size=world,
-                    data_parallel=world, facts=facts, notes=notes)
 
 
 def _prefetch_dep(order: list[int], row: int, fetch: dict[int, int], window: int, done: dict[int, int]) -> tuple:
