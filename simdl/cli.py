@@ -124,6 +124,8 @@ def _add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argu
     c.add_argument("--nodes", type=_int, default=None, help="nodes to spread the GPUs over (default: fill nodes)")
     e.add_argument("--engine", default="analytic", metavar=_choices(("analytic", "sim")),
                    help="analytic (closed form) or sim (SimPy simulator); default analytic")
+    s.add_argument("--deepspeed-config", default=None, metavar="JSON",
+                   help="a DeepSpeed ds_config.json: its ZeRO stage (zero0..zero3), options, batch and precision")
     declared = {act.dest for act in p._actions}
     for key, spec in registry.cli_options(declared):  # a registered strategy's own keywords
         s.add_argument("--" + key.replace("_", "-"), dest=key, type=spec.cli_type, default=None, help=spec.help)
@@ -135,7 +137,7 @@ def _prediction_kwargs(a: argparse.Namespace) -> dict:
             "train_samples", "batch_size", "epochs", "optimizer", "precision", "sharding", "wrap",
             "staleness_bound", "ps_servers", "bucket_cap_mb", "algorithm", "loader_workers",
             "grad_accumulation", "engine", "activation_checkpointing", "cpu_offload", "reshard_root",
-            "shard_group", "ps_placement")
+            "shard_group", "ps_placement", "deepspeed_config")
     from .strategies import registry
 
     extra = [k for k, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]

@@ -54,6 +54,8 @@ class Job:
     """Micro-steps per optimizer step."""
     activation_checkpointing: bool = False
     """Checkpoint every block (torch.utils.checkpoint)."""
+    deepspeed_config: str | None = None
+    """A DeepSpeed ds_config.json: its ZeRO stage, options, batch, precision (simdl.strategies.zero_config)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The strategy's own keywords, as its registry entry declares them (e.g. ``{"sharding": "grad_op"}``)."""
     engine: str = "analytic"

@@ -67,6 +67,7 @@ def predict(
     reshard_root: bool = False,
     shard_group: int | None = None,
     ps_placement: str | None = None,
+    deepspeed_config: str | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -80,6 +81,11 @@ def predict(
     registry entry declares (:mod:`simdl.strategies.registry`); one the strategy does not
     take raises, naming the strategies that do. A strategy registered with keywords of its
     own takes them here too (through ``**engine_options``).
+
+    ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
+    stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
+    batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
+    it must agree with it.
     """
     if isinstance(model, Job):
         args = dict(locals())
@@ -93,6 +99,13 @@ def predict(
     from .inputs import check_prediction_numbers
 
     check_prediction_numbers(epochs=epochs, bucket_cap_mb=bucket_cap_mb)
+    ds = None
+    if deepspeed_config is not None:
+        from .strategies.zero_config import apply_ds_config
+
+        ds, strategy, batch_size, grad_accumulation, precision, optimizer = apply_ds_config(
+            deepspeed_config, engine_options, gpus=gpus, strategy=strategy, default_strategy=_DEFAULTS["strategy"],
+            batch_size=batch_size, grad_accumulation=grad_accumulation, precision=precision, optimizer=optimizer)
     family = registry.get(strategy)
     strategy_kw = dict(sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
                        bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None,
@@ -128,6 +141,8 @@ def predict(
         echo[key] = value
         echo["assumed"][key] = why
     _echo_input(echo, workload, dataset, vocab, train_samples)
+    if ds is not None:
+        echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
     return _run(workload, alloc, plan, echo, engine, engine_options)
 
 

@@ -56,6 +56,13 @@ def format_result(r: Result) -> str:
                      f"{format_bytes(r.max_memory_reserved_bytes)} | CUDA context "
                      f"{format_bytes(dm.get('cuda_context', 0.0))} | NCCL buffers {format_bytes(dm.get('nccl_buffers', 0.0))}"
                      f" | fits when the total leaves {100 * (1 - _fit_limit()):.0f} % of memory free")
+    # A strategy's own named buffers (its registry echo: buffers_bytes, host_buffers_bytes)
+    named = [f"{k} {format_bytes(v)}" for k, v in (c.get("buffers_bytes") or {}).items() if v > 0]
+    if named:
+        lines.append("    buffers: " + " | ".join(named))
+    if c.get("host_memory_bytes"):
+        row("host memory", format_bytes(c["host_memory_bytes"]),
+            f"per rank; PCIe {format_bytes(c.get('pcie_bytes_per_iteration', 0.0))} per iteration")
     s = r.staleness
     if registry.is_client_server(c.get("strategy", "")):
         if s.p50 is None or s.p99 is None or s.max is None:

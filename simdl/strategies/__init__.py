@@ -15,7 +15,7 @@ from . import registry
 from .config import StrategyConfig
 from .plan import PSPlan, SpmdPlan
 from .registry import StrategySpec, register
-from . import ddp, fsdp, ps  # noqa: E402,F401 -- each registers its family
+from . import ddp, fsdp, ps, zero  # noqa: E402,F401 -- each registers its family
 
 
 

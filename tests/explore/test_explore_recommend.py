@@ -104,7 +104,7 @@ def test_parse_memory():
 
 @pytest.mark.parametrize("kwargs, needle", [
     ({"objective": "speed"}, "unknown objective"),
-    ({"strategies": ["zero3"]}, "unknown strategy"),
+    ({"strategies": ["zero9"]}, "unknown strategy"),
     ({"strategy": "ddp"}, "knob"),
     ({"price_per_gpu_hour": -1}, "price"),
 ])
@@ -127,7 +127,7 @@ def test_cli_recommend_text_and_json(capsys):
 @pytest.mark.parametrize("args, needle", [
     (["--model", "resnet18", "--objective", "fast"], "unknown objective"),
     (["--model", "resnet18", "--memory-budget", "big"], "--memory-budget"),
-    (["--model", "resnet18", "--strategy", "zero2"], "unknown strategy"),
+    (["--model", "resnet18", "--strategy", "zero9"], "unknown strategy"),
     (["--model", "resnet18", "--cluster", "dgx-a1000"], "dgx-a100"),
 ])
 def test_cli_recommend_errors(args, needle, capsys):
