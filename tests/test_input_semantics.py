@@ -197,7 +197,7 @@ def test_version_and_grouped_help(capsys):
     heads = [h for h in ("workload:", "strategy:", "cluster:", "engine:", "output:") if h in out.splitlines()]
     assert heads == ["workload:", "strategy:", "cluster:", "engine:", "output:"]
     assert out.count("  simdl predict --model") == 2  # two examples
-    assert "--strategy {ddp,fsdp,ps-sync,ps-async,ps-ssp}" in out and "--ps-placement {dedicated,colocated}" in out
+    assert "--strategy {ddp,fsdp,ps-sync,ps-async,ps-ssp,zero0,zero1,zero2,zero3}" in out and "--ps-placement {dedicated,colocated}" in out
 
 
 def test_validate_is_packaged_so_python_m_validate_run_works_anywhere():

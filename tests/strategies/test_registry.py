@@ -13,7 +13,8 @@ from simdl.strategies import StrategyConfig, registry
 
 
 def test_names_labels_and_order_come_from_the_registered_families():
-    assert registry.names() == ("ddp", "fsdp", "ps-sync", "ps-async", "ps-ssp")
+    assert registry.names()[:5] == ("ddp", "fsdp", "ps-sync", "ps-async", "ps-ssp")
+    assert set(registry.names()) == {"ddp", "fsdp", "ps-sync", "ps-async", "ps-ssp", "zero0", "zero1", "zero2", "zero3"}
     assert registry.labels()[:5] == ("ddp", "fsdp-none", "fsdp-grad_op", "fsdp-full", "fsdp-hybrid")
     assert registry.split_label("fsdp-grad_op") == ("fsdp", {"sharding": "grad_op"})
     assert registry.order("ddp") < registry.order("fsdp-full") < registry.order("ps-sync") < registry.order("x")
