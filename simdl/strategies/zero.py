@@ -197,4 +197,7 @@ SPEC = register(StrategySpec(
     # recommend(strategies=["zero1", ...]) or --strategy zero1,..., every stage is ranked.
     variants=lambda v: (),
     echo=_echo,
+    # Every stage runs its collectives on the one data-parallel process group that
+    # deepspeed.initialize uses (deepspeed/runtime/engine.py, the default dp group).
+    communicators=lambda plan: 1,
 ))
