@@ -112,9 +112,11 @@ def read_ds_config(path: str | Path) -> DSConfig:
     """Parse and check one ds_config.json (see the module docstring)."""
     where = str(path)
     try:
-        text = Path(path).read_text()
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
         raise SimdlError(f"--deepspeed-config {where!r}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise SimdlError(f"--deepspeed-config {where}: not UTF-8 text (byte {err.start}); accepted: a JSON file") from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:

@@ -358,3 +358,15 @@ def test_an_adam_config_steps_with_fused_adam():
                                overlap_comm=False, contiguous_gradients=False)
     assert fused.config["optimizer"] == "adam" and read_ds_config(path).options["fused_adam"]
     assert fused.step_split_s["optimizer"] < 0.5 * torch_adam.step_split_s["optimizer"]
+
+
+def test_a_config_that_is_not_utf8_is_one_line_and_exit_2(tmp_path, capsys):
+    from simdl.cli import main
+
+    path = tmp_path / "ds.json"
+    path.write_bytes(b'{"zero_optimization": {"stage": 2}}\xff')
+    with pytest.raises(SimdlError, match="not UTF-8"):
+        read_ds_config(path)
+    assert main(["predict", "--model", "resnet18", "--deepspeed-config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
