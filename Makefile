@@ -6,7 +6,7 @@ PYTHON ?= python3
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: predict test bench clean gpu-wheels
+.PHONY: predict test lint typecheck bench clean gpu-wheels
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,14 @@ predict: $(VENV)/.core-installed
 
 test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
+
+# ruff and mypy read their settings from pyproject.toml ([tool.ruff], [tool.mypy]).
+# .ci/run calls lint; typecheck joins it once mypy reports no errors on simdl/.
+lint: $(VENV)/.test-installed
+	$(VENV)/bin/ruff check .
+
+typecheck: $(VENV)/.test-installed
+	$(VENV)/bin/mypy
 
 bench: $(VENV)/.core-installed
 	$(PY) benchmarks/bench_predict.py

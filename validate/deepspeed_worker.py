@@ -24,7 +24,6 @@ import json
 import os
 import resource
 import sys
-import time
 import traceback
 from pathlib import Path
 

@@ -199,8 +199,6 @@ def _predict_throughput(preset: str, matmul: float, model: str, precision: str, 
 def roofline_spec(preset: str):
     """The preset with its GPU's kernel model set aside: the matmul efficiencies solved here
     price GPU rows only on a GPU without a ``kernels:`` block (simdl.costs.gpu_profile)."""
-    from ..cluster import load_cluster
-
     spec = load_cluster(preset)
     return dataclasses.replace(spec, gpu=dataclasses.replace(spec.gpu, kernels=None))
 

@@ -28,8 +28,8 @@ def format_regimes(per_collective: dict) -> list[str]:
     lines: list[str] = []
     regs = {k: v["regimes"] for k, v in per_collective.items() if v.get("regimes")}
     if regs:
-        lines.append(f"  size regimes (piecewise ring alpha-beta; held-out = refit without every third size "
-                     f"and the largest, then predict them)")
+        lines.append("  size regimes (piecewise ring alpha-beta; held-out = refit without every third size "
+                     "and the largest, then predict them)")
         lines.append(f"    {'collective':<15} {'regimes':>7} {'overhead':>9}  {'fit med|err|':>12} {'max':>6}  "
                      f"{'held-out <=10%':>14} {'median':>7} {'max':>7}   (one line: {'held-out <=10%':>14} {'max':>7})")
         for coll, r in regs.items():
@@ -75,7 +75,7 @@ def format_report(report: dict, profile: dict) -> str:
                  + ("; other processes were busy when it started" if prov.get("machine_busy") else "")
                  + (f"; load before: {', '.join(str(b['loadavg'][0]) for b in prov.get('loadavg_before', []))}"
                     if prov.get("loadavg_before") else "")
-                 + (f"; other processes' cores by stage: "
+                 + ("; other processes' cores by stage: "
                     + ", ".join(f"{k} {v:.2f}" for k, v in prov["others_cores_by_stage"].items())
                     if prov.get("others_cores_by_stage") else ""))
     eff = profile["efficiency"]
@@ -169,7 +169,7 @@ def format_report(report: dict, profile: dict) -> str:
         if sf:
             ho = sf.get("held_out")
             lines.append(f"stream {what}: {sf['bandwidth_GB_per_s']:.2f} GB/s per rank, {sf['call_us']:.2f} us per call, "
-                         f"R2 {sf['quality']['r2']}" + (f", held-out sizes: " + ", ".join(
+                         f"R2 {sf['quality']['r2']}" + (", held-out sizes: " + ", ".join(
                              f"{n.split('/', 1)[1]} {_pct(e)}" for n, e in zip(ho["points"], ho["rel_errors"])) if ho else ""))
     if comp.get("page_fault"):
         pf = comp["page_fault"]

@@ -32,7 +32,7 @@ import os
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterator, Literal, Mapping, overload
 
 
 from ..collectives.cost import COLLECTIVES
@@ -65,19 +65,19 @@ PRIOR_KEYS = (
 # --------------------------------------------------------------------------- helpers
 
 
-class FrozenMap(Mapping[str, Any]):
+class FrozenMap(Mapping[Any, Any]):
     """A read-only, hashable mapping, so that frozen dataclasses holding one hash."""
 
     __slots__ = ("_d", "_h")
 
-    def __init__(self, items: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, items: Mapping[Any, Any] | None = None) -> None:
         self._d = dict(items or {})
         self._h: int | None = None
 
-    def __getitem__(self, key: str) -> Any:
+    def __getitem__(self, key: Any) -> Any:
         return self._d[key]
 
-    def __iter__(self) -> Iterator[str]:
+    def __iter__(self) -> Iterator[Any]:
         return iter(self._d)
 
     def __len__(self) -> int:
@@ -111,6 +111,10 @@ def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str
             raise SimdlError(f"{where}: {unknown('key', key, allowed)}")
 
 
+@overload
+def _section(raw: Mapping[str, Any], key: str, where: str, *, required: Literal[True] = ...) -> dict[str, Any]: ...
+@overload
+def _section(raw: Mapping[str, Any], key: str, where: str, *, required: bool) -> dict[str, Any] | None: ...
 def _section(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> dict[str, Any] | None:
     if key not in raw or raw[key] is None:
         if required:
@@ -122,6 +126,12 @@ def _section(raw: Mapping[str, Any], key: str, where: str, *, required: bool = T
     return dict(value)
 
 
+@overload
+def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = ...,
+           default: int | None = ..., allow_null: Literal[False] = ...) -> int: ...
+@overload
+def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = ...,
+           default: int | None = ..., allow_null: bool) -> int | None: ...
 def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = 1,
            default: int | None = None, allow_null: bool = False) -> int | None:
     """A plain integer count (preset shape, not a measured number)."""
@@ -148,6 +158,12 @@ def _sourced_count(raw: Mapping[str, Any], key: str, where: str) -> Sourced:
     return s
 
 
+@overload
+def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = ...,
+              required: Literal[True] = ...) -> Sourced: ...
+@overload
+def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = ...,
+              required: bool) -> Sourced | None: ...
 def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = False,
               required: bool = True) -> Sourced | None:
     if key not in raw and not required:
@@ -166,6 +182,10 @@ def _positive(raw: Mapping[str, Any], key: str, where: str, *, required: bool = 
     return read(raw, key, where=where, strictly_positive=True)
 
 
+@overload
+def _nonneg(raw: Mapping[str, Any], key: str, where: str, *, required: Literal[True] = ...) -> Sourced: ...
+@overload
+def _nonneg(raw: Mapping[str, Any], key: str, where: str, *, required: bool) -> Sourced | None: ...
 def _nonneg(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> Sourced | None:
     if key not in raw and not required:
         return None
@@ -700,7 +720,7 @@ def _parse_regimes(raw: Any, where: str) -> RegimeModel:
             ok = (isinstance(rng, list) and len(rng) == 2 and all(
                 isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in rng)
                   and rng[0] <= rng[1])
-            if not ok:
+            if not ok or not isinstance(rng, list):
                 raise SimdlError(f"{wr}: step_bytes = {rng!r}; accepted: [lo, hi], 0 <= lo <= hi (bytes per ring "
                                  "step of the sizes the regime was fitted on)")
             out.append(Regime(float(rng[0]), float(rng[1]), _number(r, "alpha_us", wr) * 1e-6,

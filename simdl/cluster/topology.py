@@ -239,7 +239,7 @@ def flat_rings(cluster: Cluster) -> list[list[int]]:
     for c in range(channels):
         shift = c * g // channels
         local = order[shift:] + order[:shift]
-        rings.append([n * g + l for n in range(cluster.nodes) for l in local])
+        rings.append([n * g + lr for n in range(cluster.nodes) for lr in local])
     return rings
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 from dataclasses import dataclass, field
-from typing import Any
 
 from ..errors import SimdlError
 

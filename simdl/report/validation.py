@@ -150,7 +150,7 @@ def _gap(a: float, b: float) -> float:
 
 def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str, str, str]]:
     s = summary(records, engine)
-    st, mem, stale = s["step_time"], s["peak_memory"], s["staleness"]
+    st, mem = s["step_time"], s["peak_memory"]
     rows = []
 
     def verdict(v, limit):

@@ -80,7 +80,7 @@ def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:
     if group.scope == "intra" and group.size == G:
         return [("node", tuple(range(n * G, (n + 1) * G))) for n in range(nodes)]
     if group.scope == "inter" and group.size == nodes:
-        return [("inter", tuple(n * G + l for n in range(nodes))) for l in range(G)]
+        return [("inter", tuple(n * G + lr for n in range(nodes))) for lr in range(G)]
     # FSDP2's 2-D mesh with shard groups smaller than a node (StrategyConfig.shard_group),
     # row-major as torch.distributed.device_mesh lays it out: a shard group is consecutive
     # ranks of one node, a replicate group one rank of each shard group.
@@ -88,7 +88,7 @@ def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:
         return [("block", tuple(range(b, b + group.size))) for b in range(0, world, group.size)]
     if group.name == "replicate" and world % group.size == 0:
         stride = world // group.size
-        return [("strided", tuple(l + k * stride for k in range(group.size))) for l in range(stride)]
+        return [("strided", tuple(lr + k * stride for k in range(group.size))) for lr in range(stride)]
     raise SimdlError(f"group {group.name!r} of {group.size} ranks (scope {group.scope}) does not match "
                      f"{world} GPUs on {nodes} nodes; accepted: the whole world, one node, or one rank per node")
 
@@ -135,13 +135,13 @@ class Collectives:
             bw = {c: v for c, v in bw.items() if v > 0}
             total = sum(bw.values())
             for c, v in bw.items():
-                for l in self.router.gpu_path(a, c):
-                    links.append(l)
+                for link in self.router.gpu_path(a, c):
+                    links.append(link)
                     weights.append(v / total / e)
                     payload.append(v / total)
         if not links:
-            for l in self.router.gpu_path(a, b):
-                links.append(l)
+            for link in self.router.gpu_path(a, b):
+                links.append(link)
                 weights.append(1.0 / e)
                 payload.append(1.0)
         out = (links, weights, payload)
@@ -181,7 +181,7 @@ class Collectives:
             return self.world_rings
         if kind == "node":
             n = ranks[0] // G
-            return [[n * G + l for l in self.local_order]]
+            return [[n * G + lr for lr in self.local_order]]
         return [list(ranks)]
 
     def _trees(self, kind: str, ranks: tuple[int, ...]) -> list[list[tuple[int, int]]]:

@@ -325,8 +325,8 @@ class Network:
         rebuilt from the change log (kept as arrays during the run, which is cheaper)."""
         segs: dict[int, list[list]] = {}
         for now, idx, util in self._changes:
-            for l, u in zip(idx.tolist(), util.tolist()):
-                lst = segs.setdefault(l, [])
+            for link, u in zip(idx.tolist(), util.tolist()):
+                lst = segs.setdefault(link, [])
                 if lst and lst[-1][1] is None:
                     if lst[-1][0] == now:
                         lst.pop()

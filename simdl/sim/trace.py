@@ -49,14 +49,14 @@ def chrome_trace(run, max_links: int | None = None) -> dict:
         events.append({"ph": "X", "name": kind, "cat": "comm", "pid": w, "tid": tid(w, "push/pull"),
                        "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {"iteration": it}})
     segs = run.link_segments
-    links = sorted(segs, key=lambda l: -run.link_bytes_per_iteration[l] if l < len(run.link_bytes_per_iteration) else 0)
+    links = sorted(segs, key=lambda link: -run.link_bytes_per_iteration[link] if link < len(run.link_bytes_per_iteration) else 0)
     if max_links is not None:
         links = links[:max_links]
     if links:
         events.append({"ph": "M", "name": "process_name", "pid": _LINK_PID, "args": {"name": "links"}})
-    for l in sorted(links):
-        t = tid(_LINK_PID, run.link_names[l])
-        for s, e, u in segs[l]:
+    for link in sorted(links):
+        t = tid(_LINK_PID, run.link_names[link])
+        for s, e, u in segs[link]:
             if e > s:
                 events.append({"ph": "X", "name": f"{100 * u:.0f}%", "cat": "link", "pid": _LINK_PID, "tid": t,
                                "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {"utilization": round(u, 4)}})

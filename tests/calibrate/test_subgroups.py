@@ -15,20 +15,20 @@ from simdl.errors import SimdlError
 
 HEADER = {"type": "header", "world": 4, "local_world": 4, "nodes": 1, "host": "testhost", "device": "cpu: test",
           "backend": "gloo", "date": "2026-01-02T00:00:00+00:00"}
-O, A, B = 100e-6, 200e-6, 0.5e9  # the stage's node: overhead, alpha per step, bus bandwidth
+OVH, A, B = 100e-6, 200e-6, 0.5e9  # the stage's node: overhead, alpha per step, bus bandwidth
 SUB_B = 0.2e9  # the stage's pairs: a slower bus than the ring factor alone would give
 SIZES = [4096 * 2**i for i in range(0, 17, 2)]  # 4 KiB .. 256 MiB
 
 
 def _t(c, m, n, bw):
-    return O + collective_time(c, m, n, bw, A, "ring")
+    return OVH + collective_time(c, m, n, bw, A, "ring")
 
 
 def _stage(tmp_path, world=4):
     recs = []
     for c in ("all_gather", "reduce_scatter", "all_reduce"):
         recs.append({"type": "measurement", "key": f"self/{c}/4096/p0", "kind": "collective", "scope": "self",
-                     "collective": c, "bytes": 4096, "group_size": 1, "time_s": O})
+                     "collective": c, "bytes": 4096, "group_size": 1, "time_s": OVH})
         for m in SIZES:
             for scope, n, bw in (("world", world, B), ("sub2", 2, SUB_B)):
                 recs.append({"type": "measurement", "key": f"{scope}/{c}/{m}/p0", "kind": "collective", "scope": scope,
@@ -44,7 +44,7 @@ def _stage(tmp_path, world=4):
 
 def _profile(tmp_path):
     # The profile's node: twice the stage's speed (half its overhead and alpha, twice its bus).
-    regime = {"overhead_us": O / 2 * 1e6, "regimes": [{"step_bytes": [512, 2**28], "alpha_us": A / 2 * 1e6,
+    regime = {"overhead_us": OVH / 2 * 1e6, "regimes": [{"step_bytes": [512, 2**28], "alpha_us": A / 2 * 1e6,
                                                         "bus_GB_per_s": 2 * B / 1e9}]}
     d = {"extends": "cpu-local", "name": "old", "gpus_per_node": 4,
          "intra_node": {"bandwidth_GB_per_s": {"value": 1.0, "kind": "assumed", "source": "test"}},

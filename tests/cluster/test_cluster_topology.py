@@ -56,7 +56,7 @@ def test_inter_node_pairs_match_group_bandwidth(preset, gpus):
     g = build_topology(c)
     per = c.ranks_per_node
     # Every local rank talks to its peer on the next node at once (the 'inter' groups).
-    pairs = [(f"gpu:{l}", f"gpu:{per + l}") for l in range(per)]
+    pairs = [(f"gpu:{lr}", f"gpu:{per + lr}") for lr in range(per)]
     assert min(flow_rates(g, pairs)) == pytest.approx(c.group_bandwidth("inter"))
     bw, lat = path_bottleneck(g, "gpu:0", f"gpu:{per}")
     assert bw == pytest.approx(min(c.spec.inter_node.nic_bandwidth.value, c.spec.intra_node.pcie_bandwidth.value))

@@ -61,7 +61,7 @@ def test_notebook_uses_no_private_helpers_and_draws_inline(path):
         if c.cell_type != "code":
             continue
         assert 'matplotlib.use("Agg")' not in c.source, f"{path.name}: Agg stops inline figures"
-        source = "\n".join(l for l in c.source.splitlines() if not l.lstrip().startswith("%"))
+        source = "\n".join(line for line in c.source.splitlines() if not line.lstrip().startswith("%"))
         for node in ast.walk(ast.parse(source)):
             if isinstance(node, ast.ImportFrom):
                 private = [a.name for a in node.names if a.name.startswith("_")]

@@ -1,6 +1,5 @@
 """Collectives over the topology against the closed forms of simdl.collectives.cost."""
 
-import numpy as np
 import pytest
 import simpy
 
@@ -86,7 +85,7 @@ def test_hybrid_replicate_groups_share_the_node_nic():
     # cross it at once, so each gets a quarter: the analytic 'inter' bandwidth.
     cluster = allocate("a100-40gb-2node", 8)
     m = 64 * MB
-    calls = [("all_reduce", m, "inter", (l, 4 + l), "inter") for l in range(4)]
+    calls = [("all_reduce", m, "inter", (lr, 4 + lr), "inter") for lr in range(4)]
     ends, comm, _ = _run("a100-40gb-2node", 8, calls)
     for t in ends:
         assert t == pytest.approx(comm.time("all_reduce", m, 2, "inter"), rel=1e-9)

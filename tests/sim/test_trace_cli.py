@@ -2,8 +2,6 @@
 
 import json
 
-import pytest
-
 from simdl.cli import main
 from simdl.predict import predict
 from simdl.sim.trace import chrome_trace

@@ -17,7 +17,7 @@ def test_bucket_assignment_small_example():
 def test_bucket_assignment_matches_pytorch(model):
     """Same buckets as torch.distributed._compute_bucket_assignment_by_size (reducer.cpp),
     given the parameters in reverse order as DDP passes them (torch/nn/parallel/distributed.py)."""
-    torch = pytest.importorskip("torch")
+    pytest.importorskip("torch")
     import torch.distributed as dist
 
     from simdl.workload.library import load_workload

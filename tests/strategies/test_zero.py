@@ -200,7 +200,7 @@ def test_stage_order_of_reductions():
     # stage 2: buckets inside backward, on the compute stream's order (overlap_comm off)
     assert min(_positions(z2, "all_reduce:bucket")) < max(_positions(z2, "backward"))
     # stage 3: reduce-scatter per bucket inside backward, all-gathers before forward and backward segments
-    rs, ag = _positions(z3, "reduce_scatter:bucket"), _positions(z3, "all_gather:")
+    rs = _positions(z3, "reduce_scatter:bucket")
     assert rs and min(rs) < max(_positions(z3, "backward")) and not _positions(z3, "all_reduce:bucket")
     assert _positions(z3, "all_gather:fwd") and _positions(z3, "all_gather:bwd")
     assert min(_positions(z3, "all_gather:bwd")) > max(_positions(z3, "forward"))

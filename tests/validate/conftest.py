@@ -13,7 +13,7 @@ _ROOT = str(Path(__file__).resolve().parents[2])
 if _ROOT not in sys.path:
     sys.path.insert(0, _ROOT)
 
-from validate.experiments import experiments
+from validate.experiments import experiments  # noqa: E402 (importable only after the sys.path line above)
 
 
 def synthetic_record(run, step_m=1.0, step_p=1.1, mem_m=100e6, mem_p=97e6, status="ok", stale=(1.5, 1.5)):
