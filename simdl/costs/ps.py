@@ -15,7 +15,8 @@ from ..hosts import host_for
 from ..result import Staleness
 from ..strategies.plan import PSPlan
 from .step import bytes_sent
-from .tasks import Rates, compute_split, compute_task_time, host_rates, mapped_bytes
+from .rates import Rates, host_rates
+from .tasks import compute_split, compute_task_time, mapped_bytes
 
 
 def _server_bandwidth(cluster: Cluster, plan: PSPlan) -> float:

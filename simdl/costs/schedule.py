@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..strategies.plan import COMPUTE, SpmdPlan
-from .tasks import CommCosts, Rates, RowTimes, compute_task_time
+from .comm import CommCosts
+from .rates import Rates
+from .tasks import RowTimes, compute_task_time
 
 
 @dataclass(frozen=True)

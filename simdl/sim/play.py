@@ -41,7 +41,9 @@ def play(workload, cluster, plan, hetero, *, algorithm: str, loader_workers: int
          free_comm: bool, contention: bool) -> Played:
     """Build the timeline of ``iterations`` iterations of ``plan`` and run it to the end."""
     from ..cluster.topology import build_topology
-    from ..costs.tasks import CommCosts, device_rates, row_times, spmd_or_ps_rates
+    from ..costs.comm import CommCosts
+    from ..costs.rates import device_rates
+    from ..costs.tasks import row_times, spmd_or_ps_rates
     from .collectives import Router
     from .network import Network
 

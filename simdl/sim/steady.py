@@ -89,7 +89,7 @@ def _ps_host_floor(cluster, plan, durations, iteration: float, notes: tuple[str,
 
 def _spmd_added(cluster, plan, compute: float, comm_busy: float, any_busy: float) -> dict[str, float]:
     """The analytic engine's terms the SPMD timeline does not model, added to its step."""
-    from ..costs.tasks import blocking_wait_time
+    from ..costs.comm import blocking_wait_time
 
     interference = cluster.spec.efficiency.comm_compute_interference
     added = {}
