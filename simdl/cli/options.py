@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import NoReturn
 
 from ..errors import SimdlError
 
@@ -16,7 +17,7 @@ MAX_SIM_ITERATIONS = 500
 
 
 class Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one line, no usage dump; main() adds "error:" once
+    def error(self, message: str) -> NoReturn:  # one line, no usage dump; main() adds "error:" once
         raise SimdlError(f"{self.prog}: {message}")
 
 
@@ -137,7 +138,7 @@ def prediction_kwargs(a: argparse.Namespace) -> dict:
     return {k: getattr(a, k) for k in (*keys, *extra)}
 
 
-def add_sim_args(p: argparse.ArgumentParser) -> None:
+def add_sim_args(p: argparse._ActionsContainer) -> None:
     """Simulator options, passed to predict(**engine_options) with --engine sim."""
     p.add_argument("--straggler", action="append", default=None, metavar="rank=R,factor=F",
                    help="slow a rank's compute by F (R may be A-B); repeatable; simulator only")

@@ -118,9 +118,10 @@ def host_rates(cluster: Cluster) -> dict:
     """The host's page-fault cost (s per byte) and mmap threshold (bytes), as ``Rates``
     fields; empty when the host pays none (GPU memory: PyTorch's caching allocator)."""
     threshold = host_for(cluster).mapped_threshold()
-    if threshold is None:
+    fault = cluster.spec.host.page_fault_per_byte
+    if threshold is None or fault is None:
         return {}
-    return {"page_fault_per_byte": cluster.spec.host.page_fault_per_byte.value, "mmap_threshold": threshold}
+    return {"page_fault_per_byte": fault.value, "mmap_threshold": threshold}
 
 
 def _measured(cluster: Cluster, precision: str) -> dict:

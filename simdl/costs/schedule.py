@@ -55,7 +55,8 @@ def schedule(plan: SpmdPlan, durations: list[float]) -> Schedule:
 def busy_time(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of intervals."""
     total = 0.0
-    cur_s = cur_e = None
+    cur_s = 0.0
+    cur_e: float | None = None
     for s, e in sorted(intervals):
         if e <= s:
             continue

@@ -14,7 +14,7 @@ take every cost from this module.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -51,15 +51,17 @@ class RowTimes:
     # Prefix sums of the part of that wait the framework's host work causes
     # (simdl.costs.gpu_framework); None: no framework host work priced.
     framework_cum: Any = None
+    # Python lists of the prefix sums above, by direction (fwd, bwd), set from them.
+    _cum: dict[str, list[float]] = field(init=False, repr=False)
+    _wait: dict[str, list[float]] = field(init=False, repr=False)
+    _framework: dict[str, list[float]] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         # Python lists of the prefix sums: a plan sums ~100 segments per prediction, and
         # indexing a list is several times cheaper than a numpy scalar (same float values).
         object.__setattr__(self, "_cum", {"fwd": self.fwd_cum.tolist(), "bwd": self.bwd_cum.tolist()})
-        if self.wait_cum is not None:
-            object.__setattr__(self, "_wait", {k: v.tolist() for k, v in self.wait_cum.items()})
-        if self.framework_cum is not None:
-            object.__setattr__(self, "_framework", {k: v.tolist() for k, v in self.framework_cum.items()})
+        object.__setattr__(self, "_wait", {k: v.tolist() for k, v in (self.wait_cum or {}).items()})
+        object.__setattr__(self, "_framework", {k: v.tolist() for k, v in (self.framework_cum or {}).items()})
 
     def segment(self, start: int, stop: int, direction: str) -> float:
         cum = self._cum["fwd" if direction == "fwd" else "bwd"]
@@ -223,9 +225,9 @@ def compute_split(tasks, rows: "RowTimes", durations) -> dict[str, float]:
         out["compute"] += r + host_s  # host_s is in ``host`` already
         out[key] += durations[i] - r - host_s
     if rows.wait_cum is not None:
-        row_tasks = [t for t in tasks if not t.collective and t.rows]
-        waited = sum(rows.wait(*t.rows, t.direction) for t in row_tasks)
-        framework = sum(rows.framework_wait(*t.rows, t.direction) for t in row_tasks)
+        segments = [(t.rows[0], t.rows[1], t.direction) for t in tasks if not t.collective and t.rows]
+        waited = sum(rows.wait(*s) for s in segments)
+        framework = sum(rows.framework_wait(*s) for s in segments)
         out["compute"] -= waited
         out["host_bound"] = waited - framework
         out["host"] += framework

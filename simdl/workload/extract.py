@@ -140,7 +140,7 @@ def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: in
                     loss = F.cross_entropy(out if out.dim() == 2 else out.reshape(-1, labels), y.reshape(-1))
                 else:  # a factory model without (batch, classes) logits
                     loss_kind = "sum"
-                    loss = sum(t.float().sum() for t in tensors(out))
+                    loss = _sum_loss(tensors(out))
             del out
             tracer.adopt_uncalled()
             loss.backward()
@@ -150,6 +150,15 @@ def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: in
     if not tracer.rows or tracer.rows[0].module is not model:
         raise SimdlError("model trace did not start with the root module's forward")
     return tracer.rows, loss_kind
+
+
+def _sum_loss(outputs: list[torch.Tensor]) -> torch.Tensor:
+    """The sum of every output tensor's elements, as Python's ``sum`` adds them (so the same
+    ops are traced); an output that holds no tensor has no loss to take."""
+    loss = sum(t.float().sum() for t in outputs)
+    if not isinstance(loss, torch.Tensor):
+        raise SimdlError("the model's output holds no tensor; accepted: a model returning tensors")
+    return loss
 
 
 def _has_logits(out: Any, batch: int, num_classes: int) -> bool:

@@ -217,7 +217,7 @@ class Tracer(TorchDispatchMode):
         ``sum(row params) == param_count`` and lets backward matmuls on them count as
         weight gradients of that ancestor.
         """
-        first_row = {}
+        first_row: dict[torch.nn.Module, int] = {}
         for i, row in enumerate(self.rows):
             first_row.setdefault(row.module, i)
         for name, m in self.model.named_modules():
