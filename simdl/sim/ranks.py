@@ -183,7 +183,7 @@ class CollectiveHub:
 class _Shared:
     """What every rank class of one run reads: the plan's streams and the loop's state."""
 
-    def __init__(self, env, plan, durations, hub, hetero, iterations, run, on_iteration_end):
+    def __init__(self, env, plan, durations, hub, hetero, iterations, run, on_iteration_end) -> None:
         self.env = env
         self.tasks = plan.tasks
         self.durations = durations
