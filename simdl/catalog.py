@@ -46,8 +46,8 @@ def field_docs(cls: type) -> dict[str, str]:
     import ast
     import inspect
 
-    tree = ast.parse(inspect.getsource(cls))
-    body = tree.body[0].body
+    node = ast.parse(inspect.getsource(cls)).body[0]
+    body = node.body if isinstance(node, ast.ClassDef) else []
     docs: dict[str, str] = {}
     for node, after in zip(body, body[1:]):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) \

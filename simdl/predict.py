@@ -7,15 +7,13 @@ listed under ``config["assumed"]`` with where the default comes from.
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .band import LEVEL, band, step_spread
-from .calibrate.jitter import noise_warning
 from .errors import SimdlError, unknown
 from .job import Job
+from .predict_notes import with_band, with_epoch_counts, with_input_notes, with_noise_note
 from .result import Result
 
 if TYPE_CHECKING:
@@ -91,46 +89,88 @@ def predict(
         args = dict(locals())
         given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
         return predict(**model.replace(**given_kw, **engine_options).kwargs())
-    from .cluster import ClusterSpec, load_cluster
-    from .strategies import registry
+    _check_numbers(engine, epochs, bucket_cap_mb)
+    ds, strategy, batch_size, grad_accumulation, precision, optimizer = _deepspeed(
+        deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer)
+    family, strategy_kw = _strategy_keywords(strategy, engine_options, dict(
+        sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
+        bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None, reshard_root=reshard_root or None,
+        shard_group=shard_group, ps_placement=ps_placement))
+    given = {k for k, v in dict(
+        cluster=cluster, dataset=dataset, batch_size=batch_size, epochs=epochs, optimizer=optimizer,
+        precision=precision, loader_workers=loader_workers, algorithm=algorithm, **strategy_kw).items()
+        if v is not None}
+    dataset = dataset or "cifar10"
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
+    workload = _workload(model, dataset, input_shape, num_classes, vocab, train_samples, batch_size, epochs,
+                         optimizer, precision, grad_accumulation, activation_checkpointing)
+    alloc, placement_why = _allocate(cluster, gpus, nodes, family, strategy, strategy_kw)
+    loader_workers = _loader_workers(loader_workers)
+    config, plan = _plan(workload, alloc, family, strategy, algorithm or "auto", strategy_kw)
+    echo = _echo(workload, alloc, config, plan, dataset=dataset, loader_workers=loader_workers, engine=engine)
+    _echo_assumed(echo, family, given, placement_why, alloc, workload)
+    _echo_input(echo, workload, dataset, vocab, train_samples)
+    if ds is not None:
+        echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
+    return _run(workload, alloc, plan, echo, engine, engine_options)
 
+
+def _check_numbers(engine: str, epochs, bucket_cap_mb) -> None:
     if engine not in ENGINES:
         raise unknown("engine", engine, ENGINES)
     from .inputs import check_prediction_numbers
 
     check_prediction_numbers(epochs=epochs, bucket_cap_mb=bucket_cap_mb)
-    ds = None
-    if deepspeed_config is not None:
-        from .strategies.zero_config import apply_ds_config
 
-        ds, strategy, batch_size, grad_accumulation, precision, optimizer = apply_ds_config(
-            deepspeed_config, engine_options, gpus=gpus, strategy=strategy, default_strategy=_DEFAULTS["strategy"],
-            batch_size=batch_size, grad_accumulation=grad_accumulation, precision=precision, optimizer=optimizer)
+
+def _deepspeed(path, engine_options: dict, gpus, strategy: str, batch_size, grad_accumulation, precision, optimizer):
+    """(the ds_config or None, strategy, batch_size, grad_accumulation, precision, optimizer):
+    a DeepSpeed config's values where one is given (simdl.strategies.zero_config), the
+    keywords unchanged otherwise."""
+    if path is None:
+        return None, strategy, batch_size, grad_accumulation, precision, optimizer
+    from .strategies.zero_config import apply_ds_config
+
+    return apply_ds_config(path, engine_options, gpus=gpus, strategy=strategy, default_strategy=_DEFAULTS["strategy"],
+                           batch_size=batch_size, grad_accumulation=grad_accumulation, precision=precision,
+                           optimizer=optimizer)
+
+
+def _strategy_keywords(strategy: str, engine_options: dict, strategy_kw: dict):
+    """(the strategy's registry entry, its keywords): the keywords ``predict`` names plus those
+    a registered strategy declares of its own (taken out of ``engine_options``), each checked
+    to be one the strategy takes."""
+    from .strategies import registry
+
     family = registry.get(strategy)
-    strategy_kw = dict(sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
-                       bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None,
-                       reshard_root=reshard_root or None, shard_group=shard_group, ps_placement=ps_placement)
     strategy_kw.update({k: engine_options.pop(k) for k in registry.predict_keys() if k in engine_options})
     registry.refuse_inapplicable(strategy, strategy_kw)
-    given = {k for k, v in dict(
-        cluster=cluster, dataset=dataset, batch_size=batch_size, epochs=epochs, optimizer=optimizer,
-        precision=precision, loader_workers=loader_workers, algorithm=algorithm, **strategy_kw).items()
-        if v is not None}
+    return family, strategy_kw
+
+
+def _allocate(cluster, gpus: int, nodes: int | None, family, strategy: str, strategy_kw: dict):
+    """(allocation, why the PS placement was assumed or None) on the cluster named, given as a
+    ClusterSpec (taken as is: what-if variants from simdl.explore.derive_cluster need no file),
+    or the default one."""
+    from .cluster import ClusterSpec, load_cluster
+
     cluster = cluster or DEFAULT_CLUSTER
-    dataset = dataset or "cifar10"
-    loader_workers = DEFAULT_LOADER_WORKERS if loader_workers is None else loader_workers
-    algorithm = algorithm or "auto"
-    if isinstance(gpus, bool) or not isinstance(gpus, int):
-        raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
-    workload = _workload(model, dataset, input_shape, num_classes, vocab, train_samples, batch_size, epochs,
-                         optimizer, precision, grad_accumulation, activation_checkpointing)
-    # A ClusterSpec object is taken as is: what-if variants (simdl.explore.derive_cluster) need no file.
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
-    spec, alloc, placement_why = _place(spec, gpus, nodes, family, strategy, strategy_kw)
+    _, alloc, placement_why = _place(spec, gpus, nodes, family, strategy, strategy_kw)
+    return alloc, placement_why
+
+
+def _loader_workers(loader_workers) -> int:
+    loader_workers = DEFAULT_LOADER_WORKERS if loader_workers is None else loader_workers
     if not isinstance(loader_workers, int) or loader_workers < 0:
         raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
-    config, plan = _plan(workload, alloc, family, strategy, algorithm, strategy_kw)
-    echo = _echo(workload, alloc, config, plan, dataset=dataset, loader_workers=loader_workers, engine=engine)
+    return loader_workers
+
+
+def _echo_assumed(echo: dict, family, given: set, placement_why: str | None, alloc, workload) -> None:
+    """``echo["assumed"]``: each default used, with its reason, for the keys this prediction
+    echoes; the PS placement and the GPU kernel model's assumptions where they apply."""
     relevant = set(echo) | {"cluster", "dataset"}
     reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
                                        if key.default_reason})
@@ -140,10 +180,6 @@ def predict(
     for key, (value, why) in _kernel_assumptions(alloc, workload).items():
         echo[key] = value
         echo["assumed"][key] = why
-    _echo_input(echo, workload, dataset, vocab, train_samples)
-    if ds is not None:
-        echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
-    return _run(workload, alloc, plan, echo, engine, engine_options)
 
 
 def _place(spec, gpus: int, nodes: int | None, family, strategy: str, strategy_kw: dict):
@@ -279,8 +315,8 @@ def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
     run = None
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result
-    result = _with_band(_with_noise_note(result, spec), spec)
-    result = _with_epoch_counts(_with_input_notes(result, workload, alloc, plan, echo), workload, plan)
+    result = with_band(with_noise_note(result, spec), spec)
+    result = with_epoch_counts(with_input_notes(result, workload, alloc, plan, echo), workload, plan)
     if run is not None:
         run.result = result
         return run
@@ -289,61 +325,6 @@ def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
 
 _DEFAULTS = {name: p.default for name, p in inspect.signature(predict).parameters.items()
              if p.default is not inspect.Parameter.empty}
-
-
-def _with_input_notes(result: Result, workload, alloc, plan, echo: dict) -> Result:
-    """Notes where an option does less, or other, than its name suggests (simdl.notes): a
-    precision with no faster path on the GPU, CPU offload's host memory and unpriced copies,
-    ps-ssp's bound 0 against ps-sync, and where colocated parameter servers were priced."""
-    from .cluster.ps_placement import placement_notes
-    from .notes import offload_note, precision_note, ssp_bound_zero_note
-
-    spec = alloc.spec
-    said = (precision_note(spec.gpu, workload.precision), offload_note(workload, plan, spec, alloc.gpus_per_node),
-            ssp_bound_zero_note(echo["engine"]) if getattr(plan, "staleness_bound", None) == 0 else None)
-    placement = echo.get("ps_placement")
-    added = tuple(n for n in said if n) + (placement_notes(spec, placement) if placement else ())
-    return dataclasses.replace(result, notes=tuple(result.notes) + added) if added else result
-
-
-def _with_epoch_counts(result: Result, workload, plan) -> Result:
-    """The epoch's samples as DistributedSampler and the DataLoader count them
-    (simdl.workload.epoch); a note and the epoch's own throughput when the epoch is shorter
-    than one step (a global batch larger than the data set)."""
-    from .workload.epoch import epoch_counts, short_epoch_note, throughput
-
-    counts = epoch_counts(workload.train_samples, plan.data_parallel, workload.batch_size, workload.grad_accumulation)
-    config = dict(result.config, epoch_samples=counts.samples)
-    note = short_epoch_note(counts, workload.batch_size, workload.grad_accumulation)
-    if note is None:
-        return dataclasses.replace(result, config=config)
-    return dataclasses.replace(result, config=config, notes=tuple(result.notes) + (note,),
-                               throughput_samples_per_s=throughput(counts, result.iteration_time_s))
-
-
-def _with_band(result: Result, spec) -> Result:
-    """The result with the band its step should fall in on this cluster (simdl.band), where
-    the profile's calibration says how far off its steps are; unchanged otherwise."""
-    spread = step_spread(spec)
-    if spread is None:
-        from .band import no_band_reason
-
-        why = no_band_reason(spec)  # a calibrated profile says why it has no band
-        return dataclasses.replace(result, config=dict(result.config, iteration_time_band=why)) if why else result
-    config = dict(result.config, iteration_time_band=f"{100 * LEVEL:.0f} % of runs; from the {spread.describe()}")
-    return dataclasses.replace(result, iteration_time_band_s=band(result.iteration_time_s, spread.sigma),
-                               config=config)
-
-
-def _with_noise_note(result: Result, spec) -> Result:
-    """The result, with a note when its cluster profile measured a machine whose own steps
-    wander more than simdl's accuracy goal (simdl.calibrate.jitter.noise_warning): a user
-    comparing one run with the prediction should expect that much either way."""
-    cj = spec.efficiency.compute_jitter
-    why = noise_warning(cj.value if cj is not None else None)
-    if not why:
-        return result
-    return dataclasses.replace(result, notes=tuple(result.notes) + (f"cluster {spec.name}: {why}",))
 
 
 def _kernel_assumptions(alloc, workload) -> dict:

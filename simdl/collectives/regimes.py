@@ -142,7 +142,7 @@ class RegimeCurve:
                 if k == 0 or s >= r.lo_step_bytes:
                     return self.overhead, r.alpha, r.bandwidth * bandwidth_scale
                 a = regs[k - 1]
-                if self._allocator_gap(a, r, n, temp_threshold):
+                if temp_threshold is not None and self._allocator_gap(a, r, n, temp_threshold):
                     side = a if nbytes < temp_threshold else r
                     return self.overhead, side.alpha, side.bandwidth * bandwidth_scale
                 w = math.log(s / a.hi_step_bytes) / math.log(r.lo_step_bytes / a.hi_step_bytes)

@@ -11,16 +11,29 @@ import math
 
 from ..cluster import Cluster
 from ..cluster.allocator import host_mmap_threshold
+from ..cluster.spec import PSServers
+from ..errors import SimdlError
 from ..hosts import host_for
 from ..result import Staleness
 from ..strategies.plan import PSPlan
 from .step import bytes_sent
-from .tasks import Rates, compute_split, compute_task_time, host_rates, mapped_bytes
+from .rates import Rates, host_rates
+from .tasks import compute_split, compute_task_time, mapped_bytes
+
+
+def ps_servers(cluster: Cluster) -> PSServers:
+    """The cluster's parameter-server section (dedicated server nodes, or the colocated
+    servers simdl.cluster.ps_placement derives); a one-line error where it has none."""
+    ps = cluster.spec.ps_servers
+    if ps is None:
+        raise SimdlError(f"cluster {cluster.spec.name!r} has no parameter-server section (ps_servers) to price a "
+                         "PS plan on; accepted: a cluster with one (e.g. a10g-ps), or --ps-placement colocated")
+    return ps
 
 
 def _server_bandwidth(cluster: Cluster, plan: PSPlan) -> float:
     """Bytes/s per direction into one shard's server: shards spread over the server nodes."""
-    ps = cluster.spec.ps_servers
+    ps = ps_servers(cluster)
     nodes_used = min(plan.servers, ps.count)
     return ps.nic_bandwidth.value * nodes_used / plan.servers
 
@@ -57,7 +70,7 @@ def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[
     node_bw = _worker_node_bandwidth(cluster)
     workers_per_node = min(concurrent, cluster.gpus_per_node)
     latency = cluster.ps_latency()
-    ps = cluster.spec.ps_servers
+    ps = ps_servers(cluster)
 
     def one_way(nbytes: float) -> float:
         server_side = concurrent * nbytes / plan.servers / server_bw
@@ -74,7 +87,7 @@ def ps_transfer_times(cluster: Cluster, plan: PSPlan, concurrent: int) -> tuple[
 def ps_transfer_extras(cluster: Cluster, plan: PSPlan) -> tuple[float, float]:
     """(push, pull) seconds a calibrated PS transport adds to the link's time (see
     ps_transfer_times); (0, 0) for a profile without them."""
-    ps = cluster.spec.ps_servers
+    ps = ps_servers(cluster)
     push = pull = 0.0
     if ps.receive_fault is not None:
         fresh = _fresh_message_bytes(cluster, plan)  # all shards' messages
@@ -108,7 +121,7 @@ def ps_update_time(cluster: Cluster, plan: PSPlan, grads_aggregated: int) -> flo
     nbytes = (plan.update_bytes + ps_aggregate_bytes(plan, grads_aggregated)) / plan.servers
     t = nbytes / cluster.ps_update_bandwidth()
     host = host_rates(cluster)
-    if host and cluster.spec.ps_servers.receive_fault is None:
+    if host and ps_servers(cluster).receive_fault is None:
         t += grads_aggregated * _fresh_shard_bytes(plan, host) * host["page_fault_per_byte"]
     return t + grads_aggregated * ps_snapshot_time(cluster, plan)
 

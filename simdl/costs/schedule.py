@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..strategies.plan import COMPUTE, SpmdPlan
-from .tasks import CommCosts, Rates, RowTimes, compute_task_time
+from .comm import CommCosts
+from .rates import Rates
+from .tasks import RowTimes, compute_task_time
 
 
 @dataclass(frozen=True)
@@ -53,7 +55,8 @@ def schedule(plan: SpmdPlan, durations: list[float]) -> Schedule:
 def busy_time(intervals: list[tuple[float, float]]) -> float:
     """Length of the union of intervals."""
     total = 0.0
-    cur_s = cur_e = None
+    cur_s = 0.0
+    cur_e: float | None = None
     for s, e in sorted(intervals):
         if e <= s:
             continue

@@ -1,4 +1,4 @@
-"""The bodies of ``simdl sweep`` and ``simdl recommend`` (the parsers live in :mod:`simdl.cli`)."""
+"""The bodies of ``simdl sweep`` and ``simdl recommend`` (the parsers live in :mod:`simdl.cli.explore`)."""
 
 from __future__ import annotations
 

@@ -56,7 +56,8 @@ def memory_curves(timeline, tasks, by_class: list[list], iteration: int, row_tim
     anchors = event_anchors(timeline, tasks, row_times)
     unique: dict[bytes, int] = {}
     rows: list[int] = []
-    starts, stops = [], []
+    starts: list[np.ndarray] = []
+    stops: list[np.ndarray] = []
     for s, e in windows:
         key = s.tobytes() + e.tobytes()
         if key not in unique:

@@ -170,7 +170,10 @@ class Network:
 
     def _after_latency(self, done: simpy.Event, latency: float) -> None:
         if latency > 0:
-            self.env.timeout(latency).callbacks.append(lambda _e: done.succeed())
+            def arrive(_event: simpy.Event) -> None:
+                done.succeed()
+
+            self.env.timeout(latency).callbacks.append(arrive)
         else:
             done.succeed()
 
@@ -262,6 +265,8 @@ class Network:
         """Max-min rates of the flows ``part`` (pairs ``fop``/``lop``) and the links' loads: new
         on the ``touched`` links (every link when None), kept elsewhere."""
         n = len(self.capacity)
+        new_load: np.ndarray
+        new_payload: np.ndarray
         if part:
             weight_of_pair = np.concatenate([f.weights for f in part])
             payload_of_pair = np.concatenate([f.payload for f in part])

@@ -76,128 +76,157 @@ def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: i
     ``cores``: a :class:`simdl.sim.cores.SharedCores` the workers' computes and the server's
     work share (processes of one host), or None (workers with devices of their own, servers
     with their own CPUs)."""
-    from ..costs.ps import ps_transfer_extras
+    ps = _ParameterServer(env, network, router, plan, cluster, durations, hetero, iterations, loader_workers,
+                          batch_time, update_time, free_comm, on_iteration_end, snapshot_time, cores)
+    for w in range(plan.workers):
+        env.process(ps.worker(w))
+    return ps.run
 
-    N, S = plan.workers, plan.servers
-    push_extra, pull_extra = ps_transfer_extras(cluster, plan)
-    run = PSRun(N, iteration_end=[[] for _ in range(N)], data_wait=[[] for _ in range(N)])
-    shards = [_Shard(env, s) for s in range(S)]
-    clocks = [0] * N
-    done = [False] * N
-    clock_event = [env.event()]
 
-    def tick(w: int) -> None:
-        clocks[w] += 1
-        old, clock_event[0] = clock_event[0], env.event()
+class _ParameterServer:
+    """The shards, the workers' clocks and the processes of one run: a worker's iteration,
+    its exchange with each shard (push, the update applied, pull) and the transfers."""
+
+    def __init__(self, env, network, router, plan, cluster, durations, hetero, iterations: int,
+                 loader_workers: int, batch_time: float, update_time, free_comm: bool, on_iteration_end,
+                 snapshot_time: float, cores):
+        from ..costs.ps import ps_transfer_extras
+
+        self.env, self.network, self.router, self.plan = env, network, router, plan
+        self.durations, self.hetero, self.iterations = durations, hetero, iterations
+        self.loader_workers, self.batch_time, self.update_time = loader_workers, batch_time, update_time
+        self.free_comm, self.on_iteration_end, self.snapshot_time, self.cores = (
+            free_comm, on_iteration_end, snapshot_time, cores)
+        N, S = plan.workers, plan.servers
+        self.push_extra, self.pull_extra = ps_transfer_extras(cluster, plan)
+        self.run = PSRun(N, iteration_end=[[] for _ in range(N)], data_wait=[[] for _ in range(N)])
+        self.shards = [_Shard(env, s) for s in range(S)]
+        self.clocks = [0] * N
+        self.done = [False] * N
+        self.clock_event = env.event()
+
+    def tick(self, w: int) -> None:
+        self.clocks[w] += 1
+        old, self.clock_event = self.clock_event, self.env.event()
         old.succeed()
 
-    def ssp_wait(w: int):
+    def ssp_wait(self, w: int):
         """The pull of a worker more than the bound ahead of the slowest active one waits."""
         while True:
-            active = [c for c, d in zip(clocks, done) if not d]
-            if not active or clocks[w] - min(active) <= plan.staleness_bound:
+            active = [c for c, d in zip(self.clocks, self.done) if not d]
+            if not active or self.clocks[w] - min(active) <= self.plan.staleness_bound:
                 return
-            yield clock_event[0]
+            yield self.clock_event
 
-    def transfer(src: str, dst: str, nbytes: float):
-        if free_comm:
-            return env.timeout(0)
+    def transfer(self, src: str, dst: str, nbytes: float):
+        if self.free_comm:
+            return self.env.timeout(0)
+        router = self.router
         links = router.path(src, dst)
         latency = float(router.latency[list(links)].sum()) if links else 0.0
-        flow = network.transfer(links, [1.0] * len(links), nbytes, latency, name=f"{src}->{dst}")
-        extra = push_extra if src.startswith("gpu") else pull_extra
+        flow = self.network.transfer(links, [1.0] * len(links), nbytes, latency, name=f"{src}->{dst}")
+        extra = self.push_extra if src.startswith("gpu") else self.pull_extra
         if nbytes <= 0 or extra <= 0:
             return flow
         # What a calibrated PS transport costs besides the link (fresh receive buffers, the
         # server's copy of a pull's answer): each process its own, after the bytes arrive.
-        return env.process(_then_wait(flow, extra))
+        return self.env.process(self._then_wait(flow, extra))
 
-    def server_work(seconds: float):
-        # The server is a process of the workers' host when they share its cores.
-        return cores.serve(seconds) if cores is not None else env.timeout(seconds)
-
-    def _then_wait(event, seconds):
+    def _then_wait(self, event, seconds):
         yield event
-        yield env.timeout(seconds)
+        yield self.env.timeout(seconds)
 
-    def exchange(w: int, it: int, shard: _Shard, pulled_version: int):
+    def server_work(self, seconds: float):
+        # The server is a process of the workers' host when they share its cores.
+        return self.cores.serve(seconds) if self.cores is not None else self.env.timeout(seconds)
+
+    def exchange(self, w: int, it: int, shard: _Shard, pulled_version: int):
         """Push to one shard, have it applied, pull it back; returns the version pulled."""
         gpu, server = f"gpu:{w}", f"ps:{shard.index}"
-        t0 = env.now
-        yield transfer(gpu, server, plan.push_bytes / S)
-        if shard.index == 0:
-            run.transfers.append((w, it, t0, env.now, "push"))
-        if plan.synchronous:
-            shard.arrived[it] = shard.arrived.get(it, 0) + 1
-            ready = shard.ready.setdefault(it, env.event())
-            if shard.arrived[it] == N:
-                with shard.cpu.request() as req:
-                    yield req
-                    yield server_work(update_time(N))
-                shard.version += 1
-                ready.succeed()
-            yield ready
+        yield from self._move(w, it, shard, gpu, server, self.plan.push_bytes, "push")
+        if self.plan.synchronous:
+            yield from self._apply_sync(it, shard)
+            version = shard.version
         else:
-            with shard.cpu.request() as req:
-                yield req
-                run.staleness.append(shard.version - pulled_version)
-                run.staleness_it.append(it)
-                yield server_work(max(update_time(1) - snapshot_time, 0.0))
-                shard.version += 1
-            if shard.index == 0:
-                tick(w)
-                if it == iterations - 1:
-                    done[w] = True
-            # The answer to the push, then the pull's request: messages without payload.
-            yield transfer(server, gpu, 0.0)
-            yield transfer(gpu, server, 0.0)
-            if plan.staleness_bound is not None:
-                held = env.now
-                yield from ssp_wait(w)
-                if shard.index == 0:
-                    run.pulls.append((w, it, env.now - held))
-            with shard.cpu.request() as req:
-                yield req
-                version = shard.version
-                yield server_work(snapshot_time)
-            t0 = env.now
-            yield transfer(server, gpu, plan.pull_bytes / S)
-            if shard.index == 0:
-                run.transfers.append((w, it, t0, env.now, "pull"))
-            return version
-        version = shard.version
-        t0 = env.now
-        yield transfer(server, gpu, plan.pull_bytes / S)
-        if shard.index == 0:
-            run.transfers.append((w, it, t0, env.now, "pull"))
+            yield from self._apply_async(w, it, shard, pulled_version)
+            version = yield from self._snapshot(w, it, shard)
+        yield from self._move(w, it, shard, server, gpu, self.plan.pull_bytes, "pull")
         return version
 
-    def worker(w: int):
-        loader = Loader(env, loader_workers, batch_time)
-        factor = hetero.factor(w)
-        versions = [0] * S
-        for it in range(iterations):
+    def _move(self, w: int, it: int, shard: _Shard, src: str, dst: str, nbytes: float, kind: str):
+        """A push or a pull of the shard's 1/S of the bytes; shard 0's are recorded."""
+        t0 = self.env.now
+        yield self.transfer(src, dst, nbytes / self.plan.servers)
+        if shard.index == 0:
+            self.run.transfers.append((w, it, t0, self.env.now, kind))
+
+    def _apply_sync(self, it: int, shard: _Shard):
+        """ps-sync: the last of the N pushes of the iteration has the shard apply one update."""
+        shard.arrived[it] = shard.arrived.get(it, 0) + 1
+        ready = shard.ready.setdefault(it, self.env.event())
+        if shard.arrived[it] == self.plan.workers:
+            with shard.cpu.request() as req:
+                yield req
+                yield self.server_work(self.update_time(self.plan.workers))
+            shard.version += 1
+            ready.succeed()
+        yield ready
+
+    def _apply_async(self, w: int, it: int, shard: _Shard, pulled_version: int):
+        """ps-async/ssp: the push applied on arrival, its staleness counted, then the answer
+        and the pull's request."""
+        with shard.cpu.request() as req:
+            yield req
+            self.run.staleness.append(shard.version - pulled_version)
+            self.run.staleness_it.append(it)
+            yield self.server_work(max(self.update_time(1) - self.snapshot_time, 0.0))
+            shard.version += 1
+        if shard.index == 0:
+            self.tick(w)
+            if it == self.iterations - 1:
+                self.done[w] = True
+        gpu, server = f"gpu:{w}", f"ps:{shard.index}"
+        # The answer to the push, then the pull's request: messages without payload.
+        yield self.transfer(server, gpu, 0.0)
+        yield self.transfer(gpu, server, 0.0)
+
+    def _snapshot(self, w: int, it: int, shard: _Shard):
+        """ps-async/ssp: the pull, held by the SSP bound, reads the shard's parameters under
+        its lock; returns their version."""
+        if self.plan.staleness_bound is not None:
+            held = self.env.now
+            yield from self.ssp_wait(w)
+            if shard.index == 0:
+                self.run.pulls.append((w, it, self.env.now - held))
+        with shard.cpu.request() as req:
+            yield req
+            version = shard.version
+            yield self.server_work(self.snapshot_time)
+        return version
+
+    def worker(self, w: int):
+        env, plan, run = self.env, self.plan, self.run
+        loader = Loader(env, self.loader_workers, self.batch_time)
+        factor = self.hetero.factor(w)
+        versions = [0] * plan.servers
+        for it in range(self.iterations):
             ev = loader.get()
             if ev is not None:
                 t0 = env.now
                 yield ev
                 run.data_wait[w].append((t0, env.now))
-            draws = hetero.draws(w, it, len(plan.worker_tasks))
+            draws = self.hetero.draws(w, it, len(plan.worker_tasks))
             for k, task in enumerate(plan.worker_tasks):
                 start = env.now
-                d = durations[k] * factor * float(draws[k])
+                d = self.durations[k] * factor * float(draws[k])
                 if d > 0:
-                    yield cores.compute(d) if cores is not None else env.timeout(d)
+                    yield self.cores.compute(d) if self.cores is not None else env.timeout(d)
                 run.records.append(TaskRecord(w, it, k, start, env.now, task.stream, task.name, task.phase, False))
-            procs = [env.process(exchange(w, it, shards[s], versions[s])) for s in range(S)]
+            procs = [env.process(self.exchange(w, it, self.shards[s], versions[s])) for s in range(plan.servers)]
             result = yield env.all_of(procs)
             versions = [result[p] for p in procs]
             if plan.synchronous:
-                tick(w)
+                self.tick(w)
             run.iteration_end[w].append(env.now)
-            if on_iteration_end is not None:
-                on_iteration_end(w)
-
-    for w in range(N):
-        env.process(worker(w))
-    return run
+            if self.on_iteration_end is not None:
+                self.on_iteration_end(w)

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
 
 import simpy
 
@@ -87,7 +88,7 @@ class SpmdRun:
     records: list[TaskRecord] = field(default_factory=list)
     iteration_end: list[list[float]] = field(default_factory=list)  # per class, per iteration
     data_wait: list[list] = field(default_factory=list)  # per class: (start, end) of waits for data
-    shared: object = None  # the classes' shared state while the run is live
+    shared: _Shared | None = None  # the classes' shared state while the run is live
 
     def close(self) -> None:
         """Drop the rank classes once the timeline has run: they and their shared state point
@@ -128,7 +129,8 @@ class CollectiveHub:
                 for i in counts:
                     self._members.setdefault((name, i), []).append(c)
         self._state: dict[tuple, list] = {}
-        self.notify = None  # set by run_spmd: notify(cls, iteration, task index, end time)
+        # Set by run_spmd: notify(cls, iteration, task index, end time); None once the run is closed.
+        self.notify: Callable[[int, int, int, float], None] | None = None
 
     def instances_of(self, group: str, cls: int) -> int:
         return len(self._touch[(group, cls)])
@@ -151,8 +153,11 @@ class CollectiveHub:
                 self._launch(task, kind, ranks, iteration, index, i, st[1])
 
     def _finish(self, group: str, i: int, iteration: int, index: int, when: float) -> None:
+        notify = self.notify
+        if notify is None:  # no run attached: no class waits for the instance
+            return
         for c in self._members[(group, i)]:
-            self.notify(c, iteration, index, when)
+            notify(c, iteration, index, when)
 
     def _launch(self, task, kind, ranks, iteration, index, i, when: float) -> None:
         g = self.plan.groups[task.group]
@@ -178,7 +183,7 @@ class CollectiveHub:
 class _Shared:
     """What every rank class of one run reads: the plan's streams and the loop's state."""
 
-    def __init__(self, env, plan, durations, hub, hetero, iterations, run, on_iteration_end):
+    def __init__(self, env, plan, durations, hub, hetero, iterations, run, on_iteration_end) -> None:
         self.env = env
         self.tasks = plan.tasks
         self.durations = durations
@@ -288,9 +293,10 @@ class _RankClass:
             i = idxs[k]
             deps, kind = info[i][0], info[i][1]
             if kind == 1 and i in self.comm_start:
-                if end[i] is None:
+                e = end[i]
+                if e is None:
                     break  # the collective is running
-                ready = end[i]
+                ready = e
                 k += 1
                 moved = True
                 continue

@@ -20,7 +20,7 @@ class Router:
     """Routes between graph nodes as link indices, with the links' capacities and latencies
     from the topology (module docstring: how routes are searched once per pattern)."""
 
-    def __init__(self, graph, cluster):
+    def __init__(self, graph, cluster) -> None:
         from ..cluster.allocate import Cluster
         from ..cluster.topology import build_topology, route
 

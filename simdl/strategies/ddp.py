@@ -15,6 +15,7 @@ What PyTorch does (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..cluster import Cluster
@@ -36,7 +37,7 @@ class DDPFacts(PlanFacts):
     bucket_bytes: tuple[float, ...] = ()  # each bucket's size, in launch order
 
 
-def bucket_assignment(param_bytes: list[float], first_cap: float, cap: float) -> list[list[int]]:
+def bucket_assignment(param_bytes: Sequence[float], first_cap: float, cap: float) -> list[list[int]]:
     """Indices of parameters per bucket, parameters taken in reverse registration order."""
     buckets: list[list[int]] = []
     current: list[int] = []

@@ -18,7 +18,7 @@ designed for, and is described in the returned note (stored in the table):
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 from ..errors import SimdlError, unknown
 from .inputs import describe, forward_error, input_hint, is_image
@@ -156,6 +156,7 @@ def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int, voc
     from torch import nn
 
     factory = load_factory(spec)
+    accepted: Mapping[str, inspect.Parameter]
     try:
         accepted = inspect.signature(factory).parameters
     except (TypeError, ValueError):  # builtins without a signature
@@ -201,7 +202,7 @@ def _set_in_channels(model: Any, channels: int) -> str:
     from torch import nn
 
     name, conv = _first_conv(model)
-    if conv is None or conv.in_channels == channels:
+    if name is None or conv is None or conv.in_channels == channels:
         return ""
     if conv.groups != 1:
         raise SimdlError(
