@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from ..cluster import Cluster
+from ..cluster.linkfree import LinkFreeMemo, link_free_key
 from ..costs.ps import (async_staleness, ps_aggregate_bytes, ps_host_floor, ps_snapshot_time,  # noqa: F401
                         ps_transfer_extras, ps_transfer_times, ps_update_time, shared_host_bound)
 from ..costs.schedule import schedule, stream_busy, task_durations
@@ -46,7 +47,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
     samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
     iterations = math.ceil(workload.train_samples / samples_per_iteration)
     epoch = iterations * iteration
-    mem = estimate_memory(workload, plan, cluster, rates.activation_factor)
+    mem = _memory(workload, plan, cluster)
     return Result(
         engine="analytic",
         iteration_time_s=iteration,
@@ -56,7 +57,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         iterations_per_epoch=iterations,
         peak_memory_bytes=mem.peak_bytes,
         peak_tensor_bytes=mem.peak_tensor_bytes,
-        memory_breakdown_bytes=mem.breakdown,
+        memory_breakdown_bytes=dict(mem.breakdown),  # a memoised estimate's dict is not shared
         memory_capacity_bytes=mem.capacity_bytes,
         fits_in_memory=mem.fits,
         gpu_utilization=min(compute / iteration, 1.0) if iteration > 0 else 0.0,
@@ -73,6 +74,36 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         max_memory_reserved_bytes=mem.max_reserved_bytes,
         device_memory_bytes=mem.device_parts,
     )
+
+
+def _estimate(workload: Workload, plan, cluster: Cluster):
+    return estimate_memory(workload, plan, cluster)
+
+
+_memo = LinkFreeMemo(_estimate)
+
+
+def _memory(workload: Workload, plan, cluster: Cluster):
+    """The rank's memory, shared by clusters that differ only in links (simdl.cluster.linkfree;
+    ``estimate_memory`` ignores its ``act_factor``). The plan is keyed by identity and kept
+    alive in the key, so its id cannot be reused; plans built for link-only variants are one
+    object (simdl.strategies.build_plan)."""
+    return _memo((workload, id(plan), link_free_key(cluster), _Kept(plan)), workload, plan, cluster)
+
+
+class _Kept:
+    """Holds an object in a key without taking part in its hash or equality."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Kept)
 
 
 def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorithm: str):
