@@ -9,7 +9,8 @@ parameter servers' NIC, which also rename the preset) share that work through
 :func:`link_free_key`: every field of the :class:`~simdl.cluster.Cluster` and of its
 :class:`~simdl.cluster.ClusterSpec` that takes part in equality, except the spec's name and description,
 ``intra_node``, ``inter_node`` and the parameter servers' links (their presence and count
-stay in the key).
+stay in the key). The intra-node PCIe rate stays in the key: the ZeRO plan prices its
+optimizer offload copies by it (simdl.strategies.zero_plan).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ def link_free_key(cluster) -> tuple:
     spec = cluster.spec
     ps = spec.ps_servers
     key = (_compared(cluster, ("spec",)), _compared(spec, LINK_FIELDS),
-           None if ps is None else _compared(ps, PS_LINK_FIELDS))
+           None if ps is None else _compared(ps, PS_LINK_FIELDS), spec.intra_node.pcie_bandwidth)
     if len(_KEYS) >= _LIMIT:
         _KEYS.clear()
     _KEYS[id(cluster)] = (cluster, key)
