@@ -24,15 +24,31 @@ from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
 
 
+#: When a list, :func:`evaluate` appends ``(workload, cluster, plan, rows, rates, algorithm,
+#: loader_workers, config, notes)`` of each call: how simdl.explore.vector learns a grid
+#: point's inputs from one ordinary prediction.
+CAPTURE: list | None = None
+
+
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
     rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
+    if CAPTURE is not None:
+        CAPTURE.append((workload, cluster, plan, rows, rates, algorithm, loader_workers, config, notes))
     hook = registry.of_plan(plan).evaluate
     if hook is not None:
         timing = hook(workload, cluster, plan, rows, rates)
     else:
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
+    return result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes)
+
+
+def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, timing: tuple, *,
+              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
+    """The Result of a plan whose step timing is known: ``timing`` is (iteration, compute-stream
+    busy, communication busy, any-kernel busy, bytes sent, staleness, compute split by kind,
+    added seconds) as :func:`_spmd_timing` and the strategies' ``evaluate`` hooks give it."""
     iteration, compute, comm, any_busy, comm_bytes, staleness, kinds, added = timing
     # Communication the compute stream waited for (measured before any loader stall).
     exposed = max(iteration - compute, 0.0) if comm > 0 else 0.0
