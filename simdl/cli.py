@@ -12,7 +12,11 @@ import math
 import sys
 from typing import Sequence
 
-from .errors import SimdlError
+from .startup import configure_process
+
+configure_process()  # before numpy loads (simdl.startup)
+
+from .errors import SimdlError  # noqa: E402
 
 # The simulator keeps every event of every iteration (for traces and plots): a bound keeps a
 # mistyped --iterations from running for hours and filling the memory. Measured: 200 iterations
