@@ -45,10 +45,13 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
 
 
 def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, timing: tuple, *,
-              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
+              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = (),
+              memory=None) -> Result:
     """The Result of a plan whose step timing is known: ``timing`` is (iteration, compute-stream
     busy, communication busy, any-kernel busy, bytes sent, staleness, compute split by kind,
-    added seconds) as :func:`_spmd_timing` and the strategies' ``evaluate`` hooks give it."""
+    added seconds) as :func:`_spmd_timing` and the strategies' ``evaluate`` hooks give it.
+    ``memory``: the rank's memory estimate where the caller has it (:func:`memory_of` of a
+    cluster that differs from this one only in links)."""
     iteration, compute, comm, any_busy, comm_bytes, staleness, kinds, added = timing
     # Communication the compute stream waited for (measured before any loader stall).
     exposed = max(iteration - compute, 0.0) if comm > 0 else 0.0
@@ -63,7 +66,7 @@ def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, tim
     samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
     iterations = math.ceil(workload.train_samples / samples_per_iteration)
     epoch = iterations * iteration
-    mem = _memory(workload, plan, cluster)
+    mem = memory if memory is not None else _memory(workload, plan, cluster)
     return Result(
         engine="analytic",
         iteration_time_s=iteration,
@@ -97,6 +100,12 @@ def _estimate(workload: Workload, plan, cluster: Cluster):
 
 
 _memo = LinkFreeMemo(_estimate)
+
+
+def memory_of(workload: Workload, plan, cluster: Cluster):
+    """The rank's memory estimate as :func:`evaluate` uses it (memoised, shared by clusters
+    that differ only in links)."""
+    return _memory(workload, plan, cluster)
 
 
 def _memory(workload: Workload, plan, cluster: Cluster):

@@ -96,10 +96,13 @@ def _vector_rows(points, captured, first: dict) -> list[dict[str, Any]] | None:
     ok = [i for i, c in enumerate(clusters) if c is not None]
     if 0 not in ok:
         return None
+    from ..analytic.engine import memory_of
+
     timings = spmd_timings(workload, [clusters[i] for i in ok], plan, rows, rates, algorithm)
+    memory = memory_of(workload, plan, cluster)  # the template's: no link enters it
     out: list[dict[str, Any] | None] = [None] * len(points)
     for i, timing in zip(ok, timings):
-        out[i] = _row(points[i], workload, clusters[i], plan, timing, loader_workers, config, notes)
+        out[i] = _row(points[i], workload, clusters[i], plan, timing, loader_workers, config, notes, memory)
     if not _same_row(out[0], first):
         return None
     out[0] = first
@@ -121,13 +124,14 @@ def _cluster(params: Mapping[str, Any]):
     return allocate(spec, kwargs.get("gpus", _DEFAULTS["gpus"]), kwargs.get("nodes"))
 
 
-def _row(params, workload, cluster, plan, timing, loader_workers, config, notes) -> dict[str, Any]:
+def _row(params, workload, cluster, plan, timing, loader_workers, config, notes, memory) -> dict[str, Any]:
     from ..analytic.engine import result_of
     from ..predict import _with_band, _with_epoch_counts
     from .sweep import _plain, result_row
 
     echo = dict(config, cluster=cluster.spec.name)
-    result = result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=echo, notes=notes)
+    result = result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=echo, notes=notes,
+                       memory=memory)
     result = _with_epoch_counts(_with_band(result, cluster.spec), workload, plan)
     return result_row({k: _plain(v) for k, v in params.items()}, result)
 
