@@ -54,7 +54,8 @@ class LinkFreeMemo:
     """
 
     def __init__(self, fn: Callable, limit: int = _LIMIT) -> None:
-        self.fn, self.limit, self.store = fn, limit, {}
+        self.fn, self.limit = fn, limit
+        self.store: dict[tuple, Any] = {}
 
     def __call__(self, key: tuple, *args: Any) -> Any:
         try:

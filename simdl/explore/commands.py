@@ -20,7 +20,7 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
     if list_keys:
         print(describe_keys())
         return 0
-    axes: dict[str, list[Any]] = {}
+    axes: dict[str, Any] = {}  # lists of values, passed to sweep as keywords
     for key, text in options.items():
         if text is not None:
             axes[key] = parse_values(key, str(text))

@@ -103,7 +103,7 @@ def _vector_rows(points, captured, first: dict) -> list[dict[str, Any]] | None:
     out: list[dict[str, Any] | None] = [None] * len(points)
     for i, timing in zip(ok, timings):
         out[i] = _row(points[i], workload, clusters[i], plan, timing, loader_workers, config, notes, memory)
-    if not _same_row(out[0], first):
+    if out[0] is None or not _same_row(out[0], first):
         return None
     out[0] = first
     for i, r in failed.items():
