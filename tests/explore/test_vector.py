@@ -113,3 +113,18 @@ def test_points_differing_in_more_than_links_are_not_grouped():
     assert vector.group_key(a) != vector.group_key(dict(a, gpus=16))
     assert vector.group_key(a) != vector.group_key(dict(a, pcie_GB_per_s=16))  # the ZeRO plan reads PCIe
     assert vector.group_key(dict(a, engine="sim")) is None
+
+
+def test_process_workers_answer_link_groups_as_the_serial_sweep_does(monkeypatch):
+    axes = dict(model=["resnet18"], strategy=["ddp", "fsdp-full"], gpus=[8, 16, 32, 64], cluster="dgx-a100",
+                batch_size=[16, 32], nic_Gb_per_s=[25, 50, 100, 200, 400], nics_per_node=[1, 2, 3, 4, 8, 16])
+    serial = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=False, **axes)
+    pools = []
+    real = sweep_mod._run_processes
+    monkeypatch.setattr(sweep_mod, "_run_processes", lambda *a, **k: pools.append(k) or real(*a, **k))
+    rows = simdl.sweep(executor="process", jobs=2, progress=False, as_frame=False, **axes)
+    assert pools  # the pool ran
+    assert len(rows) == len(serial) == 480 > sweep_mod.SERIAL_BELOW + 1  # the pool runs (not serial)
+    assert sweep_mod.last_run["vectorised"] > 400  # counted in the workers
+    for a, b in zip(rows, serial):
+        assert list(a) == list(b) and all(_close(a[k], b[k]) for k in b), b
