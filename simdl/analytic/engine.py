@@ -8,6 +8,7 @@ form, simdl.costs.ps) is evaluated by it instead.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 
 from ..cluster import Cluster
 from ..cluster.linkfree import LinkFreeMemo, link_free_key
@@ -24,18 +25,19 @@ from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
 
 
-#: When a list, :func:`evaluate` appends ``(workload, cluster, plan, rows, rates, algorithm,
-#: loader_workers, config, notes)`` of each call: how simdl.explore.vector learns a grid
-#: point's inputs from one ordinary prediction.
-CAPTURE: list | None = None
+#: When set to a list, :func:`evaluate` appends ``(workload, cluster, plan, rows, rates, algorithm,
+#: loader_workers, config, notes)`` of each call in that context (thread, task): how
+#: simdl.explore.vector learns a grid point's inputs from one ordinary prediction.
+CAPTURE: ContextVar[list | None] = ContextVar("simdl_analytic_capture", default=None)
 
 
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
     rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
-    if CAPTURE is not None:
-        CAPTURE.append((workload, cluster, plan, rows, rates, algorithm, loader_workers, config, notes))
+    sink = CAPTURE.get()
+    if sink is not None:
+        sink.append((workload, cluster, plan, rows, rates, algorithm, loader_workers, config, notes))
     hook = registry.of_plan(plan).evaluate
     if hook is not None:
         timing = hook(workload, cluster, plan, rows, rates)

@@ -8,8 +8,10 @@ keys. A configuration that simdl rejects (ps-sync on a cluster without parameter
 more GPUs than a one-node preset has) becomes a row with its message in ``error`` instead
 of stopping the sweep.
 
-Speed. The analytic engine answers a few thousand predictions per second in one process,
-so a 10,000-point grid is seconds of work and process start-up must not dominate:
+Speed. One process answers hundreds of analytic configurations per second where every point
+has its own memory layout (a CUDA caching-allocator replay each) and thousands where points
+differ only in links (benchmarks/bench_scale.py prints both), so a 10,000-point grid is
+seconds of work and process start-up must not dominate:
 
 * the first configuration of every model runs in this process first, so that the workload
   tables are loaded once and inherited by the workers (``fork`` on Linux);

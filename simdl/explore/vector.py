@@ -62,12 +62,12 @@ def run_group(points: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]]
     from ..analytic import engine
     from .sweep import run_one
 
-    engine.CAPTURE = []
+    captured: list = []
+    token = engine.CAPTURE.set(captured)
     try:
         first = run_one(points[0])
-        captured = engine.CAPTURE
     finally:
-        engine.CAPTURE = None
+        engine.CAPTURE.reset(token)
     if len(points) == 1:
         return [first], False
     rows = None
