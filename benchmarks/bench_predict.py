@@ -1,17 +1,24 @@
 """How fast is a prediction? Prints figures; asserts nothing (targets live here, not in tests).
 
 1. Whole-process wall time of ``simdl predict`` on a built-in model (goal < 0.5 s),
-   the median of several runs, measured from outside the process.
+   the median of several runs, measured from outside the process; then the CPU time
+   (``getrusage(RUSAGE_CHILDREN)``, user + system) of ``python -m simdl predict`` and of four
+   rejected inputs (goals: 0.2 s and 0.3 s), 5 runs each, two ways: compiling simdl from
+   source in every process (``PYTHONDONTWRITEBYTECODE=1``, no ``__pycache__``: how this
+   repository's development environment runs) and with bytecode compiled once (into a
+   temporary ``PYTHONPYCACHEPREFIX``, as an installed wheel has it). Run from a temporary
+   folder, so that ``-m`` does not put the checkout's own folder first on ``sys.path``.
 2. Analytic predictions per second in one process over a grid of models, strategies,
    GPU counts and batch sizes (goal > 1,000/s).
 
-Run: ``python benchmarks/bench_predict.py`` (or ``make bench``).
+Run: ``python benchmarks/bench_predict.py`` (or ``make bench``); ``--cli-cpu``: part 1's CPU table only.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -29,6 +36,52 @@ def cli_wall_time(repeats: int = 7) -> list[float]:
         subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
         times.append(time.perf_counter() - t0)
     return times
+
+
+CLI_CASES = {
+    "predict --model vgg16 --strategy fsdp --gpus 4": ("predict", "--model", "vgg16", "--strategy", "fsdp",
+                                                        "--gpus", "4"),
+    "error: --model nope": ("predict", "--model", "nope"),
+    "error: --cluster nope": ("predict", "--cluster", "nope"),
+    "error: ps-sync without servers": ("predict", "--strategy", "ps-sync", "--gpus", "4"),
+    "error: --gpus 640000 (lists multi-node presets)": ("predict", "--model", "vgg16", "--strategy", "ddp",
+                                                        "--gpus", "640000"),
+}
+
+
+def cli_cpu_times(args: tuple[str, ...], env: dict, cwd: str, repeats: int = 5) -> list[float]:
+    """CPU seconds (user + system) of each of ``repeats`` runs of ``python -m simdl ARGS``."""
+    out = []
+    for _ in range(repeats):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([sys.executable, "-m", "simdl", *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return out
+
+
+def cli_cpu_table(repeats: int = 5) -> None:
+    import tempfile
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    base = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+    with tempfile.TemporaryDirectory() as tmp:
+        source = dict(base, PYTHONDONTWRITEBYTECODE="1")  # the installed packages keep their own bytecode
+        compiled = dict(base, PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"))
+        compiled.pop("PYTHONDONTWRITEBYTECODE", None)
+        print(f"\nCPU seconds of whole processes (getrusage children, {repeats} runs each; host load "
+              f"{os.getloadavg()[0]:.2f}, possibly shared): median (min-max)")
+        print(f"{'command':52s} {'from source':>22s} {'bytecode compiled':>22s}")
+        for name, args in CLI_CASES.items():
+            cells = []
+            for env in (source, compiled):
+                if env is compiled:
+                    cli_cpu_times(args, env, tmp, repeats=1)  # writes the bytecode
+                t = cli_cpu_times(args, env, tmp, repeats)
+                cells.append(f"{statistics.median(t):.3f} ({min(t):.3f}-{max(t):.3f})")
+            print(f"{name:52s} {cells[0]:>22s} {cells[1]:>22s}")
+        print("goals: predict <= 0.2 s, an error <= 0.3 s")
 
 
 def grid_rate(seconds: float = 5.0) -> tuple[int, float, int]:
@@ -62,12 +115,16 @@ def grid_rate(seconds: float = 5.0) -> tuple[int, float, int]:
 
 
 def main() -> None:
+    if "--cli-cpu" in sys.argv:
+        cli_cpu_table()
+        return
     times = cli_wall_time()
     print(f"simdl predict --model vgg16 --strategy fsdp --gpus 4: wall time median {statistics.median(times):.3f} s "
           f"(min {min(times):.3f}, max {max(times):.3f}, {len(times)} runs; goal < 0.5 s)")
     n, dt, size = grid_rate()
     print(f"analytic predictions repeated over the same grid (plans and row times memoised): {n} in {dt:.2f} s = "
           f"{n / dt:,.0f} /s (grid of {size} configs: 6 models x 5 strategies x 8 GPU counts (1-1024) x 4 batches)")
+    cli_cpu_table()
 
 
 if __name__ == "__main__":

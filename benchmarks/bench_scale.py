@@ -13,13 +13,16 @@
    the growth of the wall time per 4x ranks are printed. A point predicted to take longer
    than ``--max-seconds`` (from the previous point and its growth) is skipped.
 
-2. The sweep rate: one process (``executor="serial"``) answering an analytic grid of
-   several models x strategies x GPU counts x batch sizes x network rates on ``dgx-a100``,
-   in configurations per second.
+2. The sweep rate: one process (``executor="serial"``, a fresh child per grid) answering
+   analytic grids on ``dgx-a100``, in configurations per second of wall and of CPU time: a
+   mixed grid (models x strategies x GPU counts x batch sizes x NIC rates) and a network
+   what-if grid of 20,736 points (:func:`link_grid`), each with the link groups of
+   simdl.explore.vector on and off.
 
 A PNG of simulate wall time against ranks goes to ``-o`` (default
 ``runs/bench/bench_scale.png``; ``runs/`` is git-ignored). ``--quick`` runs a bounded
-version (16 and 64 ranks, a 500-point grid) that a unit test runs.
+version (16 and 64 ranks, the 500-point mixed grid, vector on) that a unit test runs;
+``--sweep-only`` the sweep rates alone.
 
 The host this runs on may be shared: CPU seconds are printed beside wall seconds.
 Run: ``python benchmarks/bench_scale.py [--quick] [-o PNG]``.
@@ -129,20 +132,59 @@ def sweep_grid(quick: bool) -> dict:
     return g
 
 
-def sweep_rate(quick: bool) -> dict:
+def link_grid() -> dict:
+    """A what-if grid over the network (20,736 points): 4 models x 4 strategies x 3 GPU counts x
+    3 batches x 2 precisions, each at 6 NIC rates x 4 NIC counts x 3 latencies on dgx-a100."""
+    return dict(model=["resnet50", "vgg16", "vit_b_16", "convnext_tiny"],
+                strategy=["ddp", "fsdp-full", "fsdp-hybrid", "zero2"], gpus=[16, 64, 256],
+                batch_size=[16, 32, 64], precision=["fp32", "bf16"],
+                nic_Gb_per_s=[25, 50, 100, 200, 400, 800], nics_per_node=[1, 2, 4, 8],
+                inter_latency_us=[2, 5, 10], cluster="dgx-a100")
+
+
+def _axes(grid: dict) -> str:
+    return " x ".join(f"{len(v)} {k}" for k, v in grid.items() if isinstance(v, list))
+
+
+def sweep_rate(name: str, grid: dict, vector: bool = True) -> dict:
+    """One ``simdl.sweep`` (executor=serial) of ``grid`` in a fresh process: wall and CPU rate."""
+    cmd = [sys.executable, os.path.abspath(__file__), "--sweep-point", json.dumps(dict(grid=grid, vector=vector))]
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
+    p = json.loads(out.stdout.strip().splitlines()[-1])
+    print(f"{name}: {p['configs']:,} analytic configurations ({_axes(grid)}; {p['errors']} rows with an error; "
+          f"{p['vectorised']:,} by link groups, vector={'on' if vector else 'off'}): wall {p['wall_s']:.2f} s = "
+          f"{p['configs'] / p['wall_s']:,.0f} configs/s, CPU {p['cpu_s']:.2f} s = {p['configs'] / p['cpu_s']:,.0f} configs/s")
+    return p
+
+
+def run_sweep(spec: dict) -> dict:
+    """The body of one sweep-rate child: the tables of the grid's models loaded first (a sweep's
+    own first point of each model does the same), then the timed sweep."""
+    import importlib
+
     import simdl
 
-    grid = sweep_grid(quick)
+    sweep_mod = importlib.import_module("simdl.explore.sweep")
+    grid, vector = spec["grid"], spec["vector"]
+    for m in grid["model"]:
+        simdl.predict(model=m, strategy="ddp", gpus=1, cluster=grid["cluster"])
     w0, c0 = time.perf_counter(), time.process_time()
-    rows = simdl.sweep(executor="serial", progress=False, as_frame=False, **grid)
+    rows = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=vector, **grid)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    errors = sum(1 for r in rows if r.get("error"))
-    print(f"\n2. sweep in one process (executor=serial): {len(rows):,} analytic configurations "
-          f"({len(grid['model'])} models x {len(grid['strategy'])} strategies x {len(grid['gpus'])} GPU counts x "
-          f"{len(grid['batch_size'])} batches x {len(grid['nic_Gb_per_s'])} NIC rates, dgx-a100; {errors} rows "
-          f"with an error): wall {wall:.2f} s = {len(rows) / wall:,.0f} configs/s, CPU {cpu:.2f} s = "
-          f"{len(rows) / cpu:,.0f} configs/s")
-    return dict(configs=len(rows), wall_s=wall, cpu_s=cpu)
+    return dict(configs=len(rows), wall_s=wall, cpu_s=cpu, errors=sum(1 for r in rows if r.get("error")),
+                vectorised=sweep_mod.last_run["vectorised"])
+
+
+def sweep_table(quick: bool) -> None:
+    print("\n2. sweep in one process (executor=serial), each in a fresh process (tables loaded first)")
+    sweep_rate("mixed grid", sweep_grid(quick))
+    if quick:
+        return
+    sweep_rate("mixed grid", sweep_grid(quick), vector=False)
+    sweep_rate("network what-if grid", link_grid())
+    sweep_rate("network what-if grid", link_grid(), vector=False)
 
 
 def plot(table: dict[bool, list[dict]], path: str) -> None:
@@ -174,20 +216,28 @@ def main(argv: list[str] | None = None) -> None:
                     help="comma-separated rank counts (default 256,1024,4096,16384)")
     ap.add_argument("--max-seconds", type=float, default=120.0, help="skip points predicted to take longer")
     ap.add_argument("--no-sweep", action="store_true", help="leave out the sweep rate")
+    ap.add_argument("--sweep-only", action="store_true", help="only the sweep rates")
     ap.add_argument("-o", "--output", default=DEFAULT_PNG, help=f"PNG path (default {DEFAULT_PNG})")
     ap.add_argument("--point", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--hetero", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--homo", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sweep-point", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.point is not None:
         print(json.dumps(run_point(a.point, a.hetero)))
         return
+    if a.sweep_point is not None:
+        print(json.dumps(run_sweep(json.loads(a.sweep_point))))
+        return
     ranks = a.ranks or (QUICK_RANKS if a.quick else FULL_RANKS)
     print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (possibly shared: CPU seconds "
           "are this process's own)")
+    if a.sweep_only:
+        sweep_table(a.quick)
+        return
     table = sim_table(ranks, a.max_seconds)
     if not a.no_sweep:
-        sweep_rate(a.quick)
+        sweep_table(a.quick)
     plot(table, a.output)
 
 

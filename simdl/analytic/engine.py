@@ -8,8 +8,10 @@ form, simdl.costs.ps) is evaluated by it instead.
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 
 from ..cluster import Cluster
+from ..cluster.linkfree import LinkFreeMemo, link_free_key
 from ..costs.ps import (async_staleness, ps_aggregate_bytes, ps_host_floor, ps_snapshot_time,  # noqa: F401
                         ps_transfer_extras, ps_transfer_times, ps_update_time, shared_host_bound)
 from ..costs.schedule import schedule, stream_busy, task_durations
@@ -23,15 +25,35 @@ from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
 
 
+#: When set to a list, :func:`evaluate` appends ``(workload, cluster, plan, rows, rates, algorithm,
+#: loader_workers, config, notes)`` of each call in that context (thread, task): how
+#: simdl.explore.vector learns a grid point's inputs from one ordinary prediction.
+CAPTURE: ContextVar[list | None] = ContextVar("simdl_analytic_capture", default=None)
+
+
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
     rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
+    sink = CAPTURE.get()
+    if sink is not None:
+        sink.append((workload, cluster, plan, rows, rates, algorithm, loader_workers, config, notes))
     hook = registry.of_plan(plan).evaluate
     if hook is not None:
         timing = hook(workload, cluster, plan, rows, rates)
     else:
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
+    return result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes)
+
+
+def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, timing: tuple, *,
+              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = (),
+              memory=None) -> Result:
+    """The Result of a plan whose step timing is known: ``timing`` is (iteration, compute-stream
+    busy, communication busy, any-kernel busy, bytes sent, staleness, compute split by kind,
+    added seconds) as :func:`_spmd_timing` and the strategies' ``evaluate`` hooks give it.
+    ``memory``: the rank's memory estimate where the caller has it (:func:`memory_of` of a
+    cluster that differs from this one only in links)."""
     iteration, compute, comm, any_busy, comm_bytes, staleness, kinds, added = timing
     # Communication the compute stream waited for (measured before any loader stall).
     exposed = max(iteration - compute, 0.0) if comm > 0 else 0.0
@@ -46,7 +68,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
     samples_per_iteration = workload.batch_size * workload.grad_accumulation * plan.data_parallel
     iterations = math.ceil(workload.train_samples / samples_per_iteration)
     epoch = iterations * iteration
-    mem = estimate_memory(workload, plan, cluster, rates.activation_factor)
+    mem = memory if memory is not None else _memory(workload, plan, cluster)
     return Result(
         engine="analytic",
         iteration_time_s=iteration,
@@ -56,7 +78,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         iterations_per_epoch=iterations,
         peak_memory_bytes=mem.peak_bytes,
         peak_tensor_bytes=mem.peak_tensor_bytes,
-        memory_breakdown_bytes=mem.breakdown,
+        memory_breakdown_bytes=dict(mem.breakdown),  # a memoised estimate's dict is not shared
         memory_capacity_bytes=mem.capacity_bytes,
         fits_in_memory=mem.fits,
         gpu_utilization=min(compute / iteration, 1.0) if iteration > 0 else 0.0,
@@ -73,6 +95,42 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         max_memory_reserved_bytes=mem.max_reserved_bytes,
         device_memory_bytes=mem.device_parts,
     )
+
+
+def _estimate(workload: Workload, plan, cluster: Cluster):
+    return estimate_memory(workload, plan, cluster)
+
+
+_memo = LinkFreeMemo(_estimate)
+
+
+def memory_of(workload: Workload, plan, cluster: Cluster):
+    """The rank's memory estimate as :func:`evaluate` uses it (memoised, shared by clusters
+    that differ only in links)."""
+    return _memory(workload, plan, cluster)
+
+
+def _memory(workload: Workload, plan, cluster: Cluster):
+    """The rank's memory, shared by clusters that differ only in links (simdl.cluster.linkfree;
+    ``estimate_memory`` ignores its ``act_factor``). The plan is keyed by identity and kept
+    alive in the key, so its id cannot be reused; plans built for link-only variants are one
+    object (simdl.strategies.build_plan)."""
+    return _memo((workload, id(plan), link_free_key(cluster), _Kept(plan)), workload, plan, cluster)
+
+
+class _Kept:
+    """Holds an object in a key without taking part in its hash or equality."""
+
+    __slots__ = ("obj",)
+
+    def __init__(self, obj) -> None:
+        self.obj = obj
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, _Kept)
 
 
 def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorithm: str):

@@ -11,12 +11,16 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..errors import SimdlError
-from .explore import add_recommend_parser, add_sweep_parser
-from .lab import add_calibrate_parser, add_report_parser
-from .listing import add_listing_parsers
-from .options import Parser
-from .run import add_memory_parsers, add_run_parsers
+from ..startup import configure_process
+
+configure_process()  # before numpy loads (simdl.startup)
+
+from ..errors import SimdlError  # noqa: E402
+from .explore import add_recommend_parser, add_sweep_parser  # noqa: E402
+from .lab import add_calibrate_parser, add_report_parser  # noqa: E402
+from .listing import add_listing_parsers  # noqa: E402
+from .options import Parser  # noqa: E402
+from .run import add_memory_parsers, add_run_parsers  # noqa: E402
 
 __all__ = ["build_parser", "error_line", "main"]
 

@@ -20,6 +20,11 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, no usage dump; main() adds "error:" once
         raise SimdlError(f"{self.prog}: {message}")
 
+    def _get_formatter(self):  # argparse's width (columns - 2), found without shutil (simdl.startup)
+        from ..startup import terminal_columns
+
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
+
 
 def integer(text: str) -> int:
     try:

@@ -30,7 +30,6 @@ File format (``schema: simdl-compute-profile/1``)::
 
 from __future__ import annotations
 
-import hashlib
 import json
 from functools import lru_cache
 from pathlib import Path
@@ -44,6 +43,8 @@ SCHEMA = "simdl-compute-profile/1"
 
 def rows_digest(names, types) -> str:
     """A short digest of a table's rows (names and module types, in order)."""
+    import hashlib  # only for profiled clusters: ~3 ms of every start otherwise
+
     h = hashlib.sha1()
     for n, t in zip(names, types):
         h.update(f"{n}\t{t}\n".encode())

@@ -20,7 +20,7 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
     if list_keys:
         print(describe_keys())
         return 0
-    axes: dict[str, list[Any]] = {}
+    axes: dict[str, Any] = {}  # lists of values, passed to sweep as keywords
     for key, text in options.items():
         if text is not None:
             axes[key] = parse_values(key, str(text))
@@ -51,7 +51,8 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
 
     workers = 1 if executor == "serial" else (jobs or os.cpu_count() or 1)
     msg = (f"simdl sweep: {len(rows)} configurations in {dt:.2f} s ({len(rows) / dt:,.0f}/s, "
-           f"{executor} executor, {workers} worker{'s' if workers != 1 else ''})")
+           f"{executor} executor, {workers} worker{'s' if workers != 1 else ''}; "
+           f"{_how(len(rows))})")
     if failed:
         internal = sum(1 for r in failed if r["error"].startswith("internal error"))
         msg += f"; {len(failed)} rejected by simdl (see the error column)"
@@ -63,6 +64,14 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
         msg += f"; plotted {plot}"
     print(msg, file=sys.stderr)
     return 0
+
+
+def _how(n: int) -> str:
+    """Which path answered the rows: link groups (simdl.explore.vector) or one predict each."""
+    from .sweep import last_run
+
+    v = last_run["vectorised"] if last_run["points"] == n else 0
+    return f"{v} by link groups (simdl.explore.vector), {n - v} by one predict each"
 
 
 def _check_outputs(output: str | None, plot: str | None) -> None:

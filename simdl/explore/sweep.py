@@ -8,14 +8,19 @@ keys. A configuration that simdl rejects (ps-sync on a cluster without parameter
 more GPUs than a one-node preset has) becomes a row with its message in ``error`` instead
 of stopping the sweep.
 
-Speed. The analytic engine answers a few thousand predictions per second in one process,
-so a 10,000-point grid is seconds of work and process start-up must not dominate:
+Speed. One process answers hundreds of analytic configurations per second where every point
+has its own memory layout (a CUDA caching-allocator replay each) and thousands where points
+differ only in links (benchmarks/bench_scale.py prints both), so a 10,000-point grid is
+seconds of work and process start-up must not dominate:
 
 * the first configuration of every model runs in this process first, so that the workload
   tables are loaded once and inherited by the workers (``fork`` on Linux);
 * the rest goes to a :class:`~concurrent.futures.ProcessPoolExecutor` in chunks (about eight
   per worker: enough to balance the load, few enough that pickling is negligible);
-* grids below :data:`SERIAL_BELOW` points run in this process.
+* grids below :data:`SERIAL_BELOW` points run in this process;
+* analytic points that differ only in link overrides (NIC rate and count, latencies, the
+  intra-node rate) are answered together, one prediction per group and numpy over its
+  points (:mod:`simdl.explore.vector`; ``vector=False`` predicts every point alone).
 
 ``executor="dask"`` or ``"ray"`` sends the same chunks to a Dask or Ray cluster (the
 ``simdl[dask]`` / ``simdl[ray]`` extras, imported only then). A progress bar (tqdm, if
@@ -26,12 +31,12 @@ from __future__ import annotations
 
 import math
 import os
-import sys
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SimdlError, unknown
 from ..result import Result as _Result
 from ..result import Staleness as _Staleness
+from .executors import _progress, _require_extra, _run_dask, _run_processes, _run_ray
 from .grid import Grid, default_strategy, sim_keys_without_sim, split_label, to_call
 from .whatif import derive_cluster
 
@@ -85,6 +90,11 @@ def run_one(params: Mapping[str, Any]) -> dict[str, Any]:
         row["label"] = _label(params)
         row["error"] = f"internal error: {type(e).__name__}: {e}"
         return row
+    return result_row(row, result)
+
+
+def result_row(row: dict[str, Any], result: Any) -> dict[str, Any]:
+    """``row`` (the point's own keys) completed with ``result``'s columns."""
     flat = _flat(result)
     row["label"] = result.config.get("label")
     gpu_hours = result.total_time_s * result.config.get("gpus", 1) / 3600.0
@@ -135,109 +145,23 @@ _RESULT_FIELDS = _fields(_Result)
 _STALENESS_FIELDS = _fields(_Staleness)
 
 
-def run_chunk(chunk: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The unit of work sent to a worker process (module level, so that it pickles)."""
+def run_chunk(chunk: Sequence[Mapping[str, Any]], vector: bool = False) -> list[dict[str, Any]]:
+    """The unit of work sent to a worker process (module level, so that it pickles).
+    ``vector``: points that differ only in links answered together (simdl.explore.vector)."""
+    if vector:
+        from .vector import rows_by_groups
+
+        return rows_by_groups(chunk)[0]
     return [run_one(p) for p in chunk]
 
 
-# ----------------------------------------------------------------------------- executors
+def run_chunk_counted(chunk: Sequence[Mapping[str, Any]], vector: bool) -> tuple[list[dict[str, Any]], int]:
+    """:func:`run_chunk`, and how many of its points were answered by link groups."""
+    if vector:
+        from .vector import rows_by_groups
 
-
-def _progress(total: int, show: bool | None):
-    if show is None:
-        show = sys.stderr.isatty()
-    if not show:
-        return None
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # tqdm is optional (the explore extra)
-        return None
-    return tqdm(total=total, unit="config", desc="simdl sweep", file=sys.stderr, smoothing=0.1)
-
-
-def _mp_context():
-    import multiprocessing as mp
-
-    # fork: workers inherit the loaded tables and presets and start in milliseconds. Only on
-    # Linux: macOS' system libraries are not fork-safe, so there the platform default is kept.
-    if sys.platform.startswith("linux") and "fork" in mp.get_all_start_methods():
-        return mp.get_context("fork")
-    return None
-
-
-def _run_processes(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> list[list[dict]]:
-    from concurrent.futures import ProcessPoolExecutor, as_completed
-
-    out: list[list[dict] | None] = [None] * len(chunks)
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=_mp_context()) as pool:
-        futures = {pool.submit(run_chunk, c): i for i, c in enumerate(chunks)}
-        for f in as_completed(futures):
-            i = futures[f]
-            out[i] = f.result()
-            tick(len(chunks[i]))
-    return out  # type: ignore[return-value]
-
-
-def _missing_extra(name: str) -> SimdlError:
-    return SimdlError(f"--executor {name} needs {name}, which is not installed; "
-                      f"accepted: pip install 'simdl[{name}]', or --executor process")
-
-
-def _require_extra(name: str) -> None:
-    import importlib
-
-    try:
-        importlib.import_module(name)
-    except ImportError:
-        raise _missing_extra(name) from None
-
-
-def _run_dask(chunks: list[list], tick: Callable[[int], None]) -> list[list[dict]]:
-    try:
-        import dask
-    except ImportError:
-        raise _missing_extra("dask") from None
-    try:  # a running dask.distributed Client (possibly a whole cluster) if there is one
-        from distributed import as_completed, get_client
-
-        client = get_client()
-    except (ImportError, ValueError):
-        client = None
-    if client is None:
-        from dask import delayed
-
-        results = dask.compute(*[delayed(run_chunk)(c) for c in chunks], scheduler="processes")
-        tick(sum(len(c) for c in chunks))
-        return list(results)
-    futures = client.map(run_chunk, chunks, pure=False)
-    index = {f.key: i for i, f in enumerate(futures)}
-    out: list[list[dict] | None] = [None] * len(chunks)
-    for f in as_completed(futures):
-        i = index[f.key]
-        out[i] = f.result()
-        tick(len(chunks[i]))
-    return out  # type: ignore[return-value]
-
-
-def _run_ray(chunks: list[list], tick: Callable[[int], None]) -> list[list[dict]]:
-    try:
-        import ray
-    except ImportError:
-        raise _missing_extra("ray") from None
-    if not ray.is_initialized():
-        ray.init()  # connects to RAY_ADDRESS if set, else starts a local Ray
-    remote = ray.remote(run_chunk)
-    refs = [remote.remote(c) for c in chunks]
-    index = {ref: i for i, ref in enumerate(refs)}
-    out: list[list[dict] | None] = [None] * len(chunks)
-    pending = list(refs)
-    while pending:
-        done, pending = ray.wait(pending, num_returns=1)
-        for ref in done:
-            i = index[ref]
-            out[i] = ray.get(ref)
-            tick(len(chunks[i]))
-    return out  # type: ignore[return-value]
+        return rows_by_groups(chunk)
+    return [run_one(p) for p in chunk], 0
 
 
 # ----------------------------------------------------------------------------- the sweep
@@ -263,9 +187,17 @@ def _points(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None,
 
 _PLAN_FREE = ("batch_size", "epochs", "train_samples", "grad_accumulation", "loader_workers")
 
+#: What the last :func:`run_points` call did: ``points``, and ``vectorised``: how many of them
+#: were answered by link groups (simdl.explore.vector; the rest one by one). Read by ``simdl sweep``.
+last_run: dict[str, int] = {"points": 0, "vectorised": 0}
+
 
 def _affinity(p: Mapping[str, Any]) -> tuple:
-    return tuple(str(v) for k, v in p.items() if k not in _PLAN_FREE)
+    from .vector import LINK_KEYS
+
+    # Points that differ only in links next to each other (one group), then only in batch-like keys.
+    return (tuple(str(v) for k, v in p.items() if k not in _PLAN_FREE and k not in LINK_KEYS),
+            tuple(str(v) for k, v in p.items() if k in _PLAN_FREE))
 
 
 def _chunks(points: list, jobs: int, sim: bool, chunk_size: int | None) -> list[list]:
@@ -276,8 +208,10 @@ def _chunks(points: list, jobs: int, sim: bool, chunk_size: int | None) -> list[
 
 
 def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executor: str = "process",
-               progress: bool | None = None, chunk_size: int | None = None) -> list[dict[str, Any]]:
-    """Rows for ``points``, in their order."""
+               progress: bool | None = None, chunk_size: int | None = None, vector: bool = True
+               ) -> list[dict[str, Any]]:
+    """Rows for ``points``, in their order. ``vector``: analytic points that differ only in
+    links are answered together (simdl.explore.vector; same rows, the template checked)."""
     if executor not in EXECUTORS:
         raise unknown("executor", executor, EXECUTORS)
     jobs = jobs or os.cpu_count() or 1
@@ -307,14 +241,22 @@ def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executo
         remaining = [points[i] for i in rest]
         serial = executor == "serial" or (executor == "process" and (
             jobs == 1 or (not sim and len(remaining) < SERIAL_BELOW)))
-        if serial:
+        last_run.update(points=len(points), vectorised=0)
+        if serial and vector and not sim:
+            from .vector import rows_by_groups
+
+            done_rows, last_run["vectorised"] = rows_by_groups(remaining)
+            for i, r in zip(rest, done_rows):
+                rows[i] = r
+            tick(len(rest))
+        elif serial:
             for i in rest:
                 rows[i] = run_one(points[i])
                 tick(1)
         elif remaining:
             chunks = _chunks(remaining, jobs, sim, chunk_size)
             if executor == "process":
-                done = _run_processes(chunks, jobs, tick)
+                done, last_run["vectorised"] = _run_processes(chunks, jobs, tick, vector and not sim)
             elif executor == "dask":
                 done = _run_dask(chunks, tick)
             else:
@@ -330,7 +272,7 @@ def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executo
 
 def sweep(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = None, /, *,
           jobs: int | None = None, executor: str = "process", progress: bool | None = None,
-          as_frame: bool = True, chunk_size: int | None = None, **axes: Any):
+          as_frame: bool = True, chunk_size: int | None = None, vector: bool = True, **axes: Any):
     """Predict every point of a grid; a pandas DataFrame (or, ``as_frame=False``, a list of dicts).
 
     Keywords are the axes: a list sweeps, a scalar is fixed (``gpus=[1, 2, 4]``,
@@ -342,12 +284,15 @@ def sweep(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = 
 
     ``jobs``: worker processes (default: all cores). ``executor``: ``process`` | ``serial`` |
     ``dask`` | ``ray``. ``progress``: a tqdm bar (default: when stderr is a terminal).
+    ``vector``: analytic points that differ only in link overrides answered together
+    (:mod:`simdl.explore.vector`; False: every point by its own ``predict``).
     """
     points, ax = _points(grid, axes)
     bad = sim_keys_without_sim(ax)
     if bad:
         raise SimdlError(f"{bad} needs engine=sim (the analytic engine has no per-rank timeline)")
-    rows = run_points(points, jobs=jobs, executor=executor, progress=progress, chunk_size=chunk_size)
+    rows = run_points(points, jobs=jobs, executor=executor, progress=progress, chunk_size=chunk_size,
+                      vector=vector)
     if not as_frame:
         return rows
     return to_frame(rows)

@@ -30,7 +30,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-import yaml
 
 from ..errors import SimdlError
 from ..provenance import Sourced, read
@@ -68,8 +67,9 @@ class DeviceMemory:
 
 @lru_cache(maxsize=64)
 def _raw(path: str) -> dict:
-    with open(path) as f:
-        data = yaml.safe_load(f) or {}
+    from ..cluster.safe_yaml import load_yaml_file  # libyaml's loader where PyYAML has it
+
+    data = load_yaml_file(Path(path)) or {}
     return data.get("device_memory") or {}
 
 

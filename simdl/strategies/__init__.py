@@ -9,8 +9,8 @@ owns its options, plan builder, memory timeline, labels, variants and engine hoo
 from __future__ import annotations
 
 import dataclasses
-from functools import lru_cache
 
+from ..cluster.linkfree import LinkFreeMemo
 from . import registry
 from .config import StrategyConfig
 from .plan import PSPlan, SpmdPlan
@@ -23,15 +23,21 @@ def build_plan(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:
     """The plan for one iteration; memoised, since sweeps ask for the same plan at many batch sizes.
 
     A plan never depends on the batch size, the dataset size or the epoch count (those
-    enter through the cost of the table rows), so they are normalised out of the key.
+    enter through the cost of the table rows), so they are normalised out of the key; nor
+    on the cluster's links (:mod:`simdl.cluster.linkfree`), so clusters that differ only
+    in links share one plan.
     """
+    from ..cluster.linkfree import link_free_key
+
     key = dataclasses.replace(workload, batch_size=1, train_samples=1, epochs=1)
-    return _build_plan(key, cluster, config)
+    return _build_plan((key, link_free_key(cluster), config), key, cluster, config)
 
 
-@lru_cache(maxsize=4096)
-def _build_plan(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:
+def _build(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:
     return config.spec.build_plan(workload, cluster, config)
+
+
+_build_plan = LinkFreeMemo(_build)
 
 
 __all__ = ["registry", "register", "StrategySpec", "StrategyConfig", "SpmdPlan", "PSPlan", "build_plan"]

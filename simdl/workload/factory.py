@@ -10,7 +10,6 @@ user's code.
 
 from __future__ import annotations
 
-import hashlib
 import importlib
 import importlib.util
 import sys
@@ -32,6 +31,8 @@ def _import_file(spec: str, file: str) -> ModuleType:
         raise SimdlError(f"model factory {spec!r}: no such file {file!r}")
     # A module name per file and content, so that two files called model.py do not collide
     # and an edited file is imported again.
+    import hashlib
+
     digest = hashlib.sha1(str(path.resolve()).encode() + path.read_bytes()).hexdigest()[:12]
     name = f"simdl_user_{path.stem}_{digest}"
     if name in sys.modules:
@@ -102,5 +103,7 @@ def cache_name(spec: str) -> str:
     path = Path(module).expanduser()
     if not path.is_file():
         return spec
+    import hashlib
+
     digest = hashlib.sha1(path.read_bytes()).hexdigest()[:12]
     return f"{path.stem}.py-{digest}:{attr}"

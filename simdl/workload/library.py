@@ -18,7 +18,6 @@ from __future__ import annotations
 import os
 import re
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from ..errors import SimdlError
@@ -31,6 +30,13 @@ _SUFFIX = ".json.gz"
 
 
 def _data_dir():
+    # The package's own folder when it is one (every pip install); importlib.resources
+    # (imported only then: it costs a predict several ms) for packages that are not files.
+    here = Path(__file__).with_name("data")
+    if here.is_dir():
+        return here
+    from importlib import resources
+
     return resources.files(_DATA_PACKAGE).joinpath("data")
 
 

@@ -47,3 +47,23 @@ def test_kwargs_factory_gets_num_classes_and_image_size():
     assert m.fc.out_features == 10
     v = _call_factory("torchvision.models:vit_b_32", (3, 64, 64), 10)
     assert v.image_size == 64 and v.heads.head.out_features == 10
+
+
+@pytest.mark.torch
+def test_the_torch_free_filter_lets_every_listed_name_through():
+    for name in torchvision_names.torchvision_model_names():
+        assert torchvision_names._may_be_listed(name), name
+
+
+def test_a_name_no_torchvision_file_mentions_is_rejected_without_importing_torch():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom simdl.errors import SimdlError\nfrom simdl.workload import zoo\n"
+            "try:\n    zoo.check_model_name('resnet_does_not_exist')\nexcept SimdlError as e:\n    print(e)\n"
+            "print('torch' in sys.modules, 'torchvision' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert "unknown model 'resnet_does_not_exist'" in lines[0] and lines[1] == "False False"
+    assert not torchvision_names._may_be_listed("not a name")

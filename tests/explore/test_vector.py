@@ -1,0 +1,130 @@
+"""The vectorised sweep path (simdl.explore.vector) answers what one-by-one ``simdl.predict`` answers."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import simdl
+from simdl.costs.schedule import busy_time
+from simdl.explore import vector
+from simdl.explore.grid import Grid
+
+sweep_mod = importlib.import_module("simdl.explore.sweep")  # the module, not simdl.explore.sweep()
+ROOT = Path(__file__).resolve().parents[2]
+# GPU presets with kernel models and CUDA memory columns (A100, H100, V100), a two-node preset,
+# a parameter-server preset; DDP, FSDP, ZeRO and PS; several NIC rates, NIC counts and GPU counts.
+AXES = dict(model=["resnet50", "vit_b_16"],
+            strategy=["ddp", "fsdp-full", "fsdp-hybrid", "zero1", "zero3", "ps-sync"],
+            cluster=["dgx-a100", "h100-hgx", "v100-dgx1", "a100-40gb-2node", "a10g-ps"],
+            gpus=[4, 16, 64], precision=["bf16"], batch_size=[32],
+            nic_Gb_per_s=[25, 200, 800], nics_per_node=[1, 4])
+# Each point's row from ``run_one`` (one ``simdl.predict``) in a fresh process: no cache shared
+# with the sweep's.
+ONE_BY_ONE = """
+import json, sys
+from simdl.explore.sweep import run_one
+print(json.dumps([run_one(p) for p in json.load(sys.stdin)]))
+"""
+RTOL = 1e-9
+
+
+def _close(a, b) -> bool:
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or abs(a - b) <= RTOL * max(abs(a), abs(b))
+    return a == b and type(a) is type(b)
+
+
+def test_vectorised_rows_equal_one_by_one_predictions_field_by_field():
+    points = list(Grid(AXES))
+    rows = simdl.sweep(list(points), executor="serial", progress=False, as_frame=False)
+    assert len(rows) == len(points) == 1080
+    ok = [i for i, r in enumerate(rows) if r["error"] is None]
+    # Most points went the vectorised way (PS plans and error rows do not).
+    assert sweep_mod.last_run["vectorised"] > len(points) // 2
+    rng = random.Random(50)
+    sample = rng.sample(ok, 70) + rng.sample([i for i in range(len(rows)) if i not in ok], 10)
+    r = subprocess.run([sys.executable, "-c", ONE_BY_ONE], input=json.dumps([points[i] for i in sample]),
+                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    assert r.returncode == 0, r.stderr
+    seen = set()
+    for i, want in zip(sample, json.loads(r.stdout)):
+        got = rows[i]
+        assert list(got) == list(want), points[i]
+        for k in want:
+            assert _close(got[k], want[k]), (points[i], k, got[k], want[k])
+        if want["error"] is None:
+            seen.add((want["strategy"], want["cluster"]))
+    # The sample covered every strategy family and every preset.
+    assert {s.split("-")[0].rstrip("0123") for s, _ in seen} >= {"ddp", "fsdp", "zero", "ps"}
+    assert {c for _, c in seen} == set(AXES["cluster"])
+
+
+def test_vector_path_off_gives_the_same_rows():
+    axes = dict(model=["resnet18"], strategy=["ddp", "fsdp-full", "zero2"], gpus=[8, 32], cluster="dgx-a100",
+                nic_Gb_per_s=[50, 400], inter_latency_us=[2, 10])
+    on = simdl.sweep(executor="serial", progress=False, as_frame=False, **axes)
+    assert sweep_mod.last_run["vectorised"] > 0
+    off = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=False, **axes)
+    assert sweep_mod.last_run["vectorised"] == 0
+    assert len(on) == len(off) == 24
+    for a, b in zip(on, off):
+        assert list(a) == list(b)
+        assert all(_close(a[k], b[k]) for k in b), a
+
+
+def test_a_group_whose_template_does_not_check_out_is_answered_point_by_point(monkeypatch):
+    points = list(Grid(dict(model="resnet18", strategy="ddp", gpus=16, cluster="dgx-a100",
+                            nic_Gb_per_s=[50, 100, 400])))
+    real = vector.spmd_timings
+
+    def off_by_a_bit(*args):
+        return [(t[0] * (1 + 1e-6),) + t[1:] for t in real(*args)]
+
+    monkeypatch.setattr(vector, "spmd_timings", off_by_a_bit)
+    rows, vec = vector.run_group(points)
+    assert not vec
+    want = [sweep_mod.run_one(p) for p in points]
+    assert rows == want
+
+
+def test_union_lengths_equal_busy_time_column_by_column():
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n, k = int(rng.integers(0, 25)), int(rng.integers(1, 5))
+        start = rng.random((n, k)).round(2)
+        end = start + rng.random((n, k)).round(2) * (rng.random((n, k)) > 0.25)  # some empty
+        got = vector.union_lengths(start, end)
+        for j in range(k):
+            want = busy_time(list(zip(start[:, j].tolist(), end[:, j].tolist())))
+            assert got[j] == want or math.isclose(got[j], want, rel_tol=1e-15)
+
+
+def test_points_differing_in_more_than_links_are_not_grouped():
+    a = dict(model="resnet18", strategy="ddp", gpus=8, nic_Gb_per_s=100)
+    assert vector.group_key(a) == vector.group_key(dict(a, nic_Gb_per_s=400, inter_latency_us=5))
+    assert vector.group_key(a) != vector.group_key(dict(a, gpus=16))
+    assert vector.group_key(a) != vector.group_key(dict(a, pcie_GB_per_s=16))  # the ZeRO plan reads PCIe
+    assert vector.group_key(dict(a, engine="sim")) is None
+
+
+def test_process_workers_answer_link_groups_as_the_serial_sweep_does(monkeypatch):
+    axes = dict(model=["resnet18"], strategy=["ddp", "fsdp-full"], gpus=[8, 16, 32, 64], cluster="dgx-a100",
+                batch_size=[16, 32], nic_Gb_per_s=[25, 50, 100, 200, 400], nics_per_node=[1, 2, 3, 4, 8, 16])
+    serial = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=False, **axes)
+    pools = []
+    real = sweep_mod._run_processes
+    monkeypatch.setattr(sweep_mod, "_run_processes", lambda *a, **k: pools.append(k) or real(*a, **k))
+    rows = simdl.sweep(executor="process", jobs=2, progress=False, as_frame=False, **axes)
+    assert pools  # the pool ran
+    assert len(rows) == len(serial) == 480 > sweep_mod.SERIAL_BELOW + 1  # the pool runs (not serial)
+    assert sweep_mod.last_run["vectorised"] > 400  # counted in the workers
+    for a, b in zip(rows, serial):
+        assert list(a) == list(b) and all(_close(a[k], b[k]) for k in b), b
