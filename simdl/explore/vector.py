@@ -126,13 +126,13 @@ def _cluster(params: Mapping[str, Any]):
 
 def _row(params, workload, cluster, plan, timing, loader_workers, config, notes, memory) -> dict[str, Any]:
     from ..analytic.engine import result_of
-    from ..predict import _with_band, _with_epoch_counts
+    from ..predict_notes import with_band, with_epoch_counts
     from .sweep import _plain, result_row
 
     echo = dict(config, cluster=cluster.spec.name)
     result = result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=echo, notes=notes,
                        memory=memory)
-    result = _with_epoch_counts(_with_band(result, cluster.spec), workload, plan)
+    result = with_epoch_counts(with_band(result, cluster.spec), workload, plan)
     return result_row({k: _plain(v) for k, v in params.items()}, result)
 
 
