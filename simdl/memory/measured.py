@@ -55,8 +55,14 @@ def _outer_range_end(node, stop_names: tuple[str, ...]) -> int | None:
     return best.end_time_ns if best is not None else None
 
 
-def allocations(profiler_result, device: str = "cpu", step_markers: tuple[str, ...] = ()) -> list[Allocation]:
-    """Paired allocations of ``device`` from ``prof.profiler.kineto_results`` (see module doc)."""
+def allocations(profiler_result, device: str = "cpu", step_markers: tuple[str, ...] = (),
+                collective_input_ops: tuple[str, ...] | None = None) -> list[Allocation]:
+    """Paired allocations of ``device`` from ``prof.profiler.kineto_results`` (see module doc).
+
+    ``collective_input_ops``: ops whose still-open output is taken as a collective's input freed
+    unseen (default ``_COLLECTIVE_INPUT_OPS``); a run where that op builds long-lived buffers
+    instead passes ``()``."""
+    input_ops = _COLLECTIVE_INPUT_OPS if collective_input_ops is None else collective_input_ops
     from torch._C._profiler import _EventType
 
     events = []
@@ -88,7 +94,7 @@ def allocations(profiler_result, device: str = "cpu", step_markers: tuple[str, .
     last = events[-1][0] if events else 0
     for t0, size, node in open_.values():
         end = _outer_range_end(node, step_markers)
-        if end is not None and end < last and _freed_unseen(node):
+        if end is not None and end < last and _freed_unseen(node, input_ops):
             out.append(Allocation(t0, end, size, True))
         else:
             out.append(Allocation(t0, None, size, False))
@@ -104,13 +110,13 @@ def allocations(profiler_result, device: str = "cpu", step_markers: tuple[str, .
 _COLLECTIVE_INPUT_OPS = ("aten::flatten_dense_tensors",)
 
 
-def _freed_unseen(node) -> bool:
+def _freed_unseen(node, input_ops: tuple[str, ...] = _COLLECTIVE_INPUT_OPS) -> bool:
     """An allocation inside a c10d collective op whose free was never reported: the
     backend's own buffer (gloo's reduce-scatter clone), released with its work; or the
     output of an op that builds a collective's input (``_COLLECTIVE_INPUT_OPS``)."""
     p = node.parent
     while p is not None:
-        if p.name.startswith("c10d::") or p.name.startswith("gloo:") or p.name in _COLLECTIVE_INPUT_OPS:
+        if p.name.startswith("c10d::") or p.name.startswith("gloo:") or p.name in input_ops:
             return True
         p = p.parent
     return False
