@@ -5,7 +5,8 @@ flat 16-bit -- or fp32 -- parameters the model's tensors become views of;
 single_partition_of_fp32_groups: ``.clone().float()`` of this rank's partition, an fp32 master
 copy even in fp32 training; backward(): ``ipg_buffer`` of ``reduce_bucket_size`` elements, a
 second one with overlap_comm, released in the epilogue; grads_in_partition (stage 2,
-contiguous_gradients); averaged_gradients; step(): the partition's gradient ``.to(fp32)``),
+contiguous_gradients); averaged_gradients, views of the gradients until step() flattens them;
+allreduce_bucket's flat copy of each bucket; step(): the partition's gradient ``.to(fp32)``),
 runtime/zero/stage3.py (lp_param_buffer partition, fp32_partitioned_groups_flat,
 grad_partitions_flat_buffer, ``__ipg_bucket_flat_buffer`` of reduce_bucket_size elements;
 persistent parameters of at most stage3_param_persistence_threshold elements kept whole),
@@ -84,10 +85,14 @@ def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool
     if stage == 3:
         b.append(Buffer("gradient partition buffer", "grads", e * part, "host" if off else "model"))
     elif not off:  # with cpu_offload the reduced partition goes straight to the host's fp32 gradients
-        b.append(Buffer("gradient partition" if stage == 2 else "averaged gradient partition", "grads", e * part,
-                        "first_reduce" if stage == 2 else "epilogue"))
-    if not opts.contiguous_gradients and stage < 3:
-        # allreduce_bucket flattens the bucket's gradients for the collective (the largest bucket)
+        if stage == 2:
+            b.append(Buffer("gradient partition", "grads", e * part, "first_reduce"))
+        # step() flattens averaged_gradients, which the epilogue keeps as views of the gradients
+        # (get_flat_partition(return_tensor_list=True)), into the partition's flat gradient
+        b.append(Buffer("flat gradient partition", "temporaries", e * part, "step"))
+    if stage < 3:
+        # average_tensor -> allreduce_and_scatter / allreduce_no_retain -> allreduce_bucket
+        # flattens each bucket's gradients for its collective, contiguous_gradients or not
         b.append(Buffer("flattened bucket", "comm_buffers", e * min(R, P), "reduce_each"))
     if off:
         b.append(Buffer("fp32 gradient partition", "grads", 4 * part, "host"))
@@ -149,7 +154,8 @@ def _timeline(table, batch, optimizer, precision, opts, f):
             at(bstart, buf.bytes, buf.category, buf.name, -0.01)
             at(epi, -buf.bytes, buf.category, buf.name, 0.008)
         elif buf.life in ("epilogue", "first_reduce"):
-            at(epi if buf.life == "epilogue" else first_reduce, buf.bytes, buf.category, buf.name, 0.002)
+            # reduce_ipg_grads copies into the partition after average_tensor has freed its flat copy
+            at(epi if buf.life == "epilogue" else first_reduce, buf.bytes, buf.category, buf.name, 0.016)
             at(step_end, -buf.bytes, buf.category, buf.name, 0.01)
         elif buf.life == "step":
             at(step_a, buf.bytes, buf.category, buf.name, -0.05)

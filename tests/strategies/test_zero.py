@@ -144,6 +144,23 @@ def test_overlap_comm_doubles_the_bucket_and_no_contiguous_gradients_drops_it():
     assert "flattened bucket" in _buffers(none)
 
 
+def test_stages_1_and_2_flatten_each_bucket_and_keep_averaged_gradients_as_views():
+    # allreduce_bucket flattens each bucket whether or not contiguous_gradients moved the
+    # gradients into the ipg bucket; the epilogue's averaged_gradients are views of the
+    # gradients, flattened only in step() (stage_1_and_2.py get_flat_partition(return_tensor_list=True))
+    for stage in ("zero1", "zero2"):
+        wl, _, plan = _plan(strategy=stage, precision="fp32", reduce_bucket_size=int(2e7))
+        P = sum(p.numel for p in wl.table.params)
+        by_name = {b.name: b for b in plan.facts.buffers}
+        assert by_name["flattened bucket"].bytes == pytest.approx(4 * min(2e7, P))
+        assert by_name["flattened bucket"].life == "reduce_each"
+        assert "averaged gradient partition" not in by_name
+        assert by_name["flat gradient partition"].life == "step"
+        assert by_name["flat gradient partition"].bytes == pytest.approx(4 * P / 8)
+    _, _, z3 = _plan(strategy="zero3", precision="fp32")
+    assert "flattened bucket" not in {b.name for b in z3.facts.buffers}
+
+
 def test_fp32_training_still_keeps_an_fp32_master_partition():
     wl, _, plan = _plan(strategy="zero1", precision="fp32")
     P = sum(p.numel for p in wl.table.params)
