@@ -90,6 +90,12 @@ def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool
         # step() flattens averaged_gradients, which the epilogue keeps as views of the gradients
         # (get_flat_partition(return_tensor_list=True)), into the partition's flat gradient
         b.append(Buffer("flat gradient partition", "temporaries", e * part, "step"))
+    if stage == 3:
+        # __avg_scatter_grads -> coalesced_collectives.reduce_scatter_coalesced concatenates the
+        # bucket's gradients (each padded to a multiple of the world) and reduce-scatters the copy
+        # into a partition-sized output (stage3.py, runtime/comm/coalesced_collectives.py)
+        b += [Buffer("reduce-scatter flat input", "comm_buffers", e * min(R, P), "reduce_each"),
+              Buffer("reduce-scatter output", "comm_buffers", e * min(R, P) / world, "reduce_each")]
     if stage < 3:
         # average_tensor -> allreduce_and_scatter / allreduce_no_retain -> allreduce_bucket
         # flattens each bucket's gradients for its collective, contiguous_gradients or not
@@ -162,8 +168,8 @@ def _timeline(table, batch, optimizer, precision, opts, f):
             at(step_end, -buf.bytes, buf.category, buf.name, -0.02)
         elif buf.life == "reduce_each":  # while each bucket is reduced
             for r in ready:
-                at(b_post(r) if f.stage == 2 else epi, buf.bytes, buf.category, buf.name, 0.012)
-                at(b_post(r) if f.stage == 2 else epi, -buf.bytes, buf.category, buf.name, 0.014)
+                at(b_post(r) if f.stage >= 2 else epi, buf.bytes, buf.category, buf.name, 0.012)
+                at(b_post(r) if f.stage >= 2 else epi, -buf.bytes, buf.category, buf.name, 0.014)
         elif buf.life == "reduce":  # stage 0: one flattened bucket at a time, after backward
             at(epi, buf.bytes, buf.category, buf.name, 0.003)
             at(epi, -buf.bytes, buf.category, buf.name, 0.006)
