@@ -126,11 +126,10 @@ def parse_kernels(raw: Mapping, where: str, peaks: Mapping[str, float], memory_b
     scale = dict((p, priors[f"gemm_{p}_fraction"] / fp32) for p in ("tf32", "bf16")
                  if fp32 and f"gemm_{p}_fraction" in priors)
     scale.update(_tensor_core(raw.get("tensor_core"), where))
-    scale = tuple(sorted(scale.items()))
     return KernelProfile(kind=kind, source=raw["source"], sms=int(_number(raw, "sm_count", where)),
                          params=tuple((c, _class_params(raw[c], c, where)) for c in CLASSES),
                          peaks=tuple(sorted(peaks.items())), memory_bandwidth=memory_bandwidth,
-                         tensor_scale=scale, low_reuse_fraction=_low_reuse(raw.get("low_reuse"), where))
+                         tensor_scale=tuple(sorted(scale.items())), low_reuse_fraction=_low_reuse(raw.get("low_reuse"), where))
 
 
 def _tensor_core(raw: Any, where: str) -> dict:

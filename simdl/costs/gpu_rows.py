@@ -149,18 +149,19 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
             bwd[r] = np.where(din[r], dgrad, 0.0) + np.where(dw[r], wgrad, 0.0)
     stream = ~dense & (fx["fwd_kernels"] > 0)  # containers without kernels of their own cost nothing
     if stream.any():
-        for c in sorted(set(cls[stream].tolist())):  # np.unique's order; it would import numpy.ma
-            r = stream & (cls == c)
-            curve = "elementwise" if c == "conv" else STREAM_CLASS.get(c, "elementwise")
+        for name in sorted(set(cls[stream].tolist())):  # np.unique's order; it would import numpy.ma
+            op = str(name)
+            r = stream & (cls == op)
+            stream_kind = "elementwise" if op == "conv" else STREAM_CLASS.get(op, "elementwise")
             b = fbytes[r]
-            if c == "norm":
+            if op == "norm":
                 bn = np.array([t.startswith("BatchNorm") for t in np.array(table.types)[r]])
                 b = b + np.where(bn, (BATCH_NORM_READS - 1) * ps["read_bytes"][r] * batch * activation_factor, 0)
             # A low-reuse convolution streams at the profile's fraction of the elementwise rate.
-            slow = profile.low_reuse_fraction if c == "conv" else 1.0
-            fwd[r] = _stream(profile, curve, b / slow)
-            factor = ACTIVATION_BWD_BYTES if c in ("activation", "dropout") else STREAM_BWD_BYTES
-            bwd[r] = np.where(fx["bwd_kernels"][r] > 0, _stream(profile, curve, factor * b / slow), 0.0)
+            slow = profile.low_reuse_fraction if op == "conv" else 1.0
+            fwd[r] = _stream(profile, stream_kind, b / slow)
+            factor = ACTIVATION_BWD_BYTES if op in ("activation", "dropout") else STREAM_BWD_BYTES
+            bwd[r] = np.where(fx["bwd_kernels"][r] > 0, _stream(profile, stream_kind, factor * b / slow), 0.0)
     # The rest of a row's kernels (bias adds, the loss's several ops, ...) at the device floor.
     fwd += np.maximum(fx["fwd_kernels"] - 1, 0) * DEVICE_FLOOR_S
     bwd += np.maximum(fx["bwd_kernels"] - np.where(mm, din + dw, 1), 0) * DEVICE_FLOOR_S

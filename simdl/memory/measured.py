@@ -126,10 +126,9 @@ def live_curve(allocs: list[Allocation]) -> tuple[np.ndarray, np.ndarray]:
     """(times in ns, live bytes after each event), frees before allocations at one instant."""
     if not allocs:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    t = [a.start_ns for a in allocs] + [a.end_ns for a in allocs if a.end_ns is not None]
-    d = [a.nbytes for a in allocs] + [-a.nbytes for a in allocs if a.end_ns is not None]
-    t = np.asarray(t, dtype=np.int64)
-    d = np.asarray(d, dtype=float)
+    t = np.asarray([a.start_ns for a in allocs] + [a.end_ns for a in allocs if a.end_ns is not None],
+                   dtype=np.int64)
+    d = np.asarray([a.nbytes for a in allocs] + [-a.nbytes for a in allocs if a.end_ns is not None], dtype=float)
     order = np.lexsort((d, t))  # at equal times frees (negative) first
     return t[order], np.cumsum(d[order])
 

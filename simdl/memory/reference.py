@@ -116,7 +116,7 @@ def _step(model, opt, x_shape, batch: int, num_classes: int, precision: str):
 
     x = torch.randn((batch, *x_shape))
     y = torch.zeros(batch, dtype=torch.long)
-    ctx = contextlib.nullcontext()
+    ctx: contextlib.AbstractContextManager = contextlib.nullcontext()
     if precision in ("bf16", "fp16-amp"):
         dtype = torch.bfloat16 if precision == "bf16" else torch.float16
         ctx = torch.autocast("cpu", dtype=dtype)

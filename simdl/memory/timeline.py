@@ -197,6 +197,9 @@ class _Events:
 class _Labels(tuple):
     """Event labels, looked up lazily (only plots and debugging read them)."""
 
+    _labels: list[str]
+    _idx: np.ndarray
+
     def __new__(cls, labels: list[str], idx: np.ndarray):
         obj = super().__new__(cls)
         obj._labels, obj._idx = labels, idx
@@ -398,7 +401,7 @@ def _unit_rows(table: WorkloadTable, wrap: str) -> tuple[_UnitRows, ...]:
     from ..strategies.fsdp_units import fsdp_units
 
     units = fsdp_units(table, wrap)
-    first = {}
+    first: dict[str, int] = {}
     for i, name in enumerate(table.names):
         first.setdefault(name, i)
     out = []

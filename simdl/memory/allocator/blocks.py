@@ -126,6 +126,10 @@ class BlockPool:
     def at(self, i: int) -> Block | None:
         return self._blocks[self._keys[i]] if 0 <= i < len(self._keys) else None
 
+    def block(self, i: int) -> Block:
+        """The ``i``-th block by the pool's order (an index the caller found in range)."""
+        return self._blocks[self._keys[i]]
+
     def blocks(self) -> list[Block]:
         return [self._blocks[k] for k in self._keys]
 

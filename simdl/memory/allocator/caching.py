@@ -79,11 +79,11 @@ class CachingAllocator:
         alloc_size = allocation_size(size)
         block = self._get_free_block(pool, stream, size)
         if block is None:
-            block = (self._alloc_block(pool, stream, size, alloc_size)
-                     or (self._release_available_cached_blocks(pool, stream, size)
-                         and self._alloc_block(pool, stream, size, alloc_size))
-                     or (self._release_cached_blocks()
-                         and self._alloc_block(pool, stream, size, alloc_size, retry=True)))
+            block = self._alloc_block(pool, stream, size, alloc_size)
+        if block is None and self._release_available_cached_blocks(pool, stream, size):
+            block = self._alloc_block(pool, stream, size, alloc_size)
+        if block is None and self._release_cached_blocks():
+            block = self._alloc_block(pool, stream, size, alloc_size, retry=True)
         if not block:
             self.num_ooms += 1
             self._record("oom", 0, alloc_size, stream,
@@ -183,7 +183,7 @@ class CachingAllocator:
         released = 0  # no single block: free oversize ones from the largest down
         i -= 1
         while i >= 0 and released < key:
-            b = pool.at(i)
+            b = pool.block(i)
             if b.size < mss or b.stream != stream:
                 break
             released += b.size

@@ -11,7 +11,7 @@ unmapped space after it* is smallest.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from .blocks import K_LARGE_BUFFER, K_SMALL_BUFFER, UNLIMITED, Block, BlockPool
 
@@ -34,7 +34,7 @@ class ExpandableSegment:
         return self.base + (addr - self.base) // self.page * self.page
 
 
-def _allocatable(b: Block | None) -> bool:
+def _allocatable(b: Block | None) -> TypeGuard[Block]:
     return b is not None and not b.allocated and b.event_count == 0 and not b.stream_uses
 
 
@@ -45,7 +45,7 @@ def _expandable_size(b: Block) -> int:
 def best_expandable(pool: BlockPool, i: int, stream: int) -> Block:
     """``get_free_block``'s walk: among the blocks from index ``i`` on, the first whose grown
     size is not beaten by the next one's."""
-    b = pool.at(i)
+    b = pool.block(i)
     nxt = pool.at(i + 1)
     while b.segment is not None and nxt is not None and nxt.stream == stream and \
             _expandable_size(nxt) < _expandable_size(b):
@@ -111,6 +111,8 @@ def try_allocate(a: "CachingAllocator", pool: BlockPool, stream: int, size: int)
         return None
     while c.size < size:
         nxt = c.next
+        if nxt is None:  # the segment ends before the request fits
+            return None
         if not _map(a, pool, nxt, min(size - c.size, nxt.size)):
             return None
         c = nxt

@@ -92,7 +92,7 @@ def _segments(a: CachingAllocator) -> list[dict[str, Any]]:
     out = []
     free = sorted((b.addr, b) for p in (a.small, a.large) for b in p.blocks())
     for addr, (size, stream, small) in sorted(a.segment_ranges.items()):
-        blocks = [{"address": b.addr, "size": b.size, "requested_size": 0, "state": "inactive", "frames": []}
+        blocks: list[dict[str, Any]] = [{"address": b.addr, "size": b.size, "requested_size": 0, "state": "inactive", "frames": []}
                   for x, b in free if addr <= x < addr + size]
         inactive = sum(b["size"] for b in blocks)
         out.append({"device": 0, "address": addr, "total_size": size, "stream": stream,
