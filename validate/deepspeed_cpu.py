@@ -23,6 +23,7 @@ and ``peak_tensor_bytes``, the live-tensor peak, which is what the CPU allocator
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import hashlib
 import json
 import os
@@ -182,7 +183,8 @@ def _error(prediction: dict, measured: dict) -> dict[str, float]:
 def run_one(run: ZeroRun, cluster: str, root: Path, python: str, timeout_s: float,
             launcher: Callable[..., Launched] = launch) -> dict[str, Any]:
     profile = str(resolve_profile(cluster))
-    record: dict[str, Any] = {"schema": SCHEMA, "run_id": run.run_id, "run": asdict(run),
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    record: dict[str, Any] = {"schema": SCHEMA, "run_id": run.run_id, "started": started, "run": asdict(run),
                               "ds_config": run.ds_config(), "cluster_profile": profile,
                               "cluster_profile_sha256": profile_digest(profile), "host": host_info(),
                               "prediction": predict_run(run, profile)}  # before the run: it cannot see it
@@ -191,7 +193,9 @@ def run_one(run: ZeroRun, cluster: str, root: Path, python: str, timeout_s: floa
         old.unlink()
     try:
         launched = launcher(run, workdir, python, timeout_s)
-        record["launch"] = launched._asdict()
+        # the command as run from the results' folder, the interpreter by name (no host paths)
+        command = launched.command.replace(python, "python", 1).replace(f"{root.parent}/", "")
+        record["launch"] = dict(launched._asdict(), command=command)
         if launched.returncode != 0:
             raise RuntimeError(launched.stopped or _rank_error(workdir) or _rank_failure(workdir / "log.txt")
                                or f"exit status {launched.returncode}")
