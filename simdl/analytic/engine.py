@@ -42,6 +42,7 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
     if hook is not None:
         timing = hook(workload, cluster, plan, rows, rates)
     else:
+        assert isinstance(plan, SpmdPlan), "a parameter-server plan brings its own evaluate hook"
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
     return result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes)
 

@@ -160,7 +160,7 @@ def route(graph: nx.DiGraph, src: str, dst: str) -> list[tuple[str, str]]:
             raise SimdlError(f"no node {node!r} in the topology of {graph.graph.get('cluster', '?')}")
     # Latency in integer picoseconds so that equal sums compare equal.
     best: dict[str, tuple[int, int, tuple[str, ...]]] = {src: (0, 0, (src,))}
-    heap = [(0, 0, (src,), src)]
+    heap: list[tuple[int, int, tuple[str, ...], str]] = [(0, 0, (src,), src)]
     while heap:
         lat, hops, path, node = heapq.heappop(heap)
         if best.get(node, (None,))[0:3] != (lat, hops, path):

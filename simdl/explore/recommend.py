@@ -224,7 +224,7 @@ def _explain(rec: Recommendation, tied_with: dict | None) -> str:
     other = max(0.0, step - compute - exposed)
     comm = w["comm_time_s"]
     shares = {"compute": compute, "exposed communication": exposed, "data loading and other stalls": other}
-    dominant = max(shares, key=shares.get)
+    dominant = max(shares, key=lambda k: shares[k])
     limit = min(w["memory_capacity_bytes"], rec.memory_budget_bytes or float("inf"))
     limit_name = "budget" if rec.memory_budget_bytes and rec.memory_budget_bytes < w["memory_capacity_bytes"] else "GPU memory"
     headroom = limit - w["peak_memory_bytes"]
@@ -251,7 +251,7 @@ def _explain(rec: Recommendation, tied_with: dict | None) -> str:
         if least is not None:
             lines.append(f"  {s} does not fit: it needs at least {format_bytes(least['peak_memory_bytes'])} "
                          f"({_describe(least)}) > {format_bytes(limit)}.")
-    best_other = {}
+    best_other: dict[str, dict] = {}
     for r in rec.ranked[1:]:
         best_other.setdefault(r["label"], r)
     best_val = _value(w, rec.objective)

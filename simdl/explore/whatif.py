@@ -18,7 +18,7 @@ import os
 from functools import lru_cache
 from typing import Any, Mapping
 
-from ..cluster.spec import ClusterSpec, load_cluster, load_gpu
+from ..cluster.spec import ClusterSpec, Network, load_cluster, load_gpu
 from ..errors import SimdlError, unknown
 from ..provenance import Sourced
 from ..units import to_si
@@ -49,10 +49,12 @@ def _sourced(key: str, value: Any, unit: str | None, *, minimum_exclusive: bool 
     return Sourced(si, "assumed", _what(key, value))
 
 
-def _needs_network(spec: ClusterSpec, key: str) -> None:
+def _needs_network(spec: ClusterSpec, key: str) -> Network:
+    """The cluster's inter-node network; a one-line error on a single-node cluster."""
     if spec.inter_node is None:
         raise SimdlError(f"cluster override {key}: cluster {spec.name!r} is single-node (no inter_node network); "
                          "accepted on multi-node presets only")
+    return spec.inter_node
 
 
 def _apply(spec: ClusterSpec, key: str, value: Any) -> ClusterSpec:
@@ -82,16 +84,16 @@ def _apply(spec: ClusterSpec, key: str, value: Any) -> ClusterSpec:
             changes["bandwidth"] = new
         return rep(spec, intra_node=rep(intra, **changes))
     if key == "nic_Gb_per_s":
-        _needs_network(spec, key)
-        return rep(spec, inter_node=rep(spec.inter_node, nic_bandwidth=_sourced(key, value, "Gb_per_s")))
+        net = _needs_network(spec, key)
+        return rep(spec, inter_node=rep(net, nic_bandwidth=_sourced(key, value, "Gb_per_s")))
     if key == "nics_per_node":
-        _needs_network(spec, key)
+        net = _needs_network(spec, key)
         if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
             raise SimdlError(f"cluster override nics_per_node={value!r}: accepted: an integer >= 1")
-        return rep(spec, inter_node=rep(spec.inter_node, nics_per_node=_sourced(key, int(value), None)))
+        return rep(spec, inter_node=rep(net, nics_per_node=_sourced(key, int(value), None)))
     if key == "inter_latency_us":
-        _needs_network(spec, key)
-        return rep(spec, inter_node=rep(spec.inter_node, latency=_sourced(key, value, "us", minimum_exclusive=False)))
+        net = _needs_network(spec, key)
+        return rep(spec, inter_node=rep(net, latency=_sourced(key, value, "us", minimum_exclusive=False)))
     if key == "ps_nic_Gb_per_s":
         if spec.ps_servers is None:
             raise SimdlError(f"cluster override {key}: cluster {spec.name!r} has no parameter-server nodes; "

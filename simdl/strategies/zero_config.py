@@ -171,7 +171,7 @@ def read_ds_config(path: str | Path) -> DSConfig:
     precision = _precision(raw, where)
     optimizer = _optimizer(raw, where, notes)
     block = raw.get("optimizer") or {}
-    params = block.get("params") if isinstance(block.get("params"), dict) else {}
+    params = block["params"] if isinstance(block.get("params"), dict) else {}
     if block.get("type", "").lower() in ("adam", "adamw") and not params.get("torch_adam", False):
         opts["fused_adam"] = True  # engine.py _configure_basic_optimizer: FusedAdam (DeepSpeedCPUAdam if offloaded)
     if _UNKNOWN:

@@ -110,7 +110,7 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     if (lay.stage in (1, 2) or (lay.stage == 0 and workload.precision == "bf16")) and lay.world > 1:
         add(Task("all_gather:updated parameters", COMM, "comm", deps=prev, collective="all_gather",
                  comm_bytes=lay.P * lay.e, group="world"))
-    notes = ()
+    notes: tuple[str, ...] = ()
     if lay.offload:
         notes = (f"ZeRO-Offload: the CPU optimizer step is priced at an assumed {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s "
                  "host memory rate (simdl.strategies.zero_plan.CPU_ADAM_BYTES_PER_S); PCIe at the cluster's pcie_GB_per_s",)
@@ -144,7 +144,8 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
         done[s] = prev[0]
     # Backward in segments, latest rows first, split at stage 3's modules and the buckets' ready rows.
     cuts = set(fetch) | (set(lay.ready) if lay.in_backward else set())
-    stop, reduce_ids, done, border = n, [], {}, sorted(fetch, reverse=True)
+    reduce_ids: list[int] = []
+    stop, done, border = n, {}, sorted(fetch, reverse=True)
     for s in sorted({0} | cuts, reverse=True):
         deps = prev + ((gather(s, _prefetch_dep(border, s, fetch, prefetch, done), "bwd"),) if s in fetch else ())
         pre = add_recompute(workload, add, deps, s, stop)
