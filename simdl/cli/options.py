@@ -165,3 +165,11 @@ def sim_kwargs(a: argparse.Namespace) -> dict:
         raise SimdlError(f"--iterations {n}: accepted: 1 to {MAX_SIM_ITERATIONS} (the simulator keeps every "
                          "event; the step settles within a few iterations)")
     return given
+
+
+def add_alloc_conf_arg(group) -> None:
+    """``--cuda-alloc-conf``: caching allocator options (simdl.memory.allocconf parses them)."""
+    group.add_argument("--cuda-alloc-conf", metavar="CONF", default=None,
+                       help="allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
+                            "expandable_segments:True,max_split_size_mb:128 (keys: expandable_segments, "
+                            "max_split_size_mb, roundup_power2_divisions; default: the environment variable)")

@@ -6,7 +6,8 @@ import argparse
 import sys
 
 from ..errors import SimdlError
-from .options import PREDICT_EXAMPLES, add_prediction_args, add_sim_args, integer, prediction_kwargs, sim_kwargs
+from .options import (PREDICT_EXAMPLES, add_alloc_conf_arg, add_prediction_args, add_sim_args, integer,
+                      prediction_kwargs, sim_kwargs)
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
@@ -91,7 +92,8 @@ def _cmd_memplot(a: argparse.Namespace) -> int:
     """Memory over one iteration on the analytic schedule, per rank role, as a PNG."""
     from ..memory.commands import memplot_command
 
-    return memplot_command(prediction_kwargs(a), a.output, first_iteration=a.first_iteration)
+    return memplot_command(prediction_kwargs(a), a.output, first_iteration=a.first_iteration,
+                          cuda_alloc_conf=a.cuda_alloc_conf)
 
 
 def add_memory_parsers(sub) -> None:
@@ -103,6 +105,7 @@ def add_memory_parsers(sub) -> None:
     out.add_argument("-o", "--output", default="mem.png", help="PNG file (default mem.png)")
     out.add_argument("--first-iteration", action="store_true",
                     help="the first iteration: optimizer state created at the step")
+    add_alloc_conf_arg(out)
     mp.set_defaults(func=_cmd_memplot)
 
 

@@ -54,9 +54,15 @@ def allocator_curve(cuda, times):
     return t, cuda.allocated[keep], cuda.reserved[keep], outside
 
 
-def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: bool = False) -> int:
-    """Predict with the analytic engine, then draw each rank role's memory over one iteration."""
+def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: bool = False,
+                    cuda_alloc_conf: str | None = None) -> int:
+    """Predict with the analytic engine, then draw each rank role's memory over one iteration.
+    ``cuda_alloc_conf``: allocator options in ``PYTORCH_CUDA_ALLOC_CONF`` syntax (else the
+    environment variable, else the defaults; :mod:`.allocconf`)."""
     check_figure_path(output)
+    from .allocconf import resolve_alloc_conf
+
+    alloc_conf, alloc_source = resolve_alloc_conf(cuda_alloc_conf)
     from dataclasses import replace
 
     from ..cluster import allocate, load_cluster
@@ -88,7 +94,7 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)
     tl = timeline_for(wl, plan, alloc, opts)
     times, levels = analytic_memory_curve(wl, alloc, plan, tl)
-    mem = estimate_memory(wl, plan, alloc, curves=True)
+    mem = estimate_memory(wl, plan, alloc, curves=True, allocator=alloc_conf)
     role = family.role
     title = f"{c['model']} {c['label']} {c['gpus']}x{c['gpu']} batch {c['batch_size']}:"
     allocator = None
@@ -99,7 +105,7 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     extra = ""
     if mem.cuda is not None:
         extra = (f", max allocated {format_bytes(mem.cuda.max_allocated_bytes)}, "
-                 f"max reserved {format_bytes(mem.cuda.max_reserved_bytes)}")
+                 f"max reserved {format_bytes(mem.cuda.max_reserved_bytes)} ({alloc_source})")
     print(f"wrote {path}: peak tensors {format_bytes(mem.peak_tensor_bytes)}{extra}, "
           f"device {format_bytes(mem.peak_bytes)}")
     return 0
