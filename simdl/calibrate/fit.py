@@ -31,8 +31,8 @@ from ..collectives.cost import bus_bytes_factor as bus_factor
 from .collectives import fit_with_holdout, regimes_with_holdout
 from .compute import STEP_ANCHOR, MicroFit, RooflineFit, make_run
 from .ps import PSFit
-from .stream import fit_stream, page_fault_cost
 from .records import StageRecords, load_run
+from .stream import fit_stream, page_fault_cost
 
 # Collectives the profile's joint fit uses (what DDP and FSDP run); send/recv sets the link.
 PROFILE_COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast")

@@ -11,47 +11,49 @@ fit quality of every parameter group, including the held-out checks.
 from __future__ import annotations
 
 import copy
-import datetime
-import json
-import os
-import re
-import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..cluster.host import device_file_for
-from ..cluster.spec import CLUSTER_DIR, FrozenMap, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
-from ..errors import SimdlError
-from ..units import MiB
+from ..cluster.spec import CLUSTER_DIR, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from . import fit as F
 from .compute import STEP_ANCHOR
-from .records import STAGES
 from .jitter import StepJitterFit, local_step_series
-from .overlap import StrategyStepFit
-
-# calibration/ps.py's RPC_TRANSPORTS (the stage's scripts are not a package to import from).
-_RPC_TRANSPORTS = ("uv",)
-
-GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
-    ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("A100-SXM4-40GB", "A100-SXM4-40GB"),
-    ("A100 80GB PCIe", "A100-PCIe-80GB"), ("A100-PCIE-80GB", "A100-PCIe-80GB"),
-    ("H200", "H200"), ("H100 PCIe", "H100-PCIe"), ("H100", "H100-SXM"), ("A10G", "A10G"), ("V100", "V100-SXM2"),
+from .profile_collectives import collective_sections
+from .profile_parts import (  # noqa: F401  (re-exported: tests and callers import them from here)
+    _ALLOCATOR_THRESHOLDS,
+    _RPC_TRANSPORTS,
+    GPU_NAME_MAP,
+    _allocator_thresholds,
+    _blocking_fit,
+    _busy,
+    _busy_note,
+    _copy_fit,
+    _dates,
+    _faults_warmup,
+    _idle_costs,
+    _in_step,
+    _logged_calls,
+    _others_by_stage,
+    _regimes_section,
+    _spmd_variant,
+    _step_kwargs,
+    _strategy_fit,
+    _subgroup_sections,
+    _val,
+    gpu_file_for,
+    provenance,
 )
-
-
-def gpu_file_for(device: str, caches: dict[str, str] | None = None) -> str:
-    """The device file a calibration on ``device`` is measured against: for a host CPU, the
-    one whose ``host`` block matches its model name and ``caches`` (simdl.cluster.host)."""
-    if device.startswith("cpu"):
-        return device_file_for(device, caches)
-    for needle, name in GPU_NAME_MAP:
-        if needle.lower() in device.lower():
-            return name
-    raise SimdlError(f"no GPU file matches device {device!r}; give --gpu NAME (one of the files in "
-                     "simdl/cluster/data/gpus) or a path to a GPU YAML with its peaks")
+from .profile_write import (  # noqa: F401
+    _Dumper,
+    _kept_from_base,
+    _plain,
+    _regime_summary,
+    _represent_list,
+    _summary,
+    write_profile,
+)
+from .records import STAGES
 
 
 def base_preset_for(gpu: str) -> dict[str, Any]:
@@ -63,272 +65,6 @@ def base_preset_for(gpu: str) -> dict[str, Any]:
         if raw.get("gpu") == gpu:
             return raw
     return raw_preset(CLUSTER_DIR / "a100-80gb-pcie.yaml")
-
-
-def _val(value: float, source: str, kind: str = "calibrated") -> dict[str, Any]:
-    v = float(f"{value:.4g}")
-    if abs(v) < 1e-6:
-        v = 0.0  # a bound reached by the fit, not a measured femtosecond
-    return {"value": int(v) if v.is_integer() else v, "kind": kind, "source": source}
-
-
-def _regimes_section(per: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any] | None:
-    """``efficiency.collective_regimes_intra`` from the per-collective regime fits (the
-    collectives DDP and FSDP call), with their fit quality and held-out errors in the source."""
-    fits = {c: v["regimes"] for c, v in sorted(per.items()) if c in F.PROFILE_COLLECTIVES and v.get("regimes")}
-    if not fits:
-        return None
-    v0 = next(iter(fits.values()))
-    n = next(iter(per.values()))["group_size"]
-    lo = min(per[c]["bytes_range"][0] for c in fits)
-    hi = max(per[c]["bytes_range"][1] for c in fits)
-    quality = "; ".join(
-        f"{c}: {r['n_regimes']} regime(s), fit median |err| {r['quality']['median_abs_rel_error']:.3f}"
-        + (f", held-out sizes {r['held_out']['within_10pct']}/{r['held_out']['n']} within 10 % (median "
-           f"{r['held_out']['median_abs_rel_error']:.3f}, max {r['held_out']['max_abs_rel_error']:.3f})"
-           if r.get("held_out") else "") for c, r in fits.items())
-    source = (f"{tag}: {prov['backend']} {', '.join(fits)} at {n} ranks, {lo}-{hi} B, {v0['passes']} pass(es); "
-              "a size's time is the 25th percentile of its chunks; piecewise ring alpha-beta fitted per collective "
-              "(simdl.calibrate.regimes: Huber NNLS per regime, regimes by dynamic programming, their number by "
-              "cross-validation), regime looked up by bytes per ring step (m/n; m for broadcast), overhead = the "
-              "same call on a one-rank group; "
-              + ("all_gather and reduce_scatter step at the 32 MiB mmap threshold where a gap holds it (gloo's "
-                 "whole-message temporary, simdl.collectives.regimes); " if prov["backend"] == "gloo" else "")
-              + f"held-out check refits without every third size and the largest: {quality}")
-    return {"kind": "calibrated", "source": source, "link_GB_per_s": link_GB_per_s,
-            "collectives": {c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]}
-                            for c, r in fits.items()}}
-
-
-def _subgroup_sections(coll: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any]:
-    """``efficiency.collective_regimes_subgroups``: the regime curves of the calibration's
-    ``sub<d>`` scopes (groups of d consecutive ranks of a node, all of the node's groups
-    calling at once: calibration/collectives.py), by group size."""
-    out: dict[str, Any] = {}
-    for scope in sorted(coll, key=lambda sc: (len(sc), sc)):
-        m = re.fullmatch(r"sub(\d+)", scope)
-        if not m:
-            continue
-        section = _regimes_section(coll[scope].get("per_collective", {}), tag, prov, link_GB_per_s)
-        if section:
-            d = int(m.group(1))
-            groups = int(prov["ranks_per_node"] or d) // d
-            section["source"] = (f"groups of {d} consecutive ranks, the node's {groups} groups calling at once; "
-                                 + section["source"])
-            out[str(d)] = section
-    return out
-
-
-def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
-    headers = [h for st in stages.values() for h in st.headers.values()]
-    if not headers:
-        raise SimdlError(f"{run_dir}: no measurements found")
-    h0 = headers[0]
-    loads = [h["loadavg"][0] for h in headers if h.get("loadavg")]
-    # When each stage was measured (a resumed run, or a stage measured again, spans days).
-    stage_dates = {name: min(h["date"] for h in st.headers.values() if h.get("date"))
-                   for name, st in stages.items() if any(h.get("date") for h in st.headers.values())}
-    dates = sorted(set(stage_dates.values()))
-    return {
-        "tool": "simdl calibrate",
-        "run_dir": str(run_dir),
-        "date": dates[0] if dates else h0.get("date"),
-        "stage_dates": stage_dates,
-        "host": sorted({h["host"] for h in headers}),
-        "devices": sorted({h["device"] for h in headers}),
-        "backend": h0.get("backend"),
-        "versions": h0.get("versions"),
-        "ranks": h0.get("world"), "nodes": h0.get("nodes"), "ranks_per_node": h0.get("local_world"),
-        "threads_per_rank": h0.get("threads"),
-        "threads_note": h0.get("threads_note") or "",
-        "cpu_count": h0.get("cpu_count"),
-        # Cache sizes per core (sysfs): with the model name, what tells two hosts apart.
-        **({"cpu_caches": h0["cpu_caches"]} if h0.get("cpu_caches") else {}),
-        # Family/model/stepping and ISA flags (where the run recorded them): which processor exactly.
-        **({"cpu_identity": h0["cpu_identity"]} if h0.get("cpu_identity") else {}),
-        # glibc malloc settings the ranks ran with (empty: glibc's defaults).
-        **({"allocator_env": h0["allocator_env"]} if h0.get("allocator_env") else {}),
-        # Readings at stage starts include this run's own ranks (up to one per core); the
-        # reading taken before any rank started is the one that says whether others were busy.
-        "loadavg_1min_at_stage_starts_incl_own_ranks": [round(x, 2) for x in loads],
-        "loadavg_before": settings.get("loadavg_before", []),
-        "machine_busy": _busy(settings, loads, h0),
-        # What other processes took of the CPU during each stage (simdl.calibrate.host_load;
-        # where the run measured it): the last attempt of each stage, in cores on average.
-        **({"others_cores_by_stage": by_stage} if (by_stage := _others_by_stage(run_dir, stages)) else {}),
-        "settings": settings,
-    }
-
-
-def _busy_note(prov: dict) -> str:
-    """The profile notes' sentence on how busy the machine was (:func:`_busy`)."""
-    before = prov.get("loadavg_before") or []
-    loads = ", ".join(str(b["loadavg"][0]) for b in before)
-    others = [(b.get("host_cpu") or {}).get("others_cores") for b in before]
-    if before and all(o is not None for o in others):
-        said = (f"other processes used {', '.join(f'{o:.2f}' for o in others)} cores over the seconds before the "
-                f"ranks started (simdl.calibrate.host_load; 1-min load average {loads})")
-        text = (f" The machine was busy when calibration started: {said}; timings include contention."
-                if prov["machine_busy"] else f" The machine was otherwise idle when calibration started: {said}.")
-    elif before:
-        text = (" Other processes were using the machine when calibration started (1-min load average "
-                "above 0.5 before the ranks started): timings include contention." if prov["machine_busy"]
-                else f" The machine was otherwise idle when calibration started (1-min load average {loads} "
-                     "before the ranks started).")
-    else:
-        text = ""
-    from .host_load import BUSY_CORES
-
-    busy = {k: v for k, v in (prov.get("others_cores_by_stage") or {}).items() if v > BUSY_CORES}
-    if busy:
-        text += (" Other processes took CPU during the measurements: "
-                 + ", ".join(f"{v:.2f} cores on average during the {k} stage" for k, v in busy.items())
-                 + "; those stages' timings include that contention.")
-    return text
-
-
-def _others_by_stage(run_dir: Path, stages) -> dict[str, float]:
-    out = {}
-    for name in stages:
-        try:
-            attempts = json.loads((Path(run_dir) / name / "host_cpu.json").read_text())
-        except (OSError, ValueError):
-            continue
-        if attempts and attempts[-1].get("others_cores") is not None:
-            out[name] = attempts[-1]["others_cores"]
-    return out
-
-
-def _dates(prov: dict) -> str:
-    """The measurement date, or each stage's when they were measured hours apart."""
-    sd = prov.get("stage_dates") or {}
-    days = {d[:13] for d in sd.values()}
-    if len(days) <= 1:
-        return str(prov["date"])
-    return ", ".join(f"{stage} {d}" for stage, d in sorted(sd.items(), key=lambda kv: kv[1]))
-
-
-# mallopt(3) environment variables and the host keys they set (bytes in the environment).
-_ALLOCATOR_THRESHOLDS = {"MALLOC_MMAP_THRESHOLD_": "mmap_threshold_MiB", "MALLOC_TRIM_THRESHOLD_": "trim_threshold_MiB"}
-
-
-def _allocator_thresholds(env: dict[str, str], run: str) -> dict[str, Any]:
-    """The host's mmap and trim thresholds where the ranks ran with them set (a setting fixes
-    the threshold and turns glibc's dynamic adjustment off: mallopt(3))."""
-    out: dict[str, Any] = {}
-    for var, key in _ALLOCATOR_THRESHOLDS.items():
-        if var in env:
-            out[key] = {"value": round(int(env[var]) / MiB, 6), "kind": "framework",
-                        "source": f"the ranks' environment in run {run}: {var}={env[var]} (mallopt(3))"}
-    return out
-
-
-def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
-    """Other processes were busy when the measurements started: they kept more than a quarter
-    of a core busy (simdl.calibrate.host_load), or, in runs that did not measure it, the
-    1-minute load average was above 0.5 (which lags a minute behind)."""
-    from .host_load import BUSY_CORES
-
-    measured = [(b.get("host_cpu") or {}).get("others_cores") for b in settings.get("loadavg_before", [])]
-    if measured and all(m is not None for m in measured):
-        return max(measured) > BUSY_CORES
-    before = [b["loadavg"][0] for b in settings.get("loadavg_before", [])]
-    if before:
-        return max(before) > 0.5
-    return bool(loads and max(loads) > 0.5 + (h0.get("local_world") or 1))
-
-
-def _step_kwargs(m: dict, ranks: int) -> dict:
-    """predict() arguments of one measured strategy step (calibration/strategies.py)."""
-    from ..strategies import registry
-
-    name, fixed = registry.split_label(m["variant"])
-    family = registry.get(name)
-    kw = dict(model=m["model"], strategy=name, gpus=ranks, dataset=m["dataset"],
-              batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0, **fixed)
-    if family.applies("wrap", name):
-        kw["wrap"] = "block"
-    if family.applies("reshard_root", name):
-        # calibration/strategies.py gives the root reshard_after_forward explicitly too.
-        kw["reshard_root"] = fixed.get("sharding") == "full"
-    return kw
-
-
-def _spmd_variant(v: str) -> bool:
-    """A measured step of a strategy whose ranks are peers (a registered label; not the
-    ``local`` single-process steps, nor a parameter server)."""
-    from ..strategies import registry
-
-    try:
-        registry.split_label(v)
-    except SimdlError:
-        return False
-    return not registry.is_client_server(v)
-
-
-def _copy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
-    """Fit efficiency.copy_in_step_factor to the profiled strategy steps' copies
-    (simdl.calibrate.in_step.CopyFit); None without profiled steps."""
-    from ..predict import predict
-    from .in_step import CopyFit
-
-    spec = load_cluster(str(write_profile(profile, tmp / "provisional-copies.yaml")))
-    pts = []
-    for key, m in sorted(strat.items()):
-        v = m.get("variant", "")
-        local = strat.get(f"local/{m.get('model')}/{m.get('batch')}", {}).get("copies_s")
-        if m.get("skipped") or m.get("copies_s") is None or local is None or not _spmd_variant(v):
-            continue
-        predicted = predict(cluster=spec, **_step_kwargs(m, ranks)).step_split_s["copies"]
-        pts.append({"key": key, "model": m["model"], "measured_s": max(m["copies_s"] - local, 0.0),
-                    "predicted_s": predicted})
-    try:
-        return CopyFit().fit(pts) if pts else None
-    except ValueError:
-        return None
-
-
-def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, fixed=None):
-    """Fit comm_compute_interference and the collective load factor/overhead to the measured
-    DDP/FSDP steps, predicting each with the provisional profile (simdl.calibrate.overlap)."""
-    import dataclasses
-
-    from ..predict import predict
-    from ..provenance import Sourced
-
-    spec = load_cluster(str(write_profile(profile, tmp / "provisional.yaml")))
-    pts = []
-    for key, m in sorted(strat.items()):
-        v = m.get("variant", "")
-        if m.get("skipped") or not _spmd_variant(v):
-            continue
-        local = strat.get(f"local/{m['model']}/{m['batch']}", {}).get("step_s")
-        pts.append({"key": key, "variant": v, "model": m["model"], "batch": m["batch"], "measured_s": m["step_s"],
-                    "measured_local_s": local, "kwargs": _step_kwargs(m, ranks)})
-    if not pts:
-        return None, []
-    cache: dict = {}
-
-    def spec_for(theta):
-        key = k, f, far, h, a, u = tuple(float(f"{float(x):.9g}") for x in theta)
-        if key not in cache:
-            def src(what):
-                return Sourced(what, "assumed", "candidate of the strategy fit")
-            eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
-                                      collective_load_factor=src(f), collective_load_factor_all_reduce=src(far),
-                                      collective_load_half_size=src(h), collective_load_overhead=src(a),
-                                      fsdp_unit_overhead=src(u) if u else None)
-            cache[key] = dataclasses.replace(spec, efficiency=eff)
-        return cache[key]
-
-    def pred(theta, p):
-        return predict(cluster=spec_for(theta), **p["kwargs"]).iteration_time_s
-
-    est = StrategyStepFit(fixed=fixed).fit(pts, pred)
-    for p, r, b in zip(pts, est.residuals_, est.errors_before_):
-        p.pop("kwargs")
-        p.update(rel_error_fitted=round(float(r), 4), rel_error_defaults=round(float(b), 4))
-    return est, pts
 
 
 # Price blocking collectives by their logged calls (simdl.calibrate.in_step.BlockingFit) where
@@ -349,93 +85,6 @@ FIT_FSDP_UNIT_OVERHEAD = True
 # gradients trimmed and faulted in again every step, is priced by the plan
 # (simdl.hosts.cpu_glibc GlibcCpuHost.refault_limit). True writes it (what-if: copies slowed as fitted).
 COPY_FACTOR_FROM_PROFILED_STEPS = False
-
-
-def _logged_calls(stage) -> dict:
-    """key -> (model, in_step_collectives(...)) of every measurement whose calls block."""
-    from .in_step import in_step_collectives
-
-    out = {}
-    for key in sorted(stage.keys_all_ranks()):
-        recs = [r for r in stage.records(key) if not r.get("skipped")]
-        if recs and recs[0].get("collective_calls") and recs[0].get("calls_block"):
-            out[key] = (recs[0]["model"], in_step_collectives(recs))
-    return out
-
-
-def _idle_costs(profile: dict, ranks: int):
-    """CommCosts of the profile without its in-step factors: the idle machine."""
-    import dataclasses
-
-    from ..analytic.costs import CommCosts
-    from ..cluster import allocate
-
-    with tempfile.TemporaryDirectory() as td:
-        spec = load_cluster(str(write_profile(profile, Path(td) / "idle.yaml")))
-    idle_eff = dataclasses.replace(spec.efficiency, collective_load_factor=None, collective_load_factor_all_reduce=None,
-                                   collective_load_half_size=None, collective_load_overhead=None,
-                                   collective_blocking_factors=FrozenMap(), collective_blocking_wait=None)
-    return CommCosts(allocate(dataclasses.replace(spec, efficiency=idle_eff), ranks, 1))
-
-
-def _blocking_fit(stage, logged: dict, profile: dict, ranks: int):
-    from ..collectives import collective_time
-    from .in_step import BlockingFit
-
-    calls = {k: v for k, v in logged.items() if v[1] is not None}
-    if not calls:
-        return None
-    idle = _idle_costs(profile, ranks)
-
-    def idle_parts(coll, nbytes):
-        o, alpha, bw, algo = idle.parts(coll, nbytes, ranks, "world")
-        return o, collective_time(coll, nbytes, ranks, bw, alpha, algo)
-
-    rows = []
-    for key, (model, c) in calls.items():
-        local = [r for r in stage.records(f"local/{model}/{key.rsplit('/', 1)[1]}") if r.get("step_s")]
-        if local:
-            rows.append({"model": model, "key": key, "calls": c,
-                         "compute_s": statistics.median(r["step_s"] for r in local)})
-    return BlockingFit().fit(rows, idle_parts) if rows else None
-
-
-def _faults_warmup(stage) -> dict:
-    """Per strategy measurement that logged them: bytes faulted in per timed step (median
-    step of each rank, median over ranks; calibration/strategies.py ``ru_minflt`` x page
-    size) and the untimed warm-up steps in units of the median timed step."""
-    out = {}
-    for key in sorted(stage.keys_all_ranks()):
-        recs = [r for r in stage.records(key) if r.get("minor_faults_per_step") and r.get("step_s")]
-        if not recs:
-            continue
-        faulted = statistics.median(statistics.median(r["minor_faults_per_step"]) * r["page_bytes"] for r in recs)
-        warm = [[t / r["step_s"] for t in r.get("warmup_times_s", [])] for r in recs]
-        out[key] = {"faulted_bytes_per_step": faulted,
-                    "warmup_over_step": [statistics.median(x) for x in zip(*warm)] if warm and warm[0] else []}
-    return out
-
-
-def _in_step(logged: dict, profile: dict, ranks: int) -> dict:
-    """Every FSDP measurement's logged collective calls against the profile's idle curves and
-    against what the profile charges them in a step (simdl.calibrate.in_step)."""
-    from ..analytic.costs import CommCosts
-    from ..cluster import allocate
-    from .in_step import summarise
-
-    with tempfile.TemporaryDirectory() as td:
-        spec = load_cluster(str(write_profile(profile, Path(td) / "in_step.yaml")))
-    charged = CommCosts(allocate(spec, ranks, 1), blocking=True)
-    idle = _idle_costs(profile, ranks)
-    out = {}
-    for key, (_, calls) in logged.items():
-        if calls is None:
-            out[key] = {"error": "the ranks logged different collective calls"}
-            continue
-        out[key] = summarise(calls, lambda c, n: idle.time(c, n, ranks, "world"),
-                             lambda c, n: charged.time(c, n, ranks, "world"))
-        out[key]["steps"] = calls["steps"]
-    return out
 
 
 def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None = None) -> tuple[dict, dict]:
@@ -459,71 +108,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     # -- collectives ------------------------------------------------------------------------
     coll = F.fit_collectives(stages["collectives"]) if "collectives" in ran and stages["collectives"].measurements else {}
     report["collectives"] = coll
-    scope = "intra" if "intra" in coll else "world"
-    c = coll.get(scope, {})
-    joint = c.get("joint")
-    p2p = c.get("per_collective", {}).get("send_recv")
-    intra = copy.deepcopy(base["intra_node"])
-    eff = copy.deepcopy(base["efficiency"])
-    if joint:
-        lo, hi = joint["bytes_range"]
-        q = joint["quality"]
-        ho = joint.get("held_out", {})
-        rng = f"{len(joint['collectives'])} collectives, each its own bus bandwidth, ({', '.join(joint['collectives'])}) x {lo}-{hi} B over {joint['group_size']} ranks"
-        fitq = (f"R2 {q['r2']}, R2(log) {q['r2_log']}, median |rel err| {q['median_abs_rel_error']}"
-                + (f"; held-out sizes max |err| {ho['max_abs_rel_error']}" if ho else ""))
-        bus = joint["bus_bandwidth_B_per_s"]
-        if shared:
-            # The 'link' of processes on one host is what send/recv achieves; the collective
-            # efficiency is the joint fit's bus bandwidth relative to it (<= 1).
-            link_bw = max(p2p["params"]["bus_bandwidth_GB_per_s"] * 1e9 if p2p else bus, bus)
-            intra["link"] = "shm"
-            for k in ("pcie_GB_per_s", "pcie_latency_us", "mesh"):
-                intra.pop(k, None)
-            intra["bandwidth_GB_per_s"] = _val(link_bw / 1e9, f"{tag}: {prov['backend']} send/recv bandwidth "
-                                               f"(ring, every rank sends and receives), alpha-beta fit"
-                                               + (f" R2 {p2p['quality']['r2']}" if p2p else ""))
-            if p2p and "ps" in ran:  # the ps stage's ping-pong replaces it below; without that stage, keep the base's
-                intra["latency_us"] = _val(p2p["params"]["alpha_us"] + p2p["params"]["overhead_us"],
-                                           f"{tag}: {prov['backend']} send/recv latency (alpha + overhead of the fit)")
-        else:
-            link_bw = load_cluster(base["name"]).intra_node.bandwidth.value if "name" in base else bus
-        e = min(bus / link_bw, 1.0)
-        regimes = _regimes_section(c.get("per_collective", {}), tag, prov, float(f"{link_bw / 1e9:.4g}"))
-        covered = sorted(regimes["collectives"]) if regimes else []
-        note = (f"; the collectives with size regimes ({', '.join(covered)}) are priced by "
-                "collective_regimes_intra instead, this line remains the simulator's base rate" if covered else "")
-        eff["collective_bandwidth_intra"] = _val(e, f"{tag}: joint alpha-beta fit of {rng}: all_reduce bus bandwidth "
-                                                 f"{bus / 1e9:.4g} GB/s / link {link_bw / 1e9:.4g} GB/s; {fitq}{note}")
-        for cname, f in sorted(joint["bandwidth_factors"].items()):
-            eff.pop(f"collective_bandwidth_factor_{cname}", None)
-            if cname != "all_reduce" and cname not in covered:
-                eff[f"collective_bandwidth_factor_{cname}"] = _val(
-                    f, f"{tag}: {cname} bus bandwidth relative to all_reduce's in the joint fit ({rng}); {fitq}")
-        eff.pop("collective_regimes_intra", None)
-        if regimes:
-            eff["collective_regimes_intra"] = regimes
-        eff.pop("collective_regimes_subgroups", None)
-        subgroups = _subgroup_sections(coll, tag, prov, float(f"{link_bw / 1e9:.4g}"))
-        if subgroups:
-            eff["collective_regimes_subgroups"] = subgroups
-        eff["collective_latency_intra_us"] = _val(joint["alpha_s"] * 1e6, f"{tag}: joint fit alpha per ring step; {fitq}")
-        eff["collective_overhead_us"] = _val(joint["overhead_s"] * 1e6, f"{tag}: joint fit fixed cost per call; {fitq}")
-
-    inter_fit = (coll.get("inter") or {}).get("joint")
-    if inter_fit and base.get("inter_node") and "name" in base:
-        # Several nodes: the per-rank raw rate of an 'inter' group on the base preset's network
-        # (simdl.cluster.allocate), and the fitted bus bandwidth over it. Not exercised here
-        # (a single 2-core machine; calibration/README.md, "Multi-node").
-        from ..cluster import allocate
-
-        raw = allocate(load_cluster(base["name"]), per_node * nodes, nodes).group_bandwidth("inter")
-        q = inter_fit["quality"]
-        src = (f"{tag}: alpha-beta fit of one-rank-per-node groups ({', '.join(inter_fit['collectives'])}, "
-               f"{inter_fit['bytes_range'][0]}-{inter_fit['bytes_range'][1]} B); R2 {q['r2']}")
-        eff["collective_bandwidth_inter"] = _val(min(inter_fit["bus_bandwidth_B_per_s"] / raw, 1.0),
-                                                 f"{src}; bus / raw {raw / 1e9:.4g} GB/s of the base preset's NICs")
-        eff["collective_latency_inter_us"] = _val(inter_fit["alpha_s"] * 1e6, src)
+    intra, eff, joint = collective_sections(coll, base, shared=shared, tag=tag, prov=prov, ran=ran,
+                                            per_node=per_node, nodes=nodes)
 
     # -- parameter server ------------------------------------------------------------------------
     ps = F.fit_ps(stages["ps"]) if "ps" in ran and stages["ps"].measurements else None
@@ -848,141 +434,3 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
         load_cluster(str(write_profile(profile, Path(td) / "check.yaml")))
     return profile, report
 
-
-def _kept_from_base(base: dict, kept: list[str]) -> dict | None:
-    """Where the values of the stages not run here come from: the base profile's run, or, when
-    the base itself kept those stages from an earlier run, that run."""
-    base_cal = base.get("calibration") or {}
-    if not kept or not base_cal:
-        return None
-    prior = base_cal.get("kept_from_base") or {}
-    if prior and set(kept) <= set(prior.get("stages", [])):
-        return dict(copy.deepcopy(prior), stages=kept)
-    return {"profile": base.get("name"), "stages": kept, "provenance": copy.deepcopy(base_cal.get("provenance", {}))}
-
-
-def _summary(report: dict) -> dict:
-    """The compact part of the report that goes into the profile's calibration section."""
-    out: dict[str, Any] = {"provenance": report["provenance"]}
-    coll = {}
-    for scope, c in report.get("collectives", {}).items():
-        j = c.get("joint") or {}
-        coll[scope] = {
-            "joint": {k: j.get(k) for k in ("params", "quality", "collectives", "bytes_range")} | (
-                {"held_out": {k: j["held_out"][k] for k in ("sizes_bytes", "max_abs_rel_error", "median_abs_rel_error", "within_10pct", "n")}}
-                if j.get("held_out") else {}),
-            "per_collective": {k: {"params": v["params"], "r2": v["quality"]["r2"], "r2_log": v["quality"]["r2_log"],
-                                   "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
-                                   "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error")}
-                               for k, v in c.get("per_collective", {}).items()},
-            # The piecewise (size-regime) fits: what efficiency.collective_regimes_intra holds.
-            "regimes": {k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items()
-                        if v.get("regimes")},
-            "call_overhead_us": c.get("call_overhead_us", {}),
-            # The measured points the fits were made on, [bytes, us] per size (the 25th percentile
-            # of its chunks), so that `python -m simdl.calibrate.check` can redo the held-out
-            # check from the shipped profile alone.
-            "group_size": (c.get("points") or [{}])[0].get("group_size") or j.get("group_size"),
-            "points_us": {coll: [[p["bytes"], float(f"{p['time_s'] * 1e6:.5g}")] for p in c.get("points", [])
-                                 if p["collective"] == coll]
-                          for coll in sorted({p["collective"] for p in c.get("points", [])})},
-        }
-    out["collectives"] = coll
-    comp = report.get("compute") or {}
-    if comp.get("params"):
-        out["compute"] = {
-            "params": comp["params"], "fit_models": comp["fit_models"], "batches": comp["batches"],
-            "fit_steps": comp["quality"]["steps"], "fit_rows_r2": comp["quality"]["rows"]["r2"],
-            "fit_by_class": comp["quality"]["by_class"],
-        }
-        if comp.get("held_out"):
-            ho = comp["held_out"]
-            out["compute"]["held_out"] = {"models": ho["models"], "steps": ho["steps"], "by_class": ho["by_class"],
-                                          "runs": [{k: r[k] for k in ("run", "measured_step_ms", "predicted_step_ms",
-                                                                       "step_rel_error")} for r in ho["runs"]],
-                                          "configs": ho.get("configs", [])}
-        out["compute"]["micro"] = comp.get("micro", {})
-    if comp.get("stream"):
-        st = comp["stream"]
-        out["stream"] = {"bandwidth_GB_per_s": st["bandwidth_GB_per_s"], "call_us": st["call_us"],
-                         "quality": st["quality"], "held_out": st["held_out"]}
-    if comp.get("page_fault"):
-        out["page_fault"] = comp["page_fault"]
-    if comp.get("measured_rows"):
-        out["compute_profiles"] = [{"model": r["model"], "dataset": r["dataset"], "batches": r["batches"],
-                                    "measured_step_s": r["step_s"]} for r in comp["measured_rows"]]
-    if report.get("ps"):
-        out["ps"] = {k: report["ps"].get(k) for k in ("latency_us", "bandwidth_GB_per_s", "worker_bandwidth_GB_per_s",
-                                                      "transport", "update_bandwidth_GB_per_s", "quality")}
-        if report["ps"].get("transport") == "rpc":
-            # Whether the server side was fitted or is the worker's link (one worker at once,
-            # simdl.calibrate.ps.PSFit), as data a reader or a check can test, not only as prose.
-            out["ps"]["rpc_workers"] = report["ps"]["rpc_workers"]
-            out["ps"]["server_side_measured"] = report["ps"]["server_side_measured"]
-    if report.get("strategies", {}).get("fit"):
-        o = report["strategies"]["fit"]
-        out["strategy_fit"] = {"params": o["params"], "points": o["points"], "held_out": o["held_out"],
-                               "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"]}
-    if report.get("strategies", {}).get("copies"):
-        out["copy_fit"] = report["strategies"]["copies"]
-    out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
-    return _plain(out)
-
-
-def _regime_summary(r: dict) -> dict:
-    ho = r.get("held_out") or {}
-    return {
-        "params": r["params"], "n_regimes": r["n_regimes"], "cv_error_by_n_regimes": r["cv_error"],
-        "fit": {k: r["quality"][k] for k in ("n", "r2_log", "median_abs_rel_error", "max_abs_rel_error")},
-        "fit_by_regime": [{"step_bytes": q["step_bytes"], "n": q["n"], "median_abs_rel_error": q["median_abs_rel_error"],
-                           "max_abs_rel_error": q["max_abs_rel_error"]} for q in r["regime_quality"]],
-        "held_out": {k: ho[k] for k in ("sizes_bytes", "within_10pct", "n", "median_abs_rel_error", "max_abs_rel_error")}
-        | {"errors": {e["bytes"]: e["rel_error"] for e in ho.get("errors", [])}} if ho else {},
-        "overhead_source": r["overhead_source"], "passes": r["passes"],
-    }
-
-
-def _plain(x):
-    """Plain YAML types (numpy scalars and tuples out), floats to 5 significant digits."""
-    if isinstance(x, dict):
-        return {str(k): _plain(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_plain(v) for v in x]
-    if hasattr(x, "item") and not isinstance(x, (str, bytes)):
-        x = x.item()
-    if isinstance(x, float):
-        return float(f"{x:.5g}") if x == x else None
-    return x
-
-
-class _Dumper(yaml.SafeDumper):
-    """safe_dump, but a short list of numbers on one line (``step_bytes: [2048, 11863296]``)."""
-
-
-def _represent_list(dumper: yaml.SafeDumper, data: list):
-    flow = len(data) <= 4 and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in data)
-    return dumper.represent_sequence("tag:yaml.org,2002:seq", data, flow_style=flow)
-
-
-_Dumper.add_representer(list, _represent_list)
-
-
-def write_profile(profile: dict, path: Path) -> Path:
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# Cluster profile written by `simdl calibrate` on {datetime.date.today().isoformat()}.\n"
-              "# Fitted values have kind 'calibrated'; `calibration` holds provenance and fit quality.\n"
-              f"# Use it with: simdl predict --cluster {path}\n")
-    cp = profile.get("compute_profile")
-    if isinstance(cp, dict) and "data" in cp:
-        # The measured rows go to a JSON file beside the YAML (thousands of numbers), which
-        # the YAML names (simdl.analytic.measured).
-        from ..analytic.measured import write_compute_profile
-
-        side = path.with_name(f"{path.stem}.compute.json")
-        write_compute_profile(cp["data"], side)
-        profile = {**profile, "compute_profile": {"file": side.name, "kind": cp["kind"], "source": cp["source"]}}
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(header + yaml.dump(profile, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True))
-    os.replace(tmp, path)
-    return path

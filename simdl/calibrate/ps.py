@@ -43,7 +43,6 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 import numpy as np
-
 from scipy.optimize import least_squares
 
 from ..analytic.costs import GLIBC_MMAP_THRESHOLD_MAX

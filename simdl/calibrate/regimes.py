@@ -36,6 +36,7 @@ from scipy.optimize import nnls
 from ..collectives.regimes import Regime, RegimeCurve, ring_steps, step_bytes, wire_coefficient
 from .quality import summary
 
+
 def _huber(r: np.ndarray, c: float) -> np.ndarray:
     a = np.abs(r)
     return np.where(a <= c, 0.5 * r * r, c * (a - 0.5 * c))

@@ -65,7 +65,7 @@ METRICS: tuple[Metric, ...] = (
     # not; runs that recorded every step say what that added (validate/run.py profiling_overhead).
     Metric("total_time_unprofiled", "training time without the harness's profiling", "s",
            "training time above less the profiled steps' excess over the median steady step and the "
-           "profiler's stop (runs that recorded every step, since 2026-11-29)",
+           "profiler's stop (runs that recorded every step's time)",
            "Result.total_time_s",
            lambda r: (_m(r)["total_time_s"] - _m(r)["profiling_overhead_s"]
                       if _m(r).get("profiling_overhead_s") is not None and _m(r).get("total_time_s") is not None
@@ -74,8 +74,8 @@ METRICS: tuple[Metric, ...] = (
            applies=lambda r: _m(r).get("profiling_overhead_s") is not None),
     Metric("peak_memory", "peak memory per rank (allocator)", "B",
            "largest rank's peak of live CPU-allocator bytes over the profiled steady steps (torch.profiler "
-           "profile_memory allocations paired with their frees, from before the model was built; "
-           "results before 2026-11-23: a running sum, which gloo's unreported frees inflate)",
+           "profile_memory allocations paired with their frees, from before the model was built; a "
+           "running sum would count gloo's unreported frees as live)",
            "Result.peak_tensor_bytes (what torch.cuda.max_memory_allocated would report)",
            lambda r: _m(r).get("peak_allocated_bytes"), lambda p: p.get("peak_tensor_bytes")),
     Metric("busy", "compute busy fraction", "",

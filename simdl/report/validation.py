@@ -748,7 +748,7 @@ def split_table(records: list[dict], engine: str = "analytic") -> list[str]:
              "large ones), and measured `copies` include the model's own copy ops (`.contiguous()`, `cat`), "
              "which a prediction counts in `compute`."
              + (" `faults`: the memory a steady step touched for the first time (minor page faults x the page "
-                "size, median over the steady steps, the largest rank; runs since 2026-11-26), measured only: "
+                "size, median over the steady steps, the largest rank; runs that record faults), measured only: "
                 "on a CPU host every faulted byte costs `host.page_fault_ns_per_byte`, and the prediction "
                 "prices it only for buffers above the allocator's mmap threshold." if with_faults else ""), "",
              "| run | step (measured / predicted) | compute | copies | optimizer | rest |"
@@ -820,7 +820,7 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     lines += _setup_section(records) + _calibration_section(records)
     for eng in engines:
         lines += [f"## Accuracy per metric ({eng} engine)", ""] + mape_table(records, eng) + [""] + band_line(records, eng)
-    lines += ["## Goals (issue 6, on the local profile, configurations not used in calibration)", ""]
+    lines += ["## Goals (on the local profile, configurations not used in calibration)", ""]
     if "local" not in profiles:
         lines += [f"This report is of the {', '.join(profiles)} profile: the goals are judged on `local`; "
                   "they are shown here only to exercise the check.", ""]
@@ -851,7 +851,7 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
               "settled step. The row 'step time, initial transient removed' cuts that start by the MSER rule "
               "(no parameter) to show how much of an error it is; the goals are judged on the fixed rule.",
               "- The training time holds the harness's profiled steps and the profiler's stop, which a user's "
-              "training does not have and simdl does not predict. Runs since 2026-11-29 record what they added, "
+              "training does not have and simdl does not predict. Runs that record every step's time record what they added, "
               "and the row 'training time without the harness's profiling' takes it out. The warm-up steps stay "
               "in that row, and simdl does not predict them either (the prediction is iterations x step).",
               "- Process RSS (`peak_rss_bytes` in the JSONL) includes the profiler's own buffers and is not compared.", ""]
