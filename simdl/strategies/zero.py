@@ -101,8 +101,10 @@ class ZeROOptions:
 class Buffer:
     """One buffer DeepSpeed allocates on a rank: its name, memory category, bytes and when it lives.
 
-    life: ``model`` (from initialisation on), ``backward`` (from backward's start to the end of
-    the step), ``step`` (during the optimizer step only), ``host`` (host memory, not the GPU).
+    life: ``model`` (from initialisation on), ``backward`` (from backward's start to the
+    epilogue), ``first_reduce`` (from the first bucket's reduce to the end of the step),
+    ``reduce_each`` (while each bucket is reduced), ``reduce`` (stage 0's one flattened bucket after
+    backward), ``step`` (during the optimizer step only), ``host`` (host memory, not the GPU).
     """
 
     name: str

@@ -159,9 +159,9 @@ def _timeline(table, batch, optimizer, precision, opts, f):
         elif buf.life == "backward":
             at(bstart, buf.bytes, buf.category, buf.name, -0.01)
             at(epi, -buf.bytes, buf.category, buf.name, 0.008)
-        elif buf.life in ("epilogue", "first_reduce"):
+        elif buf.life == "first_reduce":
             # reduce_ipg_grads copies into the partition after average_tensor has freed its flat copy
-            at(epi if buf.life == "epilogue" else first_reduce, buf.bytes, buf.category, buf.name, 0.016)
+            at(first_reduce, buf.bytes, buf.category, buf.name, 0.016)
             at(step_end, -buf.bytes, buf.category, buf.name, 0.01)
         elif buf.life == "step":
             at(step_a, buf.bytes, buf.category, buf.name, -0.05)
