@@ -17,7 +17,7 @@ a shared host) from dragging the fit.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -110,14 +110,14 @@ class CollectiveFit:
         return self._times(self.theta_, list(X), self.colls_)
 
     def params(self) -> dict:
-        out = {"overhead_us": self.overhead_s_ * 1e6, "alpha_us": self.alpha_s_ * 1e6,
+        out: dict[str, Any] = {"overhead_us": self.overhead_s_ * 1e6, "alpha_us": self.alpha_s_ * 1e6,
                "bus_bandwidth_GB_per_s": self.bus_bandwidth_B_per_s_ / 1e9}
         if self.colls_:
             out["bandwidth_factors"] = {c: round(v, 4) for c, v in self.bandwidth_factors_.items()}
         return out
 
 
-def held_out_split(X: list[Mapping], every: int = 3) -> tuple[list[Mapping], list[Mapping]]:
+def held_out_split(X: Sequence[Mapping], every: int = 3) -> tuple[list[Mapping], list[Mapping]]:
     """Split by message size: every ``every``-th distinct size (from the second) is held out,
     and so is the largest size (an extrapolation check); the rest is fitted."""
     sizes = sorted({int(x["bytes"]) for x in X})
@@ -129,7 +129,7 @@ def held_out_split(X: list[Mapping], every: int = 3) -> tuple[list[Mapping], lis
     return fit, test
 
 
-def fit_with_holdout(X: list[Mapping], **kwargs) -> dict:
+def fit_with_holdout(X: Sequence[Mapping], **kwargs) -> dict:
     """Fit on the kept sizes, report errors on the held-out ones, then refit on all."""
     fit_part, test_part = held_out_split(X)
     out: dict = {}
@@ -171,7 +171,7 @@ def _held_out_errors(test_part: list[Mapping], pred) -> dict:
     return out
 
 
-def regimes_with_holdout(X: list[Mapping], collective: str, **kwargs) -> dict:
+def regimes_with_holdout(X: Sequence[Mapping], collective: str, **kwargs) -> dict:
     """:class:`~simdl.calibrate.regimes.RegimeFit` on the kept sizes of one collective, errors
     on the held-out ones (:func:`held_out_split`), then the fit on all sizes."""
     from .regimes import RegimeFit

@@ -162,8 +162,8 @@ class RooflineFit:
         self.call_overhead_classes = tuple(call_overhead_classes)
         self.min_conv_weight_fraction = min_conv_weight_fraction
         self.matmul_call_s = matmul_call_s  # fixed (e.g. from the tiny-conv microbenchmark) if given
-        self.classes_ = ()  # memory-bound classes with their own bandwidth (set by fit)
-        self.call_classes_ = ()  # memory-bound classes with their own call overhead (set by fit)
+        self.classes_: tuple[str, ...] = ()  # memory-bound classes with their own bandwidth (set by fit)
+        self.call_classes_: tuple[str, ...] = ()  # memory-bound classes with their own call overhead (set by fit)
         self.conv_weights_ = False  # whether the conv weight-gradient term is fitted (set by fit)
 
     # theta = (e_matmul, e_mem, launch s, call s, overlap, e_<class> for class in classes_,
@@ -174,7 +174,7 @@ class RooflineFit:
         e_m, e_b, launch, call, overlap = theta[:5]
         k = 5 + len(self.classes_)
         per_class = tuple((c, self.memory_bandwidth * e) for c, e in zip(self.classes_, theta[5:k]))
-        conv = {}
+        conv: dict[str, float] = {}
         if self.conv_weights_:
             conv = {"conv_weight_grad_bandwidth": self.memory_bandwidth / theta[k] if theta[k] > 0 else 0.0}
             k += 1
@@ -251,6 +251,7 @@ class RooflineFit:
                                     bounds=(lo / scale, hi / scale), loss=self.loss)
                 if best is None or sol.cost < best.cost:
                     best = sol
+        assert best is not None  # at least one start was solved
         theta = best.x * scale
         if not self.fit_overlap:
             theta[4] = 1.0  # held at the plain roofline (the bounds leave it 1 + 1e-12 of room)

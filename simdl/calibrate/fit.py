@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -135,7 +135,8 @@ def temp_threshold(st: StageRecords) -> float | None:
 
 def fit_collectives(st: StageRecords) -> dict[str, Any]:
     report: dict[str, Any] = {}
-    scopes = sorted({r.get("scope") for m in st.measurements.values() for r in m.values()} - {"self", None})
+    scopes: list[str] = sorted({str(r["scope"]) for m in st.measurements.values() for r in m.values()
+                                if r.get("scope") not in ("self", None)})
     overheads = call_overheads(st)
     for scope in scopes:
         pts = _collective_points(st, scope)
@@ -253,7 +254,7 @@ def conv_call_overhead(points: list[dict], launch_s: float) -> float | None:
 
 
 def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
-                held_out: list[str], profile_only: list[str] = ()) -> dict[str, Any]:
+                held_out: list[str], profile_only: Sequence[str] = ()) -> dict[str, Any]:
     runs = {m: r for m, r in _compute_runs(st).items() if m not in profile_only}
     report: dict[str, Any] = {"peak_flops_per_rank": peak_flops, "memory_bandwidth_per_rank": memory_bandwidth}
     fit_models = [m for m in runs if m not in held_out]

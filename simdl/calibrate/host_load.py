@@ -33,7 +33,7 @@ import resource
 import sys
 import time
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 from .processes import proc_stats
 
@@ -125,9 +125,9 @@ def process_cpu(proc: str = "/proc") -> dict[int, tuple[str, float]]:
 
 
 def busiest(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], wall_s: float,
-            exclude: set[int] = frozenset(), n: int = 3) -> list[dict]:
+            exclude: frozenset[int] | set[int] = frozenset(), n: int = 3) -> list[dict]:
     """The ``n`` processes that used the most CPU between two :func:`process_cpu` readings."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for pid, (comm, cpu) in after.items():
         if pid in exclude or pid not in before or wall_s <= 0:
             continue

@@ -35,7 +35,7 @@ def in_step_collectives(records: list[dict]) -> dict | None:
     Returns ``{"world", "steps", "calls": [(collective, bytes, in_call_s, transfer_s), ...]}``
     with ``in_call_s`` the mean over the ranks, or None when a rank logged no calls or the
     ranks' call sequences differ."""
-    logs = [r.get("collective_calls") for r in records]
+    logs: list[list] = [r.get("collective_calls") or [] for r in records]
     if not logs or any(not c for c in logs):
         return None
     n = len(logs[0])

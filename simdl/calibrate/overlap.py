@@ -95,6 +95,7 @@ class StrategyStepFit:
                                 bounds=(lo[free], hi[free]), diff_step=1e-3)
             if best is None or sol.cost < best.cost:
                 best = sol
+        assert best is not None  # the loop above runs three starts
         return np.array(self._theta(full(best.x)))
 
     def fit(self, points: Iterable[Mapping], predict: Callable) -> "StrategyStepFit":

@@ -206,7 +206,7 @@ def _busy(settings: dict, loads: list[float], h0: dict) -> bool:
 
     measured = [(b.get("host_cpu") or {}).get("others_cores") for b in settings.get("loadavg_before", [])]
     if measured and all(m is not None for m in measured):
-        return max(measured) > BUSY_CORES
+        return max(float(m) for m in measured if m is not None) > BUSY_CORES
     before = [b["loadavg"][0] for b in settings.get("loadavg_before", [])]
     if before:
         return max(before) > 0.5

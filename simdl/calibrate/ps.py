@@ -40,7 +40,7 @@ Server update: ``t = o + streamed_bytes / U`` for momentum SGD on a flat tensor,
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -85,7 +85,7 @@ class PSFit:
             rpc_alone: Iterable[Mapping] = (), rpc_together: Iterable[Mapping] = ()) -> "PSFit":
         rt = _one_way([(r["bytes"], r["time_s"] / 2.0) for r in roundtrips if r.get("time_s")])
         ping = CollectiveFit(fit_overhead=False, loss=self.loss).fit(rt)
-        self.pingpong_ = {"latency_s": ping.alpha_s_, "bandwidth_B_per_s": ping.bus_bandwidth_B_per_s_,
+        self.pingpong_: dict[str, Any] = {"latency_s": ping.alpha_s_, "bandwidth_B_per_s": ping.bus_bandwidth_B_per_s_,
                           "quality": ping.quality_, "bytes_range": ping.bytes_range_}
         self.latency_s_ = ping.alpha_s_
         self.bandwidth_B_per_s_ = ping.bus_bandwidth_B_per_s_

@@ -97,7 +97,7 @@ def fit_polaris(rows: list[dict]) -> dict[str, Any]:
     """Fit on messages >= 64 MiB (bandwidth-bound, one NCCL protocol); held out: the 8-node rows
     from a 2-node fit, and the 1-16 MiB rows (where NCCL switches to its LL/LL128 protocols,
     which the alpha-beta model does not describe) predicted from the large-message fit."""
-    kw = dict(fit_overhead=False, overhead_s=POLARIS_OVERHEAD_S, loss="soft_l1", f_scale=0.1)
+    kw: dict[str, Any] = dict(fit_overhead=False, overhead_s=POLARIS_OVERHEAD_S, loss="soft_l1", f_scale=0.1)
     large = [r for r in rows if r["bytes"] >= LARGE]
     small = [r for r in rows if r["bytes"] < LARGE]
     n2 = [r for r in large if r["nodes"] == "n2"]
@@ -153,7 +153,7 @@ BUSBW_HELD_OUT = (
 
 
 def fit_busbw() -> dict[str, Any]:
-    out = {}
+    out: dict[str, dict[str, Any]] = {}
     for (preset, scope), (pts, raw, src) in BUSBW_POINTS.items():
         ratio = statistics.mean(pts) / raw
         out[f"{preset}/{scope}"] = {"efficiency": ratio, "points_GB_per_s": pts, "raw_GB_per_s": raw,

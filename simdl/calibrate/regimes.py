@@ -159,7 +159,8 @@ class RegimeFit:
         self.cv_error_ = {}
         cv_se = {}
         for k in splits:
-            errs = []
+            errs: list[float] = []
+            complete = True
             for f in range(self.cv_folds):
                 test = np.arange(N) % self.cv_folds == f
                 if test.all() or not test.any():
@@ -167,13 +168,13 @@ class RegimeFit:
                 tr = ~test
                 sub = self._split(s[tr], A[tr], t[tr], k)
                 if k not in sub:
-                    errs = None
+                    complete = False
                     break
                 curve = self._curve(s[tr], A[tr], t[tr], sub[k][1])
                 pred = np.array([curve.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold)
                                  for x, keep in zip(Xs, test) if keep])
                 errs += list(np.abs(pred / t[test] - 1.0))
-            if errs:
+            if complete and errs:
                 self.cv_error_[k] = round(float(np.mean(errs)), 4)
                 cv_se[k] = float(np.std(errs) / math.sqrt(len(errs)))
         if self.cv_error_:

@@ -347,7 +347,7 @@ def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout, wait_qui
 
 
 # What a resumed run reads of run.json (written by make_settings), with the type each must have.
-_SETTING_TYPES = {"nproc_per_node": int, "quick": bool, "time_budget_s": (int, float), "stages": list,
+_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {"nproc_per_node": int, "quick": bool, "time_budget_s": (int, float), "stages": list,
                   "torchrun": dict, "compute_models": str}
 
 

@@ -62,16 +62,17 @@ def transfer_sections(stage_dir: Path, profile: dict[str, Any]) -> tuple[dict[st
     today = _parse_regimes(_regimes_section(world_fit["per_collective"], label, prov, link), "stage: world")
     out: dict[str, Any] = {}
     ratios: dict[str, list[float]] = {}
-    scopes = sorted({r.get("scope") for m in st.measurements.values() for r in m.values()
+    scopes = sorted({str(r.get("scope")) for m in st.measurements.values() for r in m.values()
                      if re.fullmatch(r"sub\d+", str(r.get("scope")))})
     for scope in scopes:
         d = int(scope[3:])
         pts = []
         for p in F._collective_points(st, scope):
             c = p["collective"]
-            if node.curve(c) is None or today.curve(c) is None:
+            mine, base = node.curve(c), today.curve(c)
+            if mine is None or base is None:
                 continue
-            r = node.curve(c).time(p["bytes"], world, 1.0, thr) / today.curve(c).time(p["bytes"], world, 1.0, thr)
+            r = mine.time(p["bytes"], world, 1.0, thr) / base.time(p["bytes"], world, 1.0, thr)
             ratios.setdefault(c, []).append(r)
             q = dict(p, time_s=p["time_s"] * r, time_s_passes=[t * r for t in p.get("time_s_passes", [p["time_s"]])])
             q.pop("time_s_ci95", None)

@@ -13,7 +13,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 
 @dataclass(frozen=True)
@@ -191,7 +191,7 @@ def _collect(records) -> list[dict]:
             if rid is not None:
                 where[rid] = len(out)
             out.append(rec)
-    return [pool_repeats(r, finished.get(r.get("run_id"), [])) if r.get("status") == "ok" else r for r in out]
+    return [pool_repeats(r, finished.get(r.get("run_id") or "", [])) if r.get("status") == "ok" else r for r in out]
 
 
 def read_result_files(paths, repeats: bool = False) -> tuple[list[dict], dict[str, str]]:
@@ -292,7 +292,7 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
         m["total_time_s"] = statistics.fmean(totals)
     over = [x.get("profiling_overhead_s") for x in ms]
     if all(o is not None for o in over):  # the mean of each repeat's training time without it
-        m["profiling_overhead_s"] = statistics.fmean(over)
+        m["profiling_overhead_s"] = statistics.fmean(o for o in over if o is not None)
     else:
         m.pop("profiling_overhead_s", None)
     # Attempts whose server did not log each update have no steady-state
@@ -313,7 +313,7 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
 # Summaries of a measurement: validate.measure uses them for each run, pool_repeats for the
 # steps or updates of several runs together, so both are summarised by one rule.
 
-def percentile(values: list[float], q: float) -> float:
+def percentile(values: Sequence[float], q: float) -> float:
     """The ``q`` quantile by linear interpolation between order statistics."""
     if not values:
         return float("nan")
@@ -394,7 +394,7 @@ def pairs(records: list[dict], metric: Metric, engine: str = "analytic") -> list
 
 def summary(records: list[dict], engine: str = "analytic", keys: tuple[str, ...] | None = None) -> dict[str, dict]:
     """Per metric: n, MAPE, max |error|, mean signed error (fractions)."""
-    out = {}
+    out: dict[str, dict[str, float | None]] = {}
     for metric in METRICS:
         if keys and metric.key not in keys:
             continue

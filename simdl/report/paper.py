@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from ..predict import predict
 
@@ -20,7 +21,7 @@ EXP1_STRATEGIES = (("ddp", None), ("fsdp", "full"), ("fsdp", "grad_op"), ("fsdp"
 EXP1_CLUSTERS = (("a100-80gb-nvlink", "NVLink"), ("a100-80gb-pcie", "PCIe 4.0"))
 EXP2_MODELS = ("resnet50", "densenet121", "vgg16")
 # Study 1, experiment 2: each mode with the keywords it ran with (SSP with a bound of 3).
-EXP2_MODES = (("ps-sync", {}), ("ps-async", {}), ("ps-ssp", {"staleness_bound": 3}))
+EXP2_MODES: tuple[tuple[str, dict[str, Any]], ...] = (("ps-sync", {}), ("ps-async", {}), ("ps-ssp", {"staleness_bound": 3}))
 EXP2_NICS_Gb = (10, 40, 100)
 VIT_MODELS = ("vit_b_32", "vit_b_16")
 VIT_BATCHES = (32, 64, 128)

@@ -37,8 +37,8 @@ def format_result(r: Result) -> str:
         lines.append(f"    band: {c['iteration_time_band']}")
     if r.step_split_s:
         # where the step goes (simdl.analytic.engine.step_split), largest first; zeros left out
-        parts = sorted(((v, k) for k, v in r.step_split_s.items() if v > 0), reverse=True)
-        lines.append("    step: " + " | ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in parts))
+        split = sorted(((v, k) for k, v in r.step_split_s.items() if v > 0), reverse=True)
+        lines.append("    step: " + " | ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in split))
     row("epoch", format_seconds(r.epoch_time_s), f"{r.iterations_per_epoch:,} iterations")
     row(f"total ({c.get('epochs')} ep)", format_seconds(r.total_time_s))
     row("throughput", f"{r.throughput_samples_per_s:,.0f}", "samples/s")
@@ -52,7 +52,7 @@ def format_result(r: Result) -> str:
     lines.append("    " + " | ".join(parts))
     if r.max_memory_reserved_bytes is not None:
         dm = r.device_memory_bytes
-        lines.append(f"    allocator: max allocated {format_bytes(r.max_memory_allocated_bytes)}, max reserved "
+        lines.append(f"    allocator: max allocated {format_bytes(r.max_memory_allocated_bytes or 0.0)}, max reserved "
                      f"{format_bytes(r.max_memory_reserved_bytes)} | CUDA context "
                      f"{format_bytes(dm.get('cuda_context', 0.0))} | NCCL buffers {format_bytes(dm.get('nccl_buffers', 0.0))}"
                      f" | fits when the total leaves {100 * (1 - _fit_limit()):.0f} % of memory free")

@@ -14,6 +14,7 @@ import datetime as _dt
 import math
 import statistics
 from pathlib import Path
+from typing import Any
 
 from ..band import LEVEL
 from ..calibrate import host_load
@@ -346,8 +347,9 @@ def _setup_section(records: list[dict]) -> list[str]:
     over = [r for r in records if r.get("oversubscribed")]
     # validate/train.py records the RPC transport of each PS run (uv: TensorPipe's default shm
     # transport's busy-polling reactor slows oversubscribed runs; older records ran shm).
-    kinds = sorted({(r.get("measured") or {}).get("transport") for r in records
-                    if registry.is_client_server(str((r.get("spec") or {}).get("strategy", "")))} - {None})
+    kinds = sorted({str(t) for r in records
+                    if registry.is_client_server(str((r.get("spec") or {}).get("strategy", "")))
+                    and (t := (r.get("measured") or {}).get("transport")) is not None})
     ps_transport = ("; transport as recorded per run: " + ", ".join(f"`{k}`" for k in kinds)) if kinds else ""
     lines += ["- DDP / FSDP: torchrun, gloo on CPU (NCCL on GPU); FSDP is FSDP2 `fully_shard` per block unit "
               "(the units simdl's plan assumes), full = reshard after forward, grad_op = keep, none = a "
@@ -391,14 +393,15 @@ def exp1_table(records: list[dict], engine: str) -> list[str]:
     head = "| model | strategy | " + " | ".join(f"step {n} ranks | mem {n} ranks" for n in ranks) + " |"
     lines += [head, "|" + "---|" * (2 + 2 * len(ranks))]
     keys = []
-    for r in runs:
-        k = (_model(r), r["label"])
+    for run in runs:
+        k = (_model(run), run["label"])
         if k not in keys:
             keys.append(k)
     for model, label in keys:
         cells = []
         for n in ranks:
-            r = next((x for x in runs if (_model(x), x["label"]) == (model, label) and x["spec"]["ranks"] == n), None)
+            r: dict[str, Any] | None = next((x for x in runs if (_model(x), x["label"]) == (model, label)
+                                   and x["spec"]["ranks"] == n), None)
             if r is None:
                 cells += ["", ""]
             elif r.get("status") != "ok":
@@ -613,7 +616,8 @@ def repeats_table(records: list[dict]) -> list[str]:
              f"more than {host_load.BUSY_CORES:g} of a core busy is left out of the pool when a quiet repeat of the "
              "run exists (listed as left out).",
              "", "| run | repeats (start: step median, test accuracy) | spread | pooled median | predicted |", "|---|---|---|---|---|"]
-    spreads, by_repeat, pooled_err = [], {}, []
+    by_repeat: dict[int, list[float]] = {}
+    spreads, pooled_err = [], []
     for r in reps:
         m = r["measured"]
         meds = [x["step_median_s"] for x in m["repeats"] if x.get("step_median_s")]
@@ -802,10 +806,10 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     if replaced:
         lines += ["", f"Runs in more than one file, each counted once with its record from the later file "
                   f"(its own measurement, prediction and profile): {', '.join(f'`{r}`' for r in sorted(replaced))}."]
-    sweeps = sorted({r.get("sweep_command") for r in records if r.get("sweep_command")})
+    sweeps = sorted({str(r["sweep_command"]) for r in records if r.get("sweep_command")})
     if sweeps:
         lines += ["", "Runs made with: " + "; ".join(f"`{c}`" for c in sweeps)]
-    repred = sorted({r.get("repredicted_from") for r in records if r.get("repredicted_from")})
+    repred = sorted({str(r["repredicted_from"]) for r in records if r.get("repredicted_from")})
     if repred:
         lines += ["", f"Predictions remade (`python -m validate.repredict`) with the profile below; the runs were "
                   f"first predicted with {', '.join(f'`{p}`' for p in repred)}."]
