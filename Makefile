@@ -27,7 +27,7 @@ test: $(VENV)/.test-installed
 	$(PY) -m pytest -q
 
 # ruff and mypy read their settings from pyproject.toml ([tool.ruff], [tool.mypy]).
-# .ci/run calls lint; typecheck joins it once mypy reports no errors on simdl/.
+# .ci/run calls both; the versions are pinned in the test extra so a new release cannot turn CI red.
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
 
