@@ -72,7 +72,7 @@ def colocated_spec(spec: ClusterSpec, nodes: int) -> ClusterSpec:
 
 def check_ps_servers(spec: ClusterSpec, servers: int, placement: str) -> None:
     """One shard per server node: ``--ps-servers`` at most the nodes that can hold a server."""
-    have = spec.ps_servers.count
+    have = spec.require_ps_servers().count
     if isinstance(servers, bool) or not isinstance(servers, int) or servers < 1:
         raise SimdlError(f"--ps-servers {servers!r}: accepted: an integer from 1 to {have}")
     if servers > have:
@@ -85,7 +85,7 @@ def check_ps_servers(spec: ClusterSpec, servers: int, placement: str) -> None:
 def placement_notes(spec: ClusterSpec, placement: str) -> tuple[str, ...]:
     if placement != "colocated":
         return ()
-    ps = spec.ps_servers
+    ps = spec.require_ps_servers()
     return (f"PS colocated on worker node(s): each server priced as a host with {ps.nic_bandwidth.value * 8 / 1e9:g} "
             f"Gb/s to the workers and {ps.cpu_cores.value:g} cores; its own node's workers are counted as crossing "
             "that link (an upper bound) and it shares the cores with their DataLoader workers",)

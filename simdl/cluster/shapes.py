@@ -69,9 +69,10 @@ def _facts(name: str, chain: tuple[str, ...] = ()) -> dict | None:
         base = _scalar(top["extends"])
         if not isinstance(base, str) or base in chain:
             return None
-        facts = _facts(base, chain + (name,))
-        if facts is None:
+        inherited = _facts(base, chain + (name,))
+        if inherited is None:
             return None
+        facts = inherited
     for key in ("inter_node", "ps_servers"):
         if key in top:
             # An empty value opens a block (the section); 'null' removes it.
