@@ -4,6 +4,7 @@ file describes and the fitted kernel model (:mod:`simdl.costs.gpu_profile`)."""
 
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -11,8 +12,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import SimdlError, unknown
-from ..provenance import Sourced, read
-from .readers import FrozenMap, _check_keys, _fraction, _load_yaml, _put, _resolve, _section
+from ..provenance import Sourced
+from .declare import FRACTION, POSITIVE, Choice, Custom, Opaque, Section, Table, Text, dump, knob, parse
+from .readers import FrozenMap, _load_yaml, _resolve
 
 GPU_DIR = Path(__file__).resolve().parent / "data" / "gpus"
 
@@ -28,15 +30,6 @@ PRIOR_KEYS = (
 )
 
 
-# --------------------------------------------------------------------------- GPU
-
-_GPU_KEYS = ("name", "kind", "description", "memory_GiB", "memory_bandwidth_GB_per_s",
-             *(f"peak_{p}_TFLOP_per_s" for p in PRECISIONS), "priors", "host", "kernels")
-# device_memory: read by simdl.memory.device (context, library workspaces, NCCL buffers).
-_GPU_KEYS += ("device_memory",)
-_GPU_HOST_KEYS = ("model_name", "caches", "source")
-
-
 # What a device file's ``kind`` may say: the host backend that prices it (simdl.hosts).
 DEVICE_KINDS = ("cuda", "cpu")
 
@@ -49,26 +42,72 @@ def is_cpu_device_name(name: str) -> bool:
         return False
 
 
+def _caches(value: Any, where: str, ctx: Any) -> FrozenMap:
+    if value is None:
+        return FrozenMap()
+    if not isinstance(value, Mapping):
+        raise SimdlError(f"{where} = {value!r}; accepted: a mapping of cache names to sizes (e.g. {{L2: 512K}})")
+    return FrozenMap({str(k): str(v) for k, v in value.items()})
+
+
+@dataclass(frozen=True)
+class HostProcessor:
+    """The processor a CPU device file describes, as the host reports it."""
+
+    model_name: str = knob("model_name", Text(nonempty=True), "/proc/cpuinfo's model name", required=True)
+    caches: FrozenMap = knob("caches", Custom(_caches, lambda v, owner: dict(v),
+                                              {"type": "object", "additionalProperties": {"type": "string"}}),
+                             "per-core cache sizes as sysfs reports them, a subset (e.g. {L1d: 32K, L2: 512K})",
+                             default=FrozenMap())
+    source: str = knob("source", Text(), "where the model name and sizes come from", default="",
+                       dump_default=False)
+
+
+def _kernels(value: Any, where: str, ctx: Mapping[str, Any]) -> Any:
+    if value is None:
+        return None
+    from ..costs.gpu_profile import parse_kernels
+
+    return parse_kernels(value, where.rsplit(": kernels", 1)[0], {p: v.value for p, v in ctx["peak_flops"].items()},
+                         ctx["memory_bandwidth"].value, {k: v.value for k, v in ctx["priors"].items()})
+
+
 @dataclass(frozen=True)
 class GPU:
     """One device type. Numbers are SI: bytes, bytes/s, FLOP/s."""
 
-    name: str
-    memory_bytes: Sourced
-    memory_bandwidth: Sourced
-    peak_flops: FrozenMap  # precision ('fp32','tf32','bf16','fp16') -> Sourced FLOP/s (dense)
-    # The device type, from the file's ``kind``: ``cuda`` (a GPU) or ``cpu`` (a host CPU as the
-    # device); it picks the host backend (simdl.hosts). A file without it is a GPU.
-    kind: str = "cuda"
-    priors: FrozenMap = field(default_factory=FrozenMap)  # PRIOR_KEYS -> Sourced fraction
-    description: str = ""
+    name: str = knob("name", Text(nonempty=True), "the device's name", required=True)
+    memory_bytes: Sourced = knob("memory_GiB", POSITIVE, "device memory", required=True)
+    memory_bandwidth: Sourced = knob("memory_bandwidth_GB_per_s", POSITIVE, "device memory bandwidth",
+                                     required=True)
+    peak_flops: FrozenMap = knob("peak_{}_TFLOP_per_s", POSITIVE, "dense peak FLOP/s of each precision",
+                                 each=PRECISIONS, required=True)
+    kind: str = knob("kind", Choice(DEVICE_KINDS), """the device type: cuda (a GPU) or cpu (a host CPU as the
+                     device); it picks the host backend (simdl.hosts). Absent: cuda""", default="cuda")
+    priors: FrozenMap = knob("priors", Table(FRACTION, PRIOR_KEYS), "measured efficiency priors, fractions of peak")
+    description: str = knob("description", Text(), "what the file describes", default="", dump_default=False)
     source_path: str = ""
-    # Host CPUs: the processor this file describes, as /proc/cpuinfo's model name and the
-    # per-core cache sizes sysfs reports (a subset, e.g. {"L1d": "32K", "L2": "512K"}).
-    host_model: str = ""
-    host_caches: FrozenMap = field(default_factory=FrozenMap)
-    # The fitted GPU kernel model (``kernels:`` block, simdl.costs.gpu_profile), or None.
-    kernels: Any = None
+    host: HostProcessor | None = knob("host", Section(HostProcessor), """CPU device files: the processor they
+                                      describe, by which calibration and validation recognise the host""")
+    # The fitted kernel model, or None; its block as written (for to_dict) outside equality.
+    kernels: Any = knob("kernels", Custom(_kernels, lambda v, owner: copy.deepcopy(owner.kernels_raw),
+                                          {"type": "object"}),
+                        "the fitted GPU kernel model, read by simdl.costs.gpu_profile")
+    kernels_raw: Any = field(default=None, compare=False, repr=False)
+    device_memory: Any = knob("device_memory", Opaque(), """context, library workspaces and NCCL buffers,
+                              read by simdl.memory.device""", compare=False)
+
+    @staticmethod
+    def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        return {**values, "source_path": ctx.get("source_path", where), "kernels_raw": copy.deepcopy(raw.get("kernels"))}
+
+    @property
+    def host_model(self) -> str:
+        return self.host.model_name if self.host else ""
+
+    @property
+    def host_caches(self) -> FrozenMap:
+        return self.host.caches if self.host else FrozenMap()
 
     def describes_host(self, device: str, caches: Mapping[str, str] | None = None) -> bool:
         """Whether this file's ``host`` block matches a CPU device name (``cpu: <model>``) and,
@@ -90,63 +129,11 @@ class GPU:
             raise unknown("precision", precision, PRECISIONS) from None
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name, "kind": self.kind}
-        if self.description:
-            out["description"] = self.description
-        _put(out, "memory_GiB", self.memory_bytes)
-        _put(out, "memory_bandwidth_GB_per_s", self.memory_bandwidth)
-        for p in PRECISIONS:
-            _put(out, f"peak_{p}_TFLOP_per_s", self.peak_flops[p])
-        if self.priors:
-            out["priors"] = {k: v.to_dict(k) for k, v in self.priors.items()}
-        if self.host_model:
-            out["host"] = {"model_name": self.host_model, "caches": dict(self.host_caches)}
-        return out
+        return dump(self)
 
 
 def _parse_gpu(raw: Mapping[str, Any], where: str, source_path: str) -> GPU:
-    _check_keys(raw, _GPU_KEYS, where)
-    name = raw.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise SimdlError(f"{where}: name must be a non-empty string, got {name!r}")
-    kind = raw.get("kind", "cuda")
-    if kind not in DEVICE_KINDS:
-        raise SimdlError(f"{where}: kind {kind!r} is not a device type; accepted: {', '.join(DEVICE_KINDS)}")
-    peaks = {p: read(raw, f"peak_{p}_TFLOP_per_s", where=where, strictly_positive=True) for p in PRECISIONS}
-    priors_raw = _section(raw, "priors", where, required=False) or {}
-    _check_keys(priors_raw, PRIOR_KEYS, f"{where}: priors")
-    priors = {k: _fraction(priors_raw, k, f"{where}: priors") for k in priors_raw}
-    host = _section(raw, "host", where, required=False) or {}
-    _check_keys(host, _GPU_HOST_KEYS, f"{where}: host")
-    if host and not isinstance(host.get("model_name"), str):
-        raise SimdlError(f"{where}: host.model_name must be the processor's model name (a string), "
-                         f"got {host.get('model_name')!r}")
-    caches = host.get("caches") or {}
-    if not isinstance(caches, Mapping):
-        raise SimdlError(f"{where}: host.caches must map cache names to sizes (e.g. {{L2: 512K}}), got {caches!r}")
-    return GPU(
-        name=name,
-        memory_bytes=read(raw, "memory_GiB", where=where, strictly_positive=True),
-        memory_bandwidth=read(raw, "memory_bandwidth_GB_per_s", where=where, strictly_positive=True),
-        peak_flops=FrozenMap(peaks),
-        kind=kind,
-        priors=FrozenMap(priors),
-        description=str(raw.get("description", "") or ""),
-        source_path=source_path,
-        host_model=host.get("model_name", "") or "",
-        host_caches=FrozenMap({str(k): str(v) for k, v in caches.items()}),
-        kernels=_parse_kernels(raw, where, peaks, priors),
-    )
-
-
-def _parse_kernels(raw: Mapping[str, Any], where: str, peaks: Mapping[str, Sourced], priors: Mapping[str, Sourced]):
-    if raw.get("kernels") is None:
-        return None
-    from ..costs.gpu_profile import parse_kernels
-
-    bandwidth = read(raw, "memory_bandwidth_GB_per_s", where=where, strictly_positive=True).value
-    return parse_kernels(raw["kernels"], where, {p: v.value for p, v in peaks.items()}, bandwidth,
-                         {k: v.value for k, v in priors.items()})
+    return parse(GPU, raw, where, {"source_path": source_path})
 
 
 def gpu_names() -> tuple[str, ...]:

@@ -1,6 +1,6 @@
 """The link sections of a cluster file: the intra-node fabric (``intra_node``, with an
 NVLink ``mesh``), the inter-node network (``inter_node``) and the parameter-server nodes
-(``ps_servers``)."""
+(``ps_servers``), each declared once (:mod:`.declare`)."""
 
 from __future__ import annotations
 
@@ -9,26 +9,55 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..errors import SimdlError
-from ..provenance import Sourced, read
-from .readers import _check_keys, _count, _put, _section, _sourced_count
+from ..provenance import Sourced
+from .declare import COUNT, NONNEG, POSITIVE, Choice, Custom, Int, Section, Text, dump, knob, parse
 
 #: Intra-node link types. ``nvlink``: direct GPU-GPU NVLink bundles (a mesh);
 #: ``nvswitch``: every GPU has one port bundle to a non-blocking switch;
 #: ``pcie``: GPUs talk through a PCIe switch; ``shm``: processes on one host.
 LINK_TYPES = ("nvlink", "nvswitch", "pcie", "shm")
+# Fabrics that are the PCIe link (or host memory) itself: no separate pcie_* keys.
+_PCIE_FABRICS = ("pcie", "shm")
 
 
-_INTRA_KEYS = ("link", "bandwidth_GB_per_s", "latency_us", "pcie_GB_per_s", "pcie_latency_us", "mesh")
-_MESH_KEYS = ("per_link_GB_per_s", "links", "source")
+def _mesh_links(value: Any, where: str, ctx: Mapping[str, Any]) -> tuple[tuple[int, int, int], ...]:
+    gpus_per_node = ctx["gpus_per_node"]
+    if not isinstance(value, list) or not value:
+        raise SimdlError(f"{where} must be a non-empty list of [gpu_a, gpu_b, n_links], got {value!r}")
+    seen: set[tuple[int, int]] = set()
+    links: list[tuple[int, int, int]] = []
+    for item in value:
+        ok = (isinstance(item, list) and len(item) == 3
+              and all(isinstance(v, int) and not isinstance(v, bool) for v in item))
+        if not ok:
+            raise SimdlError(f"{where}: entry {item!r}; accepted: [gpu_a, gpu_b, n_links] integers")
+        a, b, n = item
+        if not (0 <= a < gpus_per_node and 0 <= b < gpus_per_node) or a == b:
+            raise SimdlError(f"{where}: entry {item!r}: GPUs must be distinct and in 0..{gpus_per_node - 1}")
+        if n < 1:
+            raise SimdlError(f"{where}: entry {item!r}: n_links must be >= 1")
+        pair = (min(a, b), max(a, b))
+        if pair in seen:
+            raise SimdlError(f"{where}: entry {item!r}: pair {pair} listed twice")
+        seen.add(pair)
+        links.append((pair[0], pair[1], n))
+    return tuple(sorted(links))
+
+
+_LINKS_SCHEMA = {"type": "array", "minItems": 1, "items": {
+    "type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 0}}}
 
 
 @dataclass(frozen=True)
 class Mesh:
     """Wiring of an NVLink mesh: bonded link counts between local GPU pairs."""
 
-    per_link: Sourced  # bytes/s per direction of one NVLink
-    links: tuple[tuple[int, int, int], ...]  # (local gpu a, local gpu b, number of links), a < b
-    source: str
+    per_link: Sourced = knob("per_link_GB_per_s", POSITIVE, "bandwidth per direction of one NVLink",
+                             required=True)
+    links: tuple[tuple[int, int, int], ...] = knob(
+        "links", Custom(_mesh_links, lambda v, owner: [list(t) for t in v], _LINKS_SCHEMA),
+        "[local gpu a, local gpu b, number of links] for each wired pair", required=True)
+    source: str = knob("source", Text(nonempty=True), "where the wiring comes from", required=True)
 
     def pair_links(self, a: int, b: int) -> int:
         lo, hi = min(a, b), max(a, b)
@@ -38,11 +67,11 @@ class Mesh:
         return 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "per_link_GB_per_s": self.per_link.to_dict("per_link_GB_per_s"),
-            "links": [list(t) for t in self.links],
-            "source": self.source,
-        }
+        return dump(self)
+
+
+def _needs_pcie(ctx: Mapping[str, Any]) -> bool:
+    return ctx.get("link") not in _PCIE_FABRICS
 
 
 @dataclass(frozen=True)
@@ -50,12 +79,47 @@ class Link:
     """The intra-node interconnect. ``bandwidth`` is per GPU per direction: the rate a
     ring step out of one GPU can use (for a mesh: the GPU's total NVLink egress)."""
 
-    link: str
-    bandwidth: Sourced  # bytes/s
-    latency: Sourced  # s, one GPU-to-GPU transfer inside the node
-    pcie_bandwidth: Sourced  # bytes/s per direction of each GPU's PCIe link (to host and NICs)
-    pcie_latency: Sourced  # s, GPU to NIC (or host) across PCIe
-    mesh: Mesh | None = None  # only for link == 'nvlink'; None = fully connected, equal shares
+    link: str = knob("link", Choice(LINK_TYPES), """nvlink: direct GPU-GPU NVLink bundles (a mesh);
+                     nvswitch: one port bundle per GPU to a non-blocking switch; pcie: GPUs talk
+                     through a PCIe switch; shm: processes on one host""", required=True)
+    bandwidth: Sourced = knob("bandwidth_GB_per_s", POSITIVE, "per GPU per direction", required=True)
+    latency: Sourced = knob("latency_us", NONNEG, "one GPU-to-GPU transfer inside the node", required=True)
+    # Each GPU's PCIe link to host and NICs; for a pcie or shm fabric the fabric's own figures.
+    pcie_bandwidth: Sourced = knob("pcie_GB_per_s", POSITIVE, """each GPU's PCIe link to host and NICs,
+                                   per direction (not given with link pcie or shm: the fabric's own)""",
+                                   required=_needs_pcie)
+    pcie_latency: Sourced = knob("pcie_latency_us", NONNEG, """GPU to NIC (or host) across PCIe (not given
+                                 with link pcie or shm)""", required=_needs_pcie)
+    mesh: Mesh | None = knob("mesh", Section(Mesh, lambda ctx: {"gpus_per_node": ctx["gpus_per_node"]}),
+                             """link nvlink only: the wiring; absent = fully connected, equal shares""")
+
+    @staticmethod
+    def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        link = values["link"]
+        if link in _PCIE_FABRICS:
+            for key in ("pcie_GB_per_s", "pcie_latency_us"):
+                if key in raw:
+                    raise SimdlError(f"{where}: {key} is not accepted with link: {link} (the fabric is the PCIe "
+                                     "link itself); give bandwidth_GB_per_s and latency_us only")
+            values = {**values, "pcie_bandwidth": values["bandwidth"], "pcie_latency": values["latency"]}
+        mesh, bandwidth = values.get("mesh"), values["bandwidth"]
+        if mesh is not None and link != "nvlink":
+            raise SimdlError(f"{where}: mesh is only accepted with link: nvlink, not {link!r}")
+        # The declared per-GPU bandwidth must be what the wiring gives every GPU.
+        wiring, per_link = (mesh.links, mesh.per_link.value) if mesh is not None else ((), 0.0)
+        for g in range(ctx["gpus_per_node"]) if mesh is not None else ():
+            egress = sum(n for a, b, n in wiring if g in (a, b)) * per_link
+            if not math.isclose(egress, bandwidth.value, rel_tol=0.01):
+                raise SimdlError(
+                    f"{where}: mesh gives GPU {g} {egress / 1e9:g} GB/s of NVLink but bandwidth_GB_per_s "
+                    f"is {bandwidth.value / 1e9:g}; accepted: every GPU's links x per_link = bandwidth")
+        return values
+
+    def _dump_fix(self, out: dict[str, Any]) -> dict[str, Any]:
+        if self.link in _PCIE_FABRICS:
+            out.pop("pcie_GB_per_s", None)
+            out.pop("pcie_latency_us", None)
+        return out
 
     def pair_bandwidth(self, a: int, b: int, gpus_per_node: int) -> float:
         """Direct bandwidth between local GPUs ``a`` and ``b`` (mesh only; else the port rate)."""
@@ -66,27 +130,16 @@ class Link:
         return self.mesh.pair_links(a, b) * self.mesh.per_link.value
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"link": self.link}
-        _put(out, "bandwidth_GB_per_s", self.bandwidth)
-        _put(out, "latency_us", self.latency)
-        if self.link not in ("pcie", "shm"):
-            _put(out, "pcie_GB_per_s", self.pcie_bandwidth)
-            _put(out, "pcie_latency_us", self.pcie_latency)
-        if self.mesh is not None:
-            out["mesh"] = self.mesh.to_dict()
-        return out
-
-
-_INTER_KEYS = ("nic_Gb_per_s", "nics_per_node", "latency_us")
+        return dump(self)
 
 
 @dataclass(frozen=True)
 class Network:
     """The inter-node network as seen from one node (the ``inter_node`` section)."""
 
-    nic_bandwidth: Sourced  # bytes/s per NIC per direction
-    nics_per_node: Sourced  # count
-    latency: Sourced  # s, NIC to NIC through the network
+    nic_bandwidth: Sourced = knob("nic_Gb_per_s", POSITIVE, "per NIC per direction", required=True)
+    nics_per_node: Sourced = knob("nics_per_node", COUNT, "NICs of one node", required=True)
+    latency: Sourced = knob("latency_us", NONNEG, "NIC to NIC through the network", required=True)
 
     @property
     def nics(self) -> int:
@@ -98,130 +151,44 @@ class Network:
         return self.nic_bandwidth.value * self.nics
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        _put(out, "nic_Gb_per_s", self.nic_bandwidth)
-        _put(out, "nics_per_node", self.nics_per_node)
-        _put(out, "latency_us", self.latency)
-        return out
-
-
-_PS_KEYS = ("count", "nic_Gb_per_s", "latency_us", "cpu_cores", "update_bandwidth_GB_per_s",
-            "worker_link_Gb_per_s", "receive_fault_ns_per_byte", "response_copy_ns_per_byte")
+        return dump(self)
 
 
 @dataclass(frozen=True)
 class PSServers:
     """CPU parameter-server nodes (one NIC each)."""
 
-    count: int
-    nic_bandwidth: Sourced  # bytes/s per direction
-    latency: Sourced  # s, one-way worker-to-server latency
-    cpu_cores: Sourced
-    update_bandwidth: Sourced  # bytes/s of host memory traffic the optimizer update streams through
-    # Optional, from simdl calibrate's RPC measurements (calibration/ps.py, fitted by
-    # simdl.calibrate.ps.PSFit; used by simdl.analytic.engine.ps_transfer_times). None: the
-    # worker side is its node's link and a transfer has no costs besides the link's.
-    worker_link: Sourced | None = None  # bytes/s one worker's push or pull reaches alone
-    receive_fault: Sourced | None = None  # s per byte of a message received above the mmap threshold
-    response_copy: Sourced | None = None  # s per byte the server copies a pull's answer
+    count: int = knob("count", Int(1), "server nodes", required=True)
+    nic_bandwidth: Sourced = knob("nic_Gb_per_s", POSITIVE, "per server NIC per direction", required=True)
+    latency: Sourced = knob("latency_us", NONNEG, "one-way worker-to-server latency", required=True)
+    cpu_cores: Sourced = knob("cpu_cores", COUNT, "cores of one server", required=True)
+    update_bandwidth: Sourced = knob("update_bandwidth_GB_per_s", POSITIVE, """host memory traffic the
+                                     optimizer update streams through""", required=True)
+    # Optional, from simdl calibrate's RPC measurements (simdl.calibrate.ps.PSFit; used by
+    # simdl.costs.ps.ps_transfer_times). Absent: the worker side is its node's link and a
+    # transfer has no costs besides the link's.
+    worker_link: Sourced | None = knob("worker_link_Gb_per_s", POSITIVE, """what one worker's push or pull
+                                       reaches alone (calibrated)""")
+    receive_fault: Sourced | None = knob("receive_fault_ns_per_byte", NONNEG, """per byte of a message received
+                                         above the mmap threshold (calibrated)""")
+    response_copy: Sourced | None = knob("response_copy_ns_per_byte", NONNEG, """per byte the server copies a
+                                         pull's answer (calibrated)""")
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"count": self.count}
-        _put(out, "nic_Gb_per_s", self.nic_bandwidth)
-        _put(out, "latency_us", self.latency)
-        _put(out, "cpu_cores", self.cpu_cores)
-        _put(out, "update_bandwidth_GB_per_s", self.update_bandwidth)
-        for key, v in (("worker_link_Gb_per_s", self.worker_link), ("receive_fault_ns_per_byte", self.receive_fault),
-                       ("response_copy_ns_per_byte", self.response_copy)):
-            if v is not None:
-                _put(out, key, v)
-        return out
+        return dump(self)
 
 
 def _parse_mesh(raw: Mapping[str, Any], where: str, gpus_per_node: int) -> Mesh:
-    _check_keys(raw, _MESH_KEYS, where)
-    per_link = read(raw, "per_link_GB_per_s", where=where, strictly_positive=True)
-    links_raw = raw.get("links")
-    if not isinstance(links_raw, list) or not links_raw:
-        raise SimdlError(f"{where}: links must be a non-empty list of [gpu_a, gpu_b, n_links], got {links_raw!r}")
-    seen: set[tuple[int, int]] = set()
-    links: list[tuple[int, int, int]] = []
-    for item in links_raw:
-        ok = (isinstance(item, list) and len(item) == 3
-              and all(isinstance(v, int) and not isinstance(v, bool) for v in item))
-        if not ok:
-            raise SimdlError(f"{where}: links entry {item!r}; accepted: [gpu_a, gpu_b, n_links] integers")
-        a, b, n = item
-        if not (0 <= a < gpus_per_node and 0 <= b < gpus_per_node) or a == b:
-            raise SimdlError(f"{where}: links entry {item!r}: GPUs must be distinct and in 0..{gpus_per_node - 1}")
-        if n < 1:
-            raise SimdlError(f"{where}: links entry {item!r}: n_links must be >= 1")
-        pair = (min(a, b), max(a, b))
-        if pair in seen:
-            raise SimdlError(f"{where}: links entry {item!r}: pair {pair} listed twice")
-        seen.add(pair)
-        links.append((pair[0], pair[1], n))
-    source = raw.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise SimdlError(f"{where}: source must say where the wiring comes from")
-    return Mesh(per_link, tuple(sorted(links)), source.strip())
+    return parse(Mesh, raw, where, {"gpus_per_node": gpus_per_node})
 
 
 def _parse_intra(raw: Mapping[str, Any], where: str, gpus_per_node: int) -> Link:
-    _check_keys(raw, _INTRA_KEYS, where)
-    link = raw.get("link")
-    if link not in LINK_TYPES:
-        raise SimdlError(f"{where}: link = {link!r}; accepted: {', '.join(LINK_TYPES)}")
-    bandwidth = read(raw, "bandwidth_GB_per_s", where=where, strictly_positive=True)
-    latency = read(raw, "latency_us", where=where, minimum=0.0)
-    if link in ("pcie", "shm"):
-        # The fabric is PCIe (or host memory) itself: its bandwidth and latency are the PCIe figures.
-        for key in ("pcie_GB_per_s", "pcie_latency_us"):
-            if key in raw:
-                raise SimdlError(f"{where}: {key} is not accepted with link: {link} (the fabric is the PCIe "
-                                 "link itself); give bandwidth_GB_per_s and latency_us only")
-        pcie, pcie_latency = bandwidth, latency
-    else:
-        for key in ("pcie_GB_per_s", "pcie_latency_us"):
-            if key not in raw:
-                raise SimdlError(f"{where}: missing key {key!r} (each GPU's PCIe link to host and NICs; "
-                                 f"required for link {link})")
-        pcie = read(raw, "pcie_GB_per_s", where=where, strictly_positive=True)
-        pcie_latency = read(raw, "pcie_latency_us", where=where, minimum=0.0)
-    mesh = None
-    if "mesh" in raw:
-        if link != "nvlink":
-            raise SimdlError(f"{where}: mesh is only accepted with link: nvlink, not {link!r}")
-        mesh = _parse_mesh(_section(raw, "mesh", where), f"{where}: mesh", gpus_per_node)
-        # The declared per-GPU bandwidth must be what the wiring gives every GPU.
-        for g in range(gpus_per_node):
-            egress = sum(n for a, b, n in mesh.links if g in (a, b)) * mesh.per_link.value
-            if not math.isclose(egress, bandwidth.value, rel_tol=0.01):
-                raise SimdlError(
-                    f"{where}: mesh gives GPU {g} {egress / 1e9:g} GB/s of NVLink but bandwidth_GB_per_s "
-                    f"is {bandwidth.value / 1e9:g}; accepted: every GPU's links x per_link = bandwidth")
-    return Link(link, bandwidth, latency, pcie, pcie_latency, mesh)
+    return parse(Link, raw, where, {"gpus_per_node": gpus_per_node})
 
 
 def _parse_inter(raw: Mapping[str, Any], where: str) -> Network:
-    _check_keys(raw, _INTER_KEYS, where)
-    return Network(
-        nic_bandwidth=read(raw, "nic_Gb_per_s", where=where, strictly_positive=True),
-        nics_per_node=_sourced_count(raw, "nics_per_node", where),
-        latency=read(raw, "latency_us", where=where, minimum=0.0),
-    )
+    return parse(Network, raw, where)
 
 
 def _parse_ps(raw: Mapping[str, Any], where: str) -> PSServers:
-    _check_keys(raw, _PS_KEYS, where)
-    return PSServers(
-        count=_count(raw, "count", where),
-        nic_bandwidth=read(raw, "nic_Gb_per_s", where=where, strictly_positive=True),
-        latency=read(raw, "latency_us", where=where, minimum=0.0),
-        cpu_cores=_sourced_count(raw, "cpu_cores", where),
-        update_bandwidth=read(raw, "update_bandwidth_GB_per_s", where=where, strictly_positive=True),
-        worker_link=(read(raw, "worker_link_Gb_per_s", where=where, strictly_positive=True)
-                     if "worker_link_Gb_per_s" in raw else None),
-        receive_fault=read(raw, "receive_fault_ns_per_byte", where=where) if "receive_fault_ns_per_byte" in raw else None,
-        response_copy=read(raw, "response_copy_ns_per_byte", where=where) if "response_copy_ns_per_byte" in raw else None,
-    )
+    return parse(PSServers, raw, where)

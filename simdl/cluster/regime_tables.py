@@ -99,3 +99,36 @@ def regimes_to_dict(model: RegimeModel) -> dict[str, Any]:
              "bus_GB_per_s": g(r.bandwidth / GB)}
             for r in c.regimes]} for c in model.curves},
     }
+
+
+def parse_regimes_or_none(value: Any, where: str, ctx: Any = None) -> RegimeModel | None:
+    """``collective_regimes_intra``; null: none."""
+    return None if value is None else _parse_regimes(value, where)
+
+
+def parse_subgroup_regimes(value: Any, where: str, ctx: Any = None) -> FrozenMap:
+    return _parse_subgroup_regimes(value, where)
+
+
+def subgroup_regimes_to_dict(models: Mapping[int, RegimeModel]) -> dict[str, Any]:
+    return {str(d): regimes_to_dict(m) for d, m in sorted(models.items())}
+
+
+_NUMBER = {"type": "number", "minimum": 0}
+_REGIME_SECTION = {
+    "type": "object", "additionalProperties": False, "required": ["kind", "source", "link_GB_per_s", "collectives"],
+    "properties": {
+        "kind": {"enum": list(KINDS)}, "source": {"type": "string", "pattern": r"\S"},
+        "link_GB_per_s": {"type": "number", "exclusiveMinimum": 0},
+        "collectives": {"type": "object", "minProperties": 1, "propertyNames": {"enum": list(COLLECTIVES)},
+                        "additionalProperties": {
+                            "type": "object", "additionalProperties": False, "required": ["overhead_us", "regimes"],
+                            "properties": {"overhead_us": _NUMBER, "regimes": {"type": "array", "minItems": 1, "items": {
+                                "type": "object", "additionalProperties": False,
+                                "required": ["step_bytes", "alpha_us", "bus_GB_per_s"],
+                                "properties": {
+                                    "step_bytes": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUMBER},
+                                    "alpha_us": _NUMBER, "bus_GB_per_s": {"type": "number", "exclusiveMinimum": 0}}}}}}}}}
+REGIMES_SCHEMA = {"anyOf": [_REGIME_SECTION, {"type": "null"}]}
+SUBGROUP_REGIMES_SCHEMA = {"anyOf": [{"type": "null"}, {
+    "type": "object", "propertyNames": {"pattern": "^[0-9]+$"}, "additionalProperties": _REGIME_SECTION}]}

@@ -38,11 +38,12 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import SimdlError
+from .declare import Choice, Custom, Flag, Int, Opaque, Section, Text, dump, knob, parse
 from .device import DEVICE_KINDS, GPU, GPU_DIR, PRECISIONS, PRIOR_KEYS, gpu_names, is_cpu_device_name, load_gpu
 from .efficiency import BLOCKING_COLLECTIVES, Efficiency, _parse_efficiency
-from .links import LINK_TYPES, Link, Mesh, Network, PSServers, _parse_inter, _parse_intra, _parse_ps
-from .node import Host, MemoryOverheads, _parse_host, _parse_memory
-from .readers import FrozenMap, _check_keys, _count, _load_yaml, _resolve, _section
+from .links import LINK_TYPES, Link, Mesh, Network, PSServers
+from .node import Host, MemoryOverheads
+from .readers import FrozenMap, _load_yaml, _resolve
 from .regime_tables import _parse_regimes, _parse_subgroup_regimes, regimes_to_dict
 
 __all__ = [
@@ -55,42 +56,100 @@ __all__ = [
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CLUSTER_DIR = DATA_DIR / "clusters"
 
-_CLUSTER_KEYS = ("name", "description", "extends", "gpu", "gpus_per_node", "nodes", "max_nodes",
-                 "shared_device", "collective_backend", "intra_node", "inter_node", "ps_servers", "efficiency", "memory",
-                 "host", "notes", "calibration", "compute_profile")
+def _gpu(value: Any, where: str, ctx: Mapping[str, Any]) -> GPU:
+    if not isinstance(value, str) or not value.strip():
+        raise SimdlError(f"{where} = {value!r}; accepted: one of {', '.join(gpu_names())} or a .yaml path")
+    if value.endswith((".yaml", ".yml")):
+        return load_gpu(Path(value) if Path(value).is_absolute() else ctx["path"].parent / value)
+    try:
+        return load_gpu(value)
+    except SimdlError as exc:
+        raise SimdlError(f"{where}: {exc}") from None
+
+
+def _backends() -> tuple[str, ...]:
+    from ..collectives.backends import BACKENDS
+
+    return tuple(sorted(BACKENDS))
+
+
+def _compute_profile(value: Any, where: str, ctx: Mapping[str, Any]) -> tuple[str, str]:
+    return _parse_compute_profile(value, ctx["path"], where.rsplit(": compute_profile", 1)[0])
+
+
+_GPU_SCHEMA = {"type": "string", "pattern": r"\S"}
+_COMPUTE_PROFILE_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "null"}, {
+    "type": "object", "required": ["file"], "properties": {"file": {"type": "string"}, "kind": {"type": "string"},
+                                                           "source": {"type": "string"}}}]}
 
 
 @dataclass(frozen=True)
 class ClusterSpec:
     """A cluster preset: a GPU type, the node shape, links, and efficiency factors."""
 
-    name: str
-    description: str
-    gpu: GPU
-    gpus_per_node: int
-    nodes: int  # default number of nodes
-    max_nodes: int | None  # None = unlimited
-    intra_node: Link
-    inter_node: Network | None
-    ps_servers: PSServers | None
-    efficiency: Efficiency
-    memory: MemoryOverheads
-    host: Host
-    shared_device: bool = False  # True: the ranks of a node share one device (cpu-local)
+    name: str = knob("name", Text(nonempty=True), "the preset's name", required=True)
+    description: str = knob("description", Text(), "what the preset describes", default="", positional=True)
+    gpu: GPU = knob("gpu", Custom(_gpu, lambda v, owner: owner.gpu_ref or v.name, _GPU_SCHEMA),
+                    "a shipped device file's name, or the path of a device YAML (relative to this file)",
+                    required=True)
+    gpus_per_node: int = knob("gpus_per_node", Int(1), "devices (ranks' slots) per node", required=True)
+    nodes: int = knob("nodes", Int(1), "default number of nodes", default=1, positional=True)
+    max_nodes: int | None = knob("max_nodes", Int(1, allow_null=True), "most nodes; null: unlimited",
+                                 required=True)
+    intra_node: Link = knob("intra_node", Section(Link, lambda c: {"gpus_per_node": c["gpus_per_node"]}),
+                            "the intra-node interconnect", required=True)
+    inter_node: Network | None = knob("inter_node", Section(Network), """the network between nodes; required
+                                      unless max_nodes is 1""", positional=True)
+    ps_servers: PSServers | None = knob("ps_servers", Section(PSServers), "CPU parameter-server nodes", positional=True)
+    efficiency: Efficiency = knob("efficiency", Section(Efficiency, lambda c: {
+        "multi_node": c.get("inter_node") is not None}), "fractions of peak and fixed overheads", required=True)
+    memory: MemoryOverheads = knob("memory", Section(MemoryOverheads), "per-process device memory overheads",
+                                   required=True)
+    host: Host = knob("host", Section(Host), "the host CPU of one node", required=True)
+    shared_device: bool = knob("shared_device", Flag(), "true: the ranks of a node share one device (cpu-local)",
+                               default=False, dump_default=False)
     # c10d backend of the collectives (simdl.collectives.backends): configuration, not a
     # measured number; absent in the file, PyTorch's default for the device.
-    collective_backend: str = "nccl"
-    notes: str = ""
+    collective_backend: str = knob("collective_backend", Choice(_backends), """c10d backend of the collectives;
+                                   absent: PyTorch's default for the device kind""", default="nccl")
+    notes: str = knob("notes", Text(), "free text", default="", dump_default=False)
     source_path: str = ""
     gpu_ref: str = ""  # the ``gpu`` value as written in the file
-    # Free-form provenance and fit quality written by `simdl calibrate` (host, devices,
-    # versions, date, measurement ranges, residuals). Not used by the engines; kept out of
-    # equality and hashing so that a spec stays hashable.
-    calibration: dict = field(default_factory=dict, compare=False, repr=False)
+    # Provenance and fit quality written by `simdl calibrate`; not used by the engines, kept
+    # out of equality and hashing so that a spec stays hashable.
+    calibration: dict = knob("calibration", Opaque(), """provenance and fit quality written by simdl calibrate
+                             (host, devices, versions, date, measurement ranges, residuals)""",
+                             factory=dict, compare=False, dump_default=False)
     # Absolute path of the measured per-row compute times of profiled models
-    # (simdl.analytic.measured), "" for none; with its provenance for to_dict.
-    compute_profile: str = ""
+    # (simdl.costs.measured), "" for none; with its provenance for to_dict.
+    compute_profile: str = knob("compute_profile", Custom(_compute_profile, lambda v, owner: {
+        "file": v, "kind": "calibrated", "source": owner.compute_profile_source}, _COMPUTE_PROFILE_SCHEMA),
+        """a JSON file of measured row times (FILE or {file, kind, source}), relative to this file's folder;
+        read when a prediction needs it""", default="", dump_default=False)
     compute_profile_source: str = field(default="", compare=False, repr=False)
+
+    EXTRA_KEYS = ("extends",)
+    EXTRA_KEYS_DOC = {"extends": "a preset (or a profile beside this file) whose keys this file changes; "
+                                 "mappings merge key by key"}
+
+    @staticmethod
+    def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:
+        nodes, max_nodes, inter = values.get("nodes", 1), values["max_nodes"], values.get("inter_node")
+        if max_nodes is not None and nodes > max_nodes:
+            raise SimdlError(f"{where}: nodes = {nodes} exceeds max_nodes = {max_nodes}")
+        if inter is None and (max_nodes is None or max_nodes > 1):
+            raise SimdlError(f"{where}: max_nodes = {max_nodes} needs an inter_node section (NICs); "
+                             "accepted: max_nodes: 1 for a single-node preset")
+        if inter is None and nodes > 1:
+            raise SimdlError(f"{where}: nodes = {nodes} needs an inter_node section")
+        out = {**values, "source_path": where, "gpu_ref": raw["gpu"]}
+        if "collective_backend" not in raw:
+            from ..collectives.backends import DEFAULT_FOR_DEVICE
+
+            out["collective_backend"] = DEFAULT_FOR_DEVICE[values["gpu"].kind]
+        if "compute_profile" in values:
+            out["compute_profile"], out["compute_profile_source"] = values["compute_profile"]
+        return out
 
     @property
     def default_gpus(self) -> int:
@@ -109,45 +168,11 @@ class ClusterSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The YAML form (full, without ``extends``); ``load_cluster`` of it gives this spec back."""
-        out: dict[str, Any] = {
-            "name": self.name,
-            "description": self.description,
-            "gpu": self.gpu_ref or self.gpu.name,
-            "gpus_per_node": self.gpus_per_node,
-            "nodes": self.nodes,
-            "max_nodes": self.max_nodes,
-        }
-        if self.shared_device:
-            out["shared_device"] = True
-        out["collective_backend"] = self.collective_backend
-        out["intra_node"] = self.intra_node.to_dict()
-        if self.inter_node is not None:
-            out["inter_node"] = self.inter_node.to_dict()
-        if self.ps_servers is not None:
-            out["ps_servers"] = self.ps_servers.to_dict()
-        out["efficiency"] = self.efficiency.to_dict()
-        out["memory"] = self.memory.to_dict()
-        out["host"] = self.host.to_dict()
-        if self.notes:
-            out["notes"] = self.notes
-        if self.compute_profile:
-            out["compute_profile"] = {"file": self.compute_profile, "kind": "calibrated",
-                                      "source": self.compute_profile_source}
-        if self.calibration:
-            out["calibration"] = copy.deepcopy(self.calibration)
-        return out
+        return dump(self)
 
 
-
-def _parse_backend(raw: Mapping[str, Any], where: str, gpu: GPU) -> str:
-    from ..collectives.backends import BACKENDS, DEFAULT_FOR_DEVICE
-
-    name = raw.get("collective_backend")
-    if name is None:
-        return DEFAULT_FOR_DEVICE[gpu.kind]
-    if name not in BACKENDS:
-        raise SimdlError(f"{where}: collective_backend = {name!r}; accepted: {', '.join(sorted(BACKENDS))}")
-    return name
+def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
+    return parse(ClusterSpec, raw, str(path), {"path": path})
 
 
 def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
@@ -205,68 +230,6 @@ def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
     base.pop("description", None)
     merged = _merge(base, {k: v for k, v in raw.items() if k != "extends"})
     return merged
-
-
-def _parse_cluster(raw: Mapping[str, Any], path: Path) -> ClusterSpec:
-    where = str(path)
-    _check_keys(raw, _CLUSTER_KEYS, where)
-    name = raw.get("name")
-    if not isinstance(name, str) or not name.strip():
-        raise SimdlError(f"{where}: name must be a non-empty string, got {name!r}")
-    description = raw.get("description", "")
-    if not isinstance(description, str):
-        raise SimdlError(f"{where}: description must be a string")
-
-    gpu_ref = raw.get("gpu")
-    if not isinstance(gpu_ref, str) or not gpu_ref.strip():
-        raise SimdlError(f"{where}: gpu = {gpu_ref!r}; accepted: one of {', '.join(gpu_names())} or a .yaml path")
-    if gpu_ref.endswith((".yaml", ".yml")):
-        gpu_path = Path(gpu_ref) if Path(gpu_ref).is_absolute() else path.parent / gpu_ref
-        gpu = load_gpu(gpu_path)
-    else:
-        try:
-            gpu = load_gpu(gpu_ref)
-        except SimdlError as exc:
-            raise SimdlError(f"{where}: gpu: {exc}") from None
-
-    gpus_per_node = _count(raw, "gpus_per_node", where)
-    nodes = _count(raw, "nodes", where, default=1)
-    if "max_nodes" not in raw:
-        raise SimdlError(f"{where}: missing key 'max_nodes' (an integer >= 1, or null for unlimited)")
-    max_nodes = _count(raw, "max_nodes", where, allow_null=True)
-    if max_nodes is not None and nodes > max_nodes:
-        raise SimdlError(f"{where}: nodes = {nodes} exceeds max_nodes = {max_nodes}")
-    shared = raw.get("shared_device", False)
-    if not isinstance(shared, bool):
-        raise SimdlError(f"{where}: shared_device = {shared!r}; accepted: true or false")
-
-    backend = _parse_backend(raw, where, gpu)
-    intra = _parse_intra(_section(raw, "intra_node", where), f"{where}: intra_node", gpus_per_node)
-    inter_raw = _section(raw, "inter_node", where, required=False)
-    inter = _parse_inter(inter_raw, f"{where}: inter_node") if inter_raw is not None else None
-    if inter is None and (max_nodes is None or max_nodes > 1):
-        raise SimdlError(f"{where}: max_nodes = {max_nodes} needs an inter_node section (NICs); "
-                         "accepted: max_nodes: 1 for a single-node preset")
-    if inter is None and nodes > 1:
-        raise SimdlError(f"{where}: nodes = {nodes} needs an inter_node section")
-    ps_raw = _section(raw, "ps_servers", where, required=False)
-    ps = _parse_ps(ps_raw, f"{where}: ps_servers") if ps_raw is not None else None
-    efficiency = _parse_efficiency(_section(raw, "efficiency", where), f"{where}: efficiency",
-                                   multi_node=inter is not None)
-    memory = _parse_memory(_section(raw, "memory", where), f"{where}: memory")
-    host = _parse_host(_section(raw, "host", where), f"{where}: host")
-    notes = raw.get("notes", "") or ""
-    compute_profile, compute_source = _parse_compute_profile(raw.get("compute_profile"), path, where)
-    calibration = raw.get("calibration") or {}
-    if not isinstance(calibration, Mapping):
-        raise SimdlError(f"{where}: calibration must be a mapping (provenance written by simdl calibrate)")
-    return ClusterSpec(
-        name=name, description=description.strip(), gpu=gpu, gpus_per_node=gpus_per_node,
-        nodes=nodes, max_nodes=max_nodes, intra_node=intra, inter_node=inter, ps_servers=ps,
-        efficiency=efficiency, memory=memory, host=host, shared_device=shared, collective_backend=backend,
-        notes=str(notes).strip(), source_path=where, gpu_ref=gpu_ref, calibration=dict(calibration),
-        compute_profile=compute_profile, compute_profile_source=compute_source,
-    )
 
 
 def _parse_compute_profile(value: Any, path: Path, where: str) -> tuple[str, str]:
