@@ -87,9 +87,10 @@ def _parse_subgroup_regimes(raw: Any, where: str) -> FrozenMap:
 
 
 def regimes_to_dict(model: RegimeModel) -> dict[str, Any]:
-    """The YAML form of a :class:`RegimeModel` (inverse of ``_parse_regimes``)."""
+    """The YAML form of a :class:`RegimeModel` (inverse of ``_parse_regimes``: 12 significant
+    digits drop the unit conversion's rounding noise and keep every digit a file gives)."""
     def g(x: float) -> float | int:
-        r = float(f"{x:.5g}")
+        r = float(f"{x:.12g}")
         return int(r) if r.is_integer() and abs(r) < 1e15 else r
 
     return {
