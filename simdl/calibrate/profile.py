@@ -316,9 +316,9 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
                 return Sourced(what, "assumed", "candidate of the strategy fit")
             eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
                                       collective_load_factor=src(f), collective_load_factor_all_reduce=src(far),
-                                      collective_load_half_size=src(h), collective_load_overhead=src(a),
-                                      fsdp_unit_overhead=src(u) if u else None)
-            cache[key] = dataclasses.replace(spec, efficiency=eff)
+                                      collective_load_half_size=src(h), collective_load_overhead=src(a))
+            cache[key] = dataclasses.replace(spec, efficiency=eff, strategies=spec.strategies.with_fsdp(
+                unit_overhead=src(u) if u else None))
         return cache[key]
 
     def pred(theta, p):
@@ -687,6 +687,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     if ps_section:
         profile["ps_servers"] = ps_section
     profile["efficiency"] = eff
+    if base.get("strategies"):  # strategy costs not refitted below stay the base's, as eff's do
+        profile["strategies"] = copy.deepcopy(base["strategies"])
     profile["memory"] = copy.deepcopy(base["memory"])
     host = copy.deepcopy(base["host"])
     if prov.get("cpu_count"):
@@ -791,7 +793,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
             if 5 not in fixed:
-                eff["fsdp_unit_overhead_us"] = _val(sf.unit_overhead_s_ * 1e6, src)
+                profile.setdefault("strategies", {}).setdefault("fsdp", {})["unit_overhead_us"] = _val(
+                    sf.unit_overhead_s_ * 1e6, src)
 
     # -- page faults and warm-up of the measured steps: a record, nothing fitted yet -----------
     if strat:

@@ -214,9 +214,12 @@ class Section(Reader):
 
     cls: type = object
     ctx: Callable[[Ctx], Ctx] = lambda ctx: {}
+    null_default: bool = False  # null reads as the section with nothing given, not as absent
 
     def parse(self, raw: Mapping[str, Any], key: str, where: str, ctx: Ctx) -> Any:
         value = raw[key]
+        if value is None and self.null_default:
+            value = {}
         if value is None:
             return None
         if not isinstance(value, Mapping):
@@ -378,6 +381,8 @@ def section_schema(cls: type, *, partial: bool = False) -> dict[str, Any]:
                 required.append(key)
     for key in getattr(cls, "EXTRA_KEYS", ()):
         props.setdefault(key, {"description": getattr(cls, "EXTRA_KEYS_DOC", {}).get(key, "")})
+    for key, (sub, description) in getattr(cls, "MOVED_KEYS", {}).items():
+        props[key] = {**sub, "description": description}
     out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": props}
     if cls.__doc__:
         out["description"] = " ".join(cls.__doc__.split())

@@ -115,9 +115,6 @@ class Efficiency:
         0.0, 1.0, "time waiting for peers in blocking calls per second of compute"), """time ranks spend in
         blocking calls waiting for a peer still computing, per second of the step's compute (logged waits in
         calibration: 5-16 % of the local step on every model)""")
-    fsdp_unit_overhead: Sourced | None = knob("fsdp_unit_overhead_us", NONNEG, """host time FSDP2 spends per
-        unit per step outside its collectives and the copies the plan prices (its hooks are Python on the
-        training thread). Absent = 0""")
     compute_jitter: Sourced | None = knob("compute_jitter", bounded(
         0.0, 2.0, "the spread of log(step time), a standard deviation"), """robust standard deviation (1.4826 x
         median absolute deviation) of log(step time) of ranks training on their own, all at once
@@ -140,6 +137,11 @@ class Efficiency:
         memory bandwidth at which a convolution's backward accumulates its weight gradient once per sample (a
         CPU's backward-weights kernel reduces over the batch image by image): batch x weight bytes per conv row
         on top of its roofline time. {_CALIBRATED} Absent on GPUs (their kernels tile the batch): 0""")
+
+    # Keys a file may give here that are read into another section (schema only; the loader
+    # moves them before this section is parsed: simdl.cluster.strategy_sections).
+    MOVED_KEYS = {"fsdp_unit_overhead_us": (NONNEG.schema("fsdp_unit_overhead_us"),
+                                            "read as strategies.fsdp.unit_overhead_us")}
 
     def to_dict(self) -> dict[str, Any]:
         return dump(self)

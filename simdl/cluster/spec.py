@@ -44,6 +44,7 @@ from .efficiency import BLOCKING_COLLECTIVES, Efficiency, _parse_efficiency
 from .links import LINK_TYPES, Link, Mesh, Network, PSServers
 from .node import Host, MemoryOverheads
 from .readers import FrozenMap, _load_yaml, _resolve
+from .strategy_sections import StrategySections, move_strategy_keys
 from .regime_tables import _parse_regimes, _parse_subgroup_regimes, regimes_to_dict
 
 __all__ = [
@@ -127,6 +128,9 @@ class ClusterSpec:
         """a JSON file of measured row times (FILE or {file, kind, source}), relative to this file's folder;
         read when a prediction needs it""", default="", dump_default=False)
     compute_profile_source: str = field(default="", compare=False, repr=False)
+    strategies: StrategySections = knob("strategies", Section(StrategySections, null_default=True),
+                                        "costs of each strategy measured on this cluster",
+                                        default=StrategySections(), dump_default=False)
 
     EXTRA_KEYS = ("extends",)
     EXTRA_KEYS_DOC = {"extends": "a preset (or a profile beside this file) whose keys this file changes; "
@@ -211,7 +215,7 @@ def _anchor_compute_profile(raw: dict[str, Any], folder: Path) -> dict[str, Any]
 
 
 def _raw_cluster(path: Path, chain: tuple[str, ...] = ()) -> dict[str, Any]:
-    raw = _load_yaml(path)
+    raw = move_strategy_keys(_load_yaml(path), str(path))
     base_name = raw.get("extends")
     if base_name is None:
         return raw
