@@ -184,7 +184,7 @@ class Opaque(Reader):
         value = raw[key]
         if value is not None and not isinstance(value, Mapping):
             raise SimdlError(f"{where}: {key} = {value!r}; accepted: a mapping")
-        return copy.deepcopy(dict(value or {}))
+        return dict(value or {})  # the loader's own copy of the file; to_dict copies it out
 
     def schema(self, key: str) -> dict[str, Any]:
         return dict(self.shape)

@@ -99,7 +99,7 @@ class GPU:
 
     @staticmethod
     def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:
-        return {**values, "source_path": ctx.get("source_path", where), "kernels_raw": copy.deepcopy(raw.get("kernels"))}
+        return {**values, "source_path": ctx.get("source_path", where), "kernels_raw": raw.get("kernels")}
 
     @property
     def host_model(self) -> str:
