@@ -55,21 +55,6 @@ def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str
 
 
 @overload
-def _section(raw: Mapping[str, Any], key: str, where: str, *, required: Literal[True] = ...) -> dict[str, Any]: ...
-@overload
-def _section(raw: Mapping[str, Any], key: str, where: str, *, required: bool) -> dict[str, Any] | None: ...
-def _section(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> dict[str, Any] | None:
-    if key not in raw or raw[key] is None:
-        if required:
-            raise SimdlError(f"{where}: missing key {key!r}")
-        return None
-    value = raw[key]
-    if not isinstance(value, Mapping):
-        raise SimdlError(f"{where}: {key} must be a mapping, got {value!r}")
-    return dict(value)
-
-
-@overload
 def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = ...,
            default: int | None = ..., allow_null: Literal[False] = ...) -> int: ...
 @overload
@@ -119,12 +104,6 @@ def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool 
     return s
 
 
-def _positive(raw: Mapping[str, Any], key: str, where: str, *, required: bool = True) -> Sourced | None:
-    if key not in raw and not required:
-        return None
-    return read(raw, key, where=where, strictly_positive=True)
-
-
 @overload
 def _nonneg(raw: Mapping[str, Any], key: str, where: str, *, required: Literal[True] = ...) -> Sourced: ...
 @overload
@@ -133,11 +112,6 @@ def _nonneg(raw: Mapping[str, Any], key: str, where: str, *, required: bool = Tr
     if key not in raw and not required:
         return None
     return read(raw, key, where=where, minimum=0.0)
-
-
-def _put(out: dict[str, Any], key: str, value: Sourced | None) -> None:
-    if value is not None:
-        out[key] = value.to_dict(key)
 
 
 def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tuple[str, ...]) -> Path:
@@ -163,7 +137,6 @@ def _bounded(raw: Mapping[str, Any], key: str, where: str, lo: float, hi: float,
     if not lo <= s.value <= hi:
         raise SimdlError(f"{where}: {key} = {s.value}; accepted: {lo:g} <= value <= {hi:g} ({meaning})")
     return s
-
 
 
 def _number(raw: Mapping[str, Any], key: str, where: str, *, positive: bool = False) -> float:

@@ -20,8 +20,11 @@ plain integers: they describe configuration, not a measured quantity. Counts
 that are hardware facts with possible doubt (``nics_per_node``, ``cpu_cores``)
 are sourced like any other number.
 
-The sections live in their own modules (:mod:`.device`, :mod:`.links`, :mod:`.efficiency`,
-:mod:`.node`, :mod:`.regime_tables`, :mod:`.readers`); their names are re-exported here.
+Each section is declared once, as a dataclass whose fields carry their key, reader and
+description (:mod:`.declare`); parsing, ``to_dict`` and the JSON Schema (:mod:`.schema`,
+``simdl schema``) come from that declaration. The sections live in their own modules
+(:mod:`.device`, :mod:`.links`, :mod:`.efficiency`, :mod:`.node`, :mod:`.strategy_sections`,
+:mod:`.regime_tables`, :mod:`.readers`); their names are re-exported here.
 
 A preset file may start with ``extends: <preset>`` and give only the keys that
 differ (mappings merge key by key); the variants of the study-2 cluster use it.
