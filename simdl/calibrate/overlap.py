@@ -49,7 +49,7 @@ class StrategyStepFit:
 
     ``points``: rows with ``measured_s`` and ``model``; ``predict(theta, point)`` -> seconds,
     ``theta = (k, f, f_ar, h_bytes, a_seconds, u_seconds)``, u being FSDP2's host time per unit
-    per step (``efficiency.fsdp_unit_overhead_us``). The half size is searched on a log scale,
+    per step (``strategies.fsdp.unit_overhead_us`` in a profile). The half size is searched on a log scale,
     1 MB to 3 GB. ``fixed={5: 0.0}`` gives the form without u.
     """
 

@@ -72,7 +72,7 @@ def base_preset_for(gpu: str) -> dict[str, Any]:
 # model's error from 55.3 % to 23.7 % at 2 ranks and from 50.3 % to 33.3 % at 4, against the
 # load factors alone (lab/CALIBRATION.md, "Blocking collectives"). False gives the latter.
 BLOCKING_FROM_CALLS = True
-# Fit FSDP2's host time per unit (efficiency.fsdp_unit_overhead_us, u) with the other step
+# Fit FSDP2's host time per unit (strategies.fsdp.unit_overhead_us, u) with the other step
 # parameters; False holds u at 0.
 FIT_FSDP_UNIT_OVERHEAD = True
 # Write how much slower the strategies' buffer copies run inside a step
@@ -273,6 +273,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     if ps_section:
         profile["ps_servers"] = ps_section
     profile["efficiency"] = eff
+    if base.get("strategies"):  # strategy costs not refitted below stay the base's, as eff's do
+        profile["strategies"] = copy.deepcopy(base["strategies"])
     profile["memory"] = copy.deepcopy(base["memory"])
     host = copy.deepcopy(base["host"])
     if prov.get("cpu_count"):
@@ -377,7 +379,8 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
             eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
             eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
             if 5 not in fixed:
-                eff["fsdp_unit_overhead_us"] = _val(sf.unit_overhead_s_ * 1e6, src)
+                profile.setdefault("strategies", {}).setdefault("fsdp", {})["unit_overhead_us"] = _val(
+                    sf.unit_overhead_s_ * 1e6, src)
 
     # -- page faults and warm-up of the measured steps: a record, nothing fitted yet -----------
     if strat:

@@ -291,9 +291,9 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
                 return Sourced(what, "assumed", "candidate of the strategy fit")
             eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
                                       collective_load_factor=src(f), collective_load_factor_all_reduce=src(far),
-                                      collective_load_half_size=src(h), collective_load_overhead=src(a),
-                                      fsdp_unit_overhead=src(u) if u else None)
-            cache[key] = dataclasses.replace(spec, efficiency=eff)
+                                      collective_load_half_size=src(h), collective_load_overhead=src(a))
+            cache[key] = dataclasses.replace(spec, efficiency=eff, strategies=spec.strategies.with_fsdp(
+                unit_overhead=src(u) if u else None))
         return cache[key]
 
     def pred(theta, p):

@@ -41,6 +41,18 @@ def _cmd_clusters(a: argparse.Namespace) -> int:
 
 
 
+def _cmd_schema(a: argparse.Namespace) -> int:
+    from ..cluster.schema import schema_text
+    from ..outpaths import check_output_file
+
+    text = schema_text(a.kind)
+    if a.output is None:
+        print(text, end="")
+    else:
+        check_output_file(a.output, "-o").write_text(text)
+    return 0
+
+
 def add_listing_parsers(sub) -> None:
     m = sub.add_parser("models", help="list models and shipped workload tables")
     m.set_defaults(func=_cmd_models)
@@ -48,3 +60,7 @@ def add_listing_parsers(sub) -> None:
     c.add_argument("action", nargs="?", default=None, help="list | show")
     c.add_argument("name", nargs="?", default=None)
     c.set_defaults(func=_cmd_clusters)
+    s = sub.add_parser("schema", help="print the JSON Schema of a data file: cluster, device or profile")
+    s.add_argument("kind", help="cluster | device | profile")
+    s.add_argument("-o", "--output", default=None, metavar="FILE", help="write it to FILE instead")
+    s.set_defaults(func=_cmd_schema)

@@ -50,94 +50,100 @@ def _num_pcie_switches(gpus_per_node: int, nics: int) -> int:
     return max(1, min(gpus_per_node, nics))
 
 
+def _duplex(graph: nx.DiGraph, u: str, v: str, bandwidth: float, latency: float, kind: str,
+            fabric: bool = False) -> None:
+    graph.add_edge(u, v, bandwidth=bandwidth, latency=latency, kind=kind, fabric=fabric)
+    graph.add_edge(v, u, bandwidth=bandwidth, latency=latency, kind=kind, fabric=fabric)
+
+
 def build_topology(cluster: Cluster) -> nx.DiGraph:
     """Build the link graph of ``cluster`` (only the ranks in use; all NICs of used nodes)."""
     spec = cluster.spec
-    link = spec.intra_node
     net = spec.inter_node
+    pcie_bw, pcie_lat = spec.intra_node.pcie_bandwidth.value, spec.intra_node.pcie_latency.value
+    graph = nx.DiGraph(cluster=spec.name, link=spec.intra_node.link, nodes=cluster.nodes,
+                       gpus_per_node=cluster.gpus_per_node, world_size=cluster.gpus)
+    if net is not None:
+        graph.add_node("net", kind="net")
+    attach = {n: _add_node(graph, cluster, n) for n in range(cluster.nodes)}  # where each NIC plugs in
+    if net is not None:
+        for n in range(cluster.nodes):
+            for i in range(net.nics):
+                nic = f"nic:{n}:{i}"
+                graph.add_node(nic, kind="nic", node=n, index=i)
+                _duplex(graph, nic, attach[n][i], pcie_bw, pcie_lat / 2, "pcie")
+                _duplex(graph, nic, "net", net.nic_bandwidth.value, net.latency.value / 2, "network")
+    if spec.ps_servers is not None:
+        _add_ps_servers(graph, cluster)
+    return graph
+
+
+def _add_node(graph: nx.DiGraph, cluster: Cluster, n: int) -> list[str]:
+    """Node ``n``'s devices, hubs and PCIe tree; returns where its NICs plug in, by NIC index."""
+    spec = cluster.spec
+    link = spec.intra_node
     g_used, g_full = cluster.gpus_per_node, spec.gpus_per_node
     intra_bw, intra_lat = link.bandwidth.value, link.latency.value
     pcie_bw, pcie_lat = link.pcie_bandwidth.value, link.pcie_latency.value
-    nics = net.nics if net else 0
+    nics = spec.inter_node.nics if spec.inter_node else 0
+    gpus = [f"gpu:{n * g_used + local}" for local in range(g_used)]
+    for local, name in enumerate(gpus):
+        graph.add_node(name, kind="gpu", node=n, rank=n * g_used + local, local=local)
 
-    graph = nx.DiGraph(cluster=spec.name, link=link.link, nodes=cluster.nodes,
-                       gpus_per_node=g_used, world_size=cluster.gpus)
+    if link.link == "shm":
+        hub = f"shm:{n}"
+        graph.add_node(hub, kind="shm", node=n)
+        for name in gpus:
+            _duplex(graph, name, hub, intra_bw, intra_lat / 2, "shm", fabric=True)
+        return [hub] * nics
 
-    def duplex(u: str, v: str, bandwidth: float, latency: float, kind: str, fabric: bool = False) -> None:
-        graph.add_edge(u, v, bandwidth=bandwidth, latency=latency, kind=kind, fabric=fabric)
-        graph.add_edge(v, u, bandwidth=bandwidth, latency=latency, kind=kind, fabric=fabric)
+    # PCIe tree: switches joined by the host; GPUs and NICs on their nearest switch.
+    switches = _num_pcie_switches(g_full, nics)
+    host = f"host:{n}"
+    graph.add_node(host, kind="host", node=n)
+    pcie = [f"pcie:{n}:{s}" for s in range(switches)]
+    for s, name in enumerate(pcie):
+        graph.add_node(name, kind="pcie", node=n, switch=s)
+        _duplex(graph, name, host, pcie_bw, pcie_lat / 2, "pcie")
+    for local, name in enumerate(gpus):
+        _duplex(graph, name, pcie[local * switches // g_full], pcie_bw, pcie_lat / 2, "pcie",
+                fabric=link.link == "pcie")
 
+    if link.link == "nvswitch":
+        hub = f"nvswitch:{n}"
+        graph.add_node(hub, kind="nvswitch", node=n)
+        for name in gpus:
+            _duplex(graph, name, hub, intra_bw, intra_lat / 2, "nvlink", fabric=True)
+    elif link.link == "nvlink":
+        for a, b in itertools.combinations(range(g_used), 2):
+            bw = link.pair_bandwidth(a, b, g_full)
+            if bw > 0:
+                _duplex(graph, gpus[a], gpus[b], bw, intra_lat, "nvlink", fabric=True)
+    return [pcie[i * switches // nics] for i in range(nics)]
+
+
+def _add_ps_servers(graph: nx.DiGraph, cluster: Cluster) -> None:
+    spec = cluster.spec
+    ps, net, link = spec.require_ps_servers(), spec.inter_node, spec.intra_node
     if net is not None:
-        graph.add_node("net", kind="net")
-
-    attach: dict[int, list[str]] = {}  # node -> where its NICs plug in, by NIC index
-    for n in range(cluster.nodes):
-        gpus = [f"gpu:{n * g_used + local}" for local in range(g_used)]
-        for local, name in enumerate(gpus):
-            graph.add_node(name, kind="gpu", node=n, rank=n * g_used + local, local=local)
-
-        if link.link == "shm":
-            hub = f"shm:{n}"
-            graph.add_node(hub, kind="shm", node=n)
-            for name in gpus:
-                duplex(name, hub, intra_bw, intra_lat / 2, "shm", fabric=True)
-            attach[n] = [hub] * nics
-            continue
-
-        # PCIe tree: switches joined by the host; GPUs and NICs on their nearest switch.
-        switches = _num_pcie_switches(g_full, nics)
-        host = f"host:{n}"
-        graph.add_node(host, kind="host", node=n)
-        pcie = [f"pcie:{n}:{s}" for s in range(switches)]
-        for s, name in enumerate(pcie):
-            graph.add_node(name, kind="pcie", node=n, switch=s)
-            duplex(name, host, pcie_bw, pcie_lat / 2, "pcie")
-        for local, name in enumerate(gpus):
-            duplex(name, pcie[local * switches // g_full], pcie_bw, pcie_lat / 2, "pcie",
-                   fabric=link.link == "pcie")
-        attach[n] = [pcie[i * switches // nics] for i in range(nics)]
-
-        if link.link == "nvswitch":
-            hub = f"nvswitch:{n}"
-            graph.add_node(hub, kind="nvswitch", node=n)
-            for name in gpus:
-                duplex(name, hub, intra_bw, intra_lat / 2, "nvlink", fabric=True)
-        elif link.link == "nvlink":
-            for a, b in itertools.combinations(range(g_used), 2):
-                bw = link.pair_bandwidth(a, b, g_full)
-                if bw > 0:
-                    duplex(gpus[a], gpus[b], bw, intra_lat, "nvlink", fabric=True)
-
-    if net is not None:
-        for n in range(cluster.nodes):
-            for i in range(nics):
-                nic = f"nic:{n}:{i}"
-                graph.add_node(nic, kind="nic", node=n, index=i)
-                duplex(nic, attach[n][i], pcie_bw, pcie_lat / 2, "pcie")
-                duplex(nic, "net", net.nic_bandwidth.value, net.latency.value / 2, "network")
-
-    ps = spec.ps_servers
-    if ps is not None:
-        if net is not None:
-            where, worker_side = "net", pcie_lat + net.latency.value / 2
-        elif link.link == "shm":
-            where, worker_side = "shm:0", intra_lat / 2
-        else:
-            where, worker_side = "host:0", pcie_lat
-        rest = max(0.0, ps.latency.value - worker_side)
-        for s in range(ps.count):
-            server, nic = f"ps:{s}", f"psnic:{s}"
-            graph.add_node(server, kind="ps", index=s)
-            graph.add_node(nic, kind="nic", index=s, ps=True)
-            duplex(server, nic, ps.nic_bandwidth.value, 0.0, "host")
-            duplex(nic, where, ps.nic_bandwidth.value, rest, "network" if net else "host")
-            if ps.worker_link is not None and net is None:
-                # Calibrated per-worker PS link (simdl.analytic.engine.ps_transfer_times): each
-                # worker reaches the server's side on a link of its own; same latency as the
-                # shared route, one hop fewer, so routing takes it.
-                for gpu in [n for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"]:
-                    duplex(gpu, nic, ps.worker_link.value, ps.latency.value, "host")
-    return graph
+        where, worker_side = "net", link.pcie_latency.value + net.latency.value / 2
+    elif link.link == "shm":
+        where, worker_side = "shm:0", link.latency.value / 2
+    else:
+        where, worker_side = "host:0", link.pcie_latency.value
+    rest = max(0.0, ps.latency.value - worker_side)
+    for s in range(ps.count):
+        server, nic = f"ps:{s}", f"psnic:{s}"
+        graph.add_node(server, kind="ps", index=s)
+        graph.add_node(nic, kind="nic", index=s, ps=True)
+        _duplex(graph, server, nic, ps.nic_bandwidth.value, 0.0, "host")
+        _duplex(graph, nic, where, ps.nic_bandwidth.value, rest, "network" if net else "host")
+        if ps.worker_link is not None and net is None:
+            # Calibrated per-worker PS link (simdl.costs.ps.ps_transfer_times): each
+            # worker reaches the server's side on a link of its own; same latency as the
+            # shared route, one hop fewer, so routing takes it.
+            for gpu in [n for n, d in graph.nodes(data=True) if d.get("kind") == "gpu"]:
+                _duplex(graph, gpu, nic, ps.worker_link.value, ps.latency.value, "host")
 
 
 # --------------------------------------------------------------------------- routing
@@ -179,7 +185,7 @@ def route(graph: nx.DiGraph, src: str, dst: str) -> list[tuple[str, str]]:
     if dst not in best:
         raise SimdlError(f"no route from {src} to {dst} in the topology of {graph.graph.get('cluster', '?')}")
     path = best[dst][2]
-    edges = list(zip(path[:-1], path[1:]))
+    edges: list[tuple[str, str]] = list(zip(path[:-1], path[1:]))
     cache[key] = tuple(edges)
     return edges
 

@@ -48,7 +48,7 @@ on the calibration's own leave-one-model-out errors; with the earlier single loa
 fitted worse (2 ranks: max 20.5% against 15.4% overlapped).
 
 A profile may also charge FSDP2's own host time per unit and step
-(``efficiency.fsdp_unit_overhead_us``): its forward/backward hooks are Python on the
+(``strategies.fsdp.unit_overhead_us``): its forward/backward hooks are Python on the
 training thread. On CPU ranks the logged calls left about as much time outside the calls
 with one collective per unit (none) as with three (full), so it is a cost per unit, not per
 call; it is one ``fsdp_hooks`` task before each unit's first forward run. Chosen on the
@@ -161,8 +161,8 @@ class _Builder:
         self.blocking = collectives_block(cluster)
         self.host = host_for(cluster)
         self.refault_limit = self.host.refault_limit([b / self.shard_size for b in self.unit_bytes])
-        # FSDP2's hooks per unit per step (efficiency.fsdp_unit_overhead_us; calibrated CPU profiles).
-        hooks = cluster.spec.efficiency.fsdp_unit_overhead
+        # FSDP2's hooks per unit per step (strategies.fsdp.unit_overhead_us; calibrated CPU profiles).
+        hooks = cluster.spec.strategies.fsdp.unit_overhead
         self.unit_host_s = hooks.value if hooks is not None else 0.0
         self.hooked: set[int] = set()
         self.tasks: list[Task] = []

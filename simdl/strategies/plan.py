@@ -68,7 +68,7 @@ class Task:
     # refault_limit gives them (zero on CUDA).
     refaults: float = 0.0
     # Fixed host seconds of framework bookkeeping the task stands for (FSDP2's per-unit hooks
-    # on a CPU rank: efficiency.fsdp_unit_overhead_us); added to its compute time.
+    # on a CPU rank: strategies.fsdp.unit_overhead_us); added to its compute time.
     host_s: float = 0.0
 
     @property

@@ -48,8 +48,8 @@ def test_ps_worker_split_and_the_rest_is_communication():
 
 def test_host_kind_is_fsdp2s_time_per_unit():
     spec = load_cluster("cpu-local")
-    spec = dataclasses.replace(spec, efficiency=dataclasses.replace(
-        spec.efficiency, fsdp_unit_overhead=Sourced(2e-3, "assumed", "test")))
+    spec = dataclasses.replace(spec, strategies=spec.strategies.with_fsdp(
+        unit_overhead=Sourced(2e-3, "assumed", "test")))
     units = len(fsdp_units(load_workload("resnet18", "cifar10"), "block").units)
     s = predict(cluster=spec, strategy="fsdp", sharding="full", **KW).step_split_s
     assert s["host"] == pytest.approx(units * 2e-3)

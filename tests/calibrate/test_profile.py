@@ -163,6 +163,7 @@ def test_a_collectives_only_run_keeps_the_other_stages_of_the_base(tmp_path, mon
         assert eff[key] == base["efficiency"][key]
     assert profile["intra_node"]["latency_us"] == base["intra_node"]["latency_us"]  # the ps stage measures it
     assert profile["ps_servers"] == base["ps_servers"]
+    assert profile["strategies"] == base["strategies"]  # FSDP's unit overhead, a strategies-stage fit
     assert "collective_regimes_intra" in eff and "synthetic" not in eff["collective_regimes_intra"]["source"]
     cal = profile["calibration"]
     assert cal["compute"] == {"params": {"matmul": 0.5}} and cal["strategy_fit"] == {"x": 1}

@@ -34,7 +34,7 @@ def test_the_kind_decides_not_the_file_name(tmp_path):
 
 
 def test_an_unknown_kind_is_a_one_line_error(tmp_path):
-    with pytest.raises(SimdlError, match=r"kind 'tpu' is not a device type; accepted: cuda, cpu") as e:
+    with pytest.raises(SimdlError, match=r"kind = 'tpu'; accepted: cuda, cpu") as e:
         load_gpu(_variant(tmp_path, "A10G", "x", "tpu"))
     assert "\n" not in str(e.value)
 

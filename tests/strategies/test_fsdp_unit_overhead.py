@@ -1,4 +1,4 @@
-"""FSDP2's host time per unit (efficiency.fsdp_unit_overhead_us): one task per unit and step."""
+"""FSDP2's host time per unit (strategies.fsdp.unit_overhead_us): one task per unit and step."""
 
 import dataclasses
 
@@ -15,8 +15,8 @@ from simdl.workload.library import load_workload
 
 def _with_unit_overhead(name, seconds):
     spec = load_cluster(name)
-    eff = dataclasses.replace(spec.efficiency, fsdp_unit_overhead=Sourced(seconds, "assumed", "test"))
-    return dataclasses.replace(spec, efficiency=eff)
+    return dataclasses.replace(spec, strategies=spec.strategies.with_fsdp(
+        unit_overhead=Sourced(seconds, "assumed", "test")))
 
 
 def _plan(spec, sharding, accumulation=1):
@@ -40,7 +40,7 @@ def test_one_hook_task_per_unit_whatever_the_collectives(sharding):
 def test_the_step_grows_by_the_hooks_and_ddp_and_profiles_without_the_key_do_not():
     shipped = load_cluster("cpu-local")
     # a profile without the key (calibrated before 2026-11-25): no hook tasks, predictions as before
-    base = dataclasses.replace(shipped, efficiency=dataclasses.replace(shipped.efficiency, fsdp_unit_overhead=None))
+    base = dataclasses.replace(shipped, strategies=shipped.strategies.with_fsdp(unit_overhead=None))
     _, plan = _plan(base, "full")
     assert not any(x.name.startswith("fsdp_hooks:") for x in plan.tasks)
     kw = dict(model="resnet18", gpus=2, dataset="cifar10", batch_size=8)

@@ -1,0 +1,72 @@
+"""The ``strategies`` section of a cluster file or profile: costs of one strategy measured on
+this cluster, apart from the hardware's ``efficiency`` record. The strategy reads its own
+section (``spec.strategies.fsdp`` in :mod:`simdl.strategies.fsdp`).
+
+FSDP's per-unit host time is a cost of FSDP2's hooks, not of the hardware, so it lives in
+``strategies.fsdp.unit_overhead_us``. A file may give it as ``efficiency.fsdp_unit_overhead_us``
+as well: :func:`move_strategy_keys` reads that key as ``strategies.fsdp.unit_overhead_us`` in
+each file before an ``extends`` merge, and giving both in one file is an error.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..errors import SimdlError
+from ..provenance import Sourced
+from .declare import NONNEG, Section, dump, knob
+
+# efficiency key -> (strategy, key in its section): keys read into a strategy's section.
+MOVED_EFFICIENCY_KEYS = {"fsdp_unit_overhead_us": ("fsdp", "unit_overhead_us")}
+
+
+@dataclass(frozen=True)
+class FSDPSection:
+    """FSDP's costs on this cluster (read by the fsdp strategy)."""
+
+    unit_overhead: Sourced | None = knob("unit_overhead_us", NONNEG, """host time FSDP2 spends per unit per step
+        outside its collectives and the copies the plan prices: its forward and backward hooks (pre-forward
+        unshard, pre-backward, post-backward reduce) are Python on the training thread. Calls logged in the
+        strategy steps of a calibration on an AMD EPYC (2 ranks) left 150-250 ms per convnext_tiny /
+        efficientnet_v2_s step outside the calls and the local step, about as much with one collective per unit
+        (NO_SHARD) as with three (FULL_SHARD): a cost per unit, not per call. Fitted by `simdl calibrate` with
+        the other step parameters; absent = 0 (GPU presets: there the hooks run ahead of the kernels)""")
+
+
+@dataclass(frozen=True)
+class StrategySections:
+    """Costs of each strategy measured on this cluster."""
+
+    fsdp: FSDPSection = knob("fsdp", Section(FSDPSection, null_default=True), "FSDP's costs",
+                             default=FSDPSection(), dump_default=False)
+
+    def with_fsdp(self, **changes: Any) -> StrategySections:
+        return dataclasses.replace(self, fsdp=dataclasses.replace(self.fsdp, **changes))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dump(self)
+
+
+def move_strategy_keys(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """``raw`` (one file's mapping) with the efficiency keys of :data:`MOVED_EFFICIENCY_KEYS`
+    in their strategy's section (module docstring)."""
+    eff = raw.get("efficiency")
+    if not isinstance(eff, Mapping) or not any(k in eff for k in MOVED_EFFICIENCY_KEYS):
+        return raw
+    out = {**raw, "efficiency": dict(eff)}
+    strategies = out.get("strategies")
+    strategies = dict(strategies) if isinstance(strategies, Mapping) else {}
+    for old, (strategy, key) in MOVED_EFFICIENCY_KEYS.items():
+        if old not in out["efficiency"]:
+            continue
+        section = strategies.get(strategy)
+        section = dict(section) if isinstance(section, Mapping) else {}
+        if key in section:
+            raise SimdlError(f"{where}: efficiency.{old} and strategies.{strategy}.{key} are one value; "
+                             f"accepted: strategies.{strategy}.{key} alone")
+        section[key] = out["efficiency"].pop(old)
+        strategies[strategy] = section
+    out["strategies"] = strategies
+    return out
