@@ -235,6 +235,25 @@ def _construct(name_or_spec: str, shape: tuple[int, ...], num_classes: int) -> A
     return _call_factory(spec, shape, num_classes)
 
 
+def _construct_on(device: str, name_or_spec: str, shape: tuple[int, ...], num_classes: int) -> Any:
+    """Construct on ``device``; on meta, builders that read tensor values are built on the CPU.
+
+    A builder that computes its layout with tensors and reads the values back (torchvision
+    0.29's ``regnet.BlockParams.from_init_params`` calls ``.tolist()`` on its widths) raises
+    ``NotImplementedError`` under ``torch.device("meta")``, where tensors hold no data. Such a
+    model is built on the CPU, with real memory and initialisation, and moved to meta.
+    """
+    import torch
+
+    try:
+        with torch.device(device):
+            return _construct(name_or_spec, shape, num_classes)
+    except NotImplementedError as exc:
+        if device != "meta" or "meta" not in str(exc):
+            raise
+    return _construct(name_or_spec, shape, num_classes).to("meta")
+
+
 def build_model(
     name_or_spec: str, input_shape: tuple[int, ...], num_classes: int, device: str = "meta"
 ) -> tuple[Any, str]:
@@ -272,8 +291,8 @@ def build_adapted(
         if (h, w) != (size, size):
             shape = (c, size, size)
             notes.append(f"input padded to {size}x{size} (multiple of the {p}-pixel patch)")
+    model = _construct_on(device, name_or_spec, shape, num_classes)
     with torch.device(device):
-        model = _construct(name_or_spec, shape, num_classes)
         note = _set_in_channels(model, c)
     if note:
         notes.insert(0, note)

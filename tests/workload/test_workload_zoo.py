@@ -114,3 +114,18 @@ def test_wrap_types_exist_in_models():
         model, _ = build_model(name, (3, 64, 64), 10)
         present = {type(m).__name__ for m in model.modules()}
         assert set(types) <= present, (name, set(types) - present)
+
+
+@pytest.mark.torch
+def test_builder_reading_tensor_values_builds_on_meta():
+    # torchvision's RegNet computes its widths with tensors and reads them back
+    # (.tolist()), which meta tensors cannot do: the model is built on the CPU and moved.
+    import torchvision
+
+    from simdl.workload.zoo import build_model
+
+    model, _ = build_model("regnet_y_400mf", (3, 32, 32), 10)
+    params = list(model.parameters())
+    assert params and all(p.is_meta for p in params)
+    reference = torchvision.models.regnet_y_400mf(num_classes=10)
+    assert sum(p.numel() for p in params) == sum(p.numel() for p in reference.parameters())
