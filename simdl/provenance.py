@@ -45,6 +45,22 @@ def _round(x: float) -> float | int:
     return int(r) if r.is_integer() and abs(r) < 1e15 else r
 
 
+def kind_and_source(entry: Mapping[str, Any], where: str, prefix: str, what: str) -> tuple[str, str]:
+    """An entry's ``kind`` (one of :data:`KINDS`) and its non-empty ``source``, stripped.
+
+    ``prefix`` goes before the field names in errors (``"peak_fp32_TFLOP_per_s."``) and
+    ``what`` ends the missing-source error (``"the number comes"``: "must name where the
+    number comes from").
+    """
+    kind = entry.get("kind")
+    if kind not in KINDS:
+        raise SimdlError(f"{where}: {prefix}kind is {kind!r}; accepted: {', '.join(KINDS)}")
+    source = entry.get("source")
+    if not isinstance(source, str) or not source.strip():
+        raise SimdlError(f"{where}: {prefix}source must name where {what} from")
+    return str(kind), source.strip()
+
+
 def read(
     mapping: Mapping[str, Any],
     key: str,
@@ -67,16 +83,11 @@ def read(
     value = entry["value"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SimdlError(f"{where}: {key}.value must be a number, got {value!r}")
-    kind = entry.get("kind")
-    if kind not in KINDS:
-        raise SimdlError(f"{where}: {key}.kind is {kind!r}; accepted: {', '.join(KINDS)}")
-    source = entry.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise SimdlError(f"{where}: {key}.source must name where the number comes from")
+    kind, source = kind_and_source(entry, where, f"{key}.", "the number comes")
     if strictly_positive and not value > 0:
         raise SimdlError(f"{where}: {key} = {value} must be > 0")
     if minimum is not None and value < minimum:
         raise SimdlError(f"{where}: {key} = {value} must be >= {minimum}")
     _, unit = split_key(key)
     si = to_si(value, unit, where=f"{where}: {key}") if unit else float(value)
-    return Sourced(si, kind, source.strip())
+    return Sourced(si, kind, source)

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 from ..collectives.cost import COLLECTIVES
 from ..collectives.regimes import Regime, RegimeCurve, RegimeModel
 from ..errors import SimdlError, unknown
-from ..provenance import KINDS
+from ..provenance import KINDS, kind_and_source
 from ..units import GB
 from .readers import FrozenMap, _check_keys, _number
 
@@ -26,12 +26,7 @@ def _parse_regimes(raw: Any, where: str) -> RegimeModel:
     if not isinstance(raw, Mapping):
         raise SimdlError(f"{where} must be a mapping {{kind, source, link_GB_per_s, collectives}}, got {raw!r}")
     _check_keys(raw, _REGIME_SECTION_KEYS, where)
-    kind = raw.get("kind")
-    if kind not in KINDS:
-        raise SimdlError(f"{where}: kind is {kind!r}; accepted: {', '.join(KINDS)}")
-    source = raw.get("source")
-    if not isinstance(source, str) or not source.strip():
-        raise SimdlError(f"{where}: source must name where the regimes come from")
+    kind, source = kind_and_source(raw, where, "", "the regimes come")
     link = _number(raw, "link_GB_per_s", where, positive=True) * GB
     colls = raw.get("collectives")
     if not isinstance(colls, Mapping) or not colls:
@@ -67,7 +62,7 @@ def _parse_regimes(raw: Any, where: str) -> RegimeModel:
                 raise SimdlError(f"{w}: regimes[{i}].step_bytes starts at {out[i].lo_step_bytes:g}; accepted: above "
                                  f"regimes[{i - 1}]'s end ({out[i - 1].hi_step_bytes:g}): ordered, disjoint ranges")
         curves.append(RegimeCurve(name, _number(c, "overhead_us", w) * 1e-6, tuple(out)))
-    return RegimeModel(tuple(curves), link, kind, source.strip())
+    return RegimeModel(tuple(curves), link, kind, source)
 
 
 def _parse_subgroup_regimes(raw: Any, where: str) -> FrozenMap:
