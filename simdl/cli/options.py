@@ -125,9 +125,9 @@ def add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
                    help="analytic (closed form) or sim (SimPy simulator); default analytic")
     s.add_argument("--deepspeed-config", default=None, metavar="JSON",
                    help="a DeepSpeed ds_config.json: its ZeRO stage (zero0..zero3), options, batch and precision")
-    declared = {act.dest for act in p._actions}
-    for key, spec in registry.cli_options(declared):  # a registered strategy's own keywords
-        s.add_argument("--" + key.replace("_", "-"), dest=key, type=spec.cli_type, default=None, help=spec.help)
+    from .strategy_flags import add_strategy_flags
+
+    add_strategy_flags(s, {act.dest for act in p._actions})  # a registered strategy's own keywords
     return g
 
 
@@ -139,7 +139,7 @@ def prediction_kwargs(a: argparse.Namespace) -> dict:
             "shard_group", "ps_placement", "deepspeed_config")
     from ..strategies import registry
 
-    extra = [k for k, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]
+    extra = [k for k, _, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]
     return {k: getattr(a, k) for k in (*keys, *extra)}
 
 

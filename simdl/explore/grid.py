@@ -74,8 +74,11 @@ def accepted_keys() -> dict[str, type]:
     from ..strategies import registry
 
     keys = dict(predict_keys())
-    for k, key in registry.cli_options(set(keys)):  # a registered strategy's own keywords
-        keys[k] = key.cli_type if isinstance(key.cli_type, type) else str
+    from ..strategies.options import value_type
+
+    for k, key, options in registry.cli_options(set(keys)):  # a registered strategy's own keywords
+        declared = key.cli_type if isinstance(key.cli_type, type) else str
+        keys[k] = value_type(options, key.field) if declared is str else declared
     keys.update(SIM_KEYS)
     keys.update({k: float for k in _NUMERIC_CLUSTER_KEYS})
     keys["nics_per_node"] = int

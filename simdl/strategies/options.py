@@ -45,6 +45,16 @@ def _hints(cls: type) -> dict[str, object]:
     return typing.get_type_hints(cls)
 
 
+def value_type(options: type, name: str) -> type:
+    """What a field's value is written as: ``int``, ``float``, ``bool`` or ``str`` (``Literal``
+    choices of strings, and ``Optional[X]`` as ``X``); ``str`` for a name that is no field."""
+    kind = _hints(options).get(name, str)
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is typing.Union and type(None) in args:
+        kind = next(a for a in args if a is not type(None))
+    return kind if kind in (int, float, bool) else str
+
+
 def check_fields(options: object) -> None:
     """Validate every field of an options dataclass against its declared type: Literal
     choices, integers (bool refused), numbers, booleans, Optional of those. Options that

@@ -199,13 +199,14 @@ def is_client_server(name: str) -> bool:
     return get(base).client_server
 
 
-def cli_options(declared: set[str]) -> list[tuple[str, PredictKey]]:
-    """Strategy keywords the CLI has no option for yet, with their declarations."""
-    out: list[tuple[str, PredictKey]] = []
+def cli_options(declared: set[str]) -> list[tuple[str, PredictKey, type]]:
+    """Strategy keywords the CLI has no option for yet: each with its declaration and the
+    options dataclass of the family that declares it first."""
+    out: list[tuple[str, PredictKey, type]] = []
     for s in _SPECS.values():
         for k, key in s.predict_keys.items():
-            if k not in declared and k not in (o for o, _ in out):
-                out.append((k, key))
+            if k not in declared and k not in (o for o, _, _ in out):
+                out.append((k, key, s.options))
     return out
 
 
