@@ -84,7 +84,8 @@ def main() -> None:
     real = []
     if not a.no_real:
         import simdl
-        from simdl.memory.reference import real_fsdp_step, real_single_step
+        from simdl.memory.real_ranks import real_fsdp_step
+        from simdl.memory.reference import real_single_step
         from simdl.strategies.fsdp_units import fsdp_units
         from simdl.workload.library import load_workload
 

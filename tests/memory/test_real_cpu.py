@@ -55,7 +55,7 @@ def test_single_process_step(model, dataset, batch, optimizer):
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["fsdp-full", "fsdp-grad_op", "fsdp-none", "ddp"])
 def test_two_rank_gloo_step(strategy):
-    from simdl.memory.reference import real_fsdp_step
+    from simdl.memory.real_ranks import real_fsdp_step
     from simdl.strategies.fsdp_units import fsdp_units
     from simdl.workload.library import load_workload
 
