@@ -10,7 +10,7 @@ on Linux), so its windows can be cut from the samples.
 
 Started beside a run (``python benchmarks/proc_cpu_timeline.py record out.txt 100 &``), it
 counts among the run's other processes: the run that carried
-lab/records/events/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt recorded 0.055 cores of
+lab/records/events/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt.xz recorded 0.055 cores of
 others' CPU, this sampler included (its ``host_cpu``; lab/CAMPAIGN.md: "Where VGG16 PS sync's
 time goes").
 """
@@ -59,8 +59,11 @@ def record(path: str, seconds: float) -> None:
 
 
 def read(path: str) -> list[tuple[float, dict[str, int]]]:
+    """The recorded rows; a path ending in .xz is read decompressed (the committed records)."""
+    import lzma
+
     rows = []
-    for line in open(path):
+    for line in (lzma.open(path, "rt") if path.endswith(".xz") else open(path)):
         parts = line.split()
         rows.append((float(parts[0]), {x.split(":")[0]: int(x.split(":")[-2]) + int(x.split(":")[-1])
                                        for x in parts[1:]}))

@@ -73,8 +73,9 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
         out["last_arrival"].append(arrival - last_call)
         out["last_to_end"].append(rounds[k][2] - last_call)
     res = {k: statistics.median(v) if v else float("nan") for k, v in out.items()} | {"rounds": len(steady)}
-    cpu_log = workdir / "proc_cpu.txt"  # benchmarks/proc_cpu_timeline.py record, beside the run
-    if cpu_log.exists():
+    # benchmarks/proc_cpu_timeline.py record, beside the run (xz-compressed where committed)
+    cpu_log = next((p for p in (workdir / "proc_cpu.txt", workdir / "proc_cpu.txt.xz") if p.exists()), None)
+    if cpu_log is not None:
         from proc_cpu_timeline import read, window
 
         rows = read(str(cpu_log))
