@@ -20,6 +20,12 @@ class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, no usage dump; main() adds "error:" once
         raise SimdlError(f"{self.prog}: {message}")
 
+    def format_help(self) -> str:
+        from .strategy_flags import fill_lazy_help
+
+        fill_lazy_help(self._actions)
+        return super().format_help()
+
     def _get_formatter(self):  # argparse's width (columns - 2), found without shutil (simdl.startup)
         from ..startup import terminal_columns
 

@@ -4,7 +4,8 @@ A registered family's keyword (``StrategySpec.predict_keys``) that sets an optio
 the same name gets its parser, metavar and help from that field: its type (``int``, ``float``,
 ``bool``, ``Literal`` choices, ``Optional`` of those), the docstring under it
 (:func:`simdl.catalog.field_docs`) and its default. A keyword that declares ``cli_type`` or
-``help`` itself keeps them.
+``help`` itself keeps them. The help text is read from the source only when a help
+message is printed (``Parser.format_help``), not on every run.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from functools import partial
 from typing import Any, Callable, Literal
 
 from .options import choices_metavar, number
@@ -91,6 +93,14 @@ def add_strategy_flags(group: argparse._ArgumentGroup, declared: set[str]) -> No
                 kwargs["metavar"] = metavar
         else:
             kwargs["type"] = spec.cli_type
-        if not spec.help and spec.field in hints:
-            kwargs["help"] = _help(options, spec.field, spec.names)
-        group.add_argument("--" + key.replace("_", "-"), **kwargs)
+        action = group.add_argument("--" + key.replace("_", "-"), **kwargs)
+        if not spec.help and spec.field in hints:  # read from the source only when help is printed
+            action.lazy_help = partial(_help, options, spec.field, spec.names)  # type: ignore[attr-defined]
+
+
+def fill_lazy_help(actions) -> None:
+    """Give the actions :func:`add_strategy_flags` left a ``lazy_help`` their help text."""
+    for action in actions:
+        lazy = getattr(action, "lazy_help", None)
+        if lazy is not None and not action.help:
+            action.help = lazy()
