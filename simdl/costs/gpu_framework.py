@@ -22,9 +22,11 @@ this project's environment) and priced per call:
 DDP (torch/csrc/distributed/c10d/reducer.cpp, torch/nn/parallel/distributed.py):
 - per parameter, an autograd post-hook (``Reducer::autograd_hook`` -> ``mark_variable_ready``)
   when its gradient is ready: one light call at that row's backward;
-- ``gradient_as_bucket_view=False``: ``copy_grad_to_bucket`` copies the gradient into the
-  bucket (``at::mul_out`` dividing by the world size as it copies): one C++ op per parameter
-  (the plan's ``bucket_copy_in`` task, ``kernels`` = its parameters);
+- ``mark_variable_ready_dense`` writes the gradient into its bucket view (``at::mul_out``
+  dividing by the world size as it copies; ``div_`` in place where the gradient already is
+  the view): one C++ op per parameter, with or without ``gradient_as_bucket_view`` (under
+  ``zero_grad(set_to_none=True)`` the gradient is a fresh tensor every step; the plan's
+  ``bucket_copy_in`` task, ``kernels`` = its parameters, simdl.strategies.ddp);
 - a ready bucket is all-reduced (``mark_bucket_ready`` -> ``all_reduce_bucket``): one C++ op;
 - ``finalize_backward`` -> ``finalize_bucket_dense``: per parameter ``copy_bucket_to_grad``
   copies its averaged gradient back into ``param.grad`` (one C++ op), or with

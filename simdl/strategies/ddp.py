@@ -8,8 +8,18 @@ What PyTorch does (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d
   buckets are launched in index order (Reducer::mark_bucket_ready).
 - With broadcast_buffers=True (the default) module buffers are broadcast from rank 0
   before each forward.
-- After the last all-reduce the averaged gradients are copied from the buckets into
-  ``param.grad`` (gradient_as_bucket_view=False, the default), then the optimizer runs.
+- Copies (reducer.cpp of the PyTorch source whose API torch 2.14.1 exposes, with its default
+  ``batched_grad_copy=False``): as each gradient is ready, ``mark_variable_ready_dense``
+  writes it into its bucket view, one kernel per parameter (``at::mul_out`` dividing by the
+  world size while copying, or ``div_`` in place where the gradient already is the view).
+  After the last all-reduce, ``finalize_bucket_dense`` copies each parameter's averaged
+  gradient back into ``param.grad`` (``copy_bucket_to_grad``, one kernel per parameter) with
+  ``gradient_as_bucket_view=False`` (the default); with ``True`` it points ``param.grad`` at
+  the bucket view and copies nothing. The copy into the bucket stays under the view: the
+  gradient is the view only if the previous step left it so, and ``zero_grad()`` sets it to
+  None every step by default (``set_to_none=True``, torch/optim/optimizer.py; torch 2.14.1's
+  DDP docstring for ``batched_grad_copy``: "gradient_as_bucket_view alone cannot avoid
+  copies because the bucket view alias is destroyed every iteration"). Then the optimizer runs.
 - Under ``no_sync()`` (gradient accumulation) backward runs without communication.
 """
 
@@ -96,14 +106,14 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         for start in boundaries:
             pre = add_recompute(workload, add, (prev,), start, stop)
             prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(start, stop), direction="bwd"))
-            # Reducer::mark_variable_ready copies each gradient into its bucket as it is
-            # ready (gradient_as_bucket_view=False); a full bucket is all-reduced at once.
+            # Reducer::mark_variable_ready_dense writes each gradient into its bucket as it
+            # is ready (one kernel per parameter, with or without the view: module docstring);
+            # a full bucket is all-reduced at once.
             for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
                 if row != start:
                     continue
-                if not config.gradient_as_bucket_view:
-                    prev = add(Task(f"bucket_copy_in:bucket{k}", COMPUTE, "bwd", deps=(prev,),
-                                    bytes=2.0 * nbytes, kernels=len(buckets[k])))
+                prev = add(Task(f"bucket_copy_in:bucket{k}", COMPUTE, "bwd", deps=(prev,),
+                                bytes=2.0 * nbytes, kernels=len(buckets[k])))
                 ar.append(add(Task(f"all_reduce:bucket{k}", COMM, "comm", deps=(prev,),
                                    collective="all_reduce", comm_bytes=nbytes, group="world")))
             stop = start
@@ -111,8 +121,11 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             pre = add_recompute(workload, add, (prev,), 0, stop)
             prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=pre, rows=(0, stop), direction="bwd"))
         last_bwd = prev
+        # finalize_bucket_dense: copy_bucket_to_grad per parameter, or nothing under the view
+        # (the task stays as the point where the optimizer waits for the last all-reduce).
+        out_bytes, out_kernels = (0.0, 0) if config.gradient_as_bucket_view else (2.0 * sum(bucket_bytes), len(p_bytes))
         copy = add(Task("bucket_copy_out", COMPUTE, "bwd", deps=(last_bwd, ar[-1]),
-                        bytes=2.0 * sum(bucket_bytes), kernels=len(buckets)))
+                        bytes=out_bytes, kernels=out_kernels))
         last_compute = (copy,)
     opt = add(optimizer_task(workload.optimizer, workload.param_bytes, len(table.params), last_compute,
                              foreach=uses_foreach(cluster)))

@@ -45,17 +45,39 @@ def test_ddp_framework_host_time_lands_in_the_step_split_as_host():
     assert predict("efficientnet_v2_l", "ddp", 1).step_split_s["host"] == 0.0
 
 
-def test_gradient_as_bucket_view_drops_the_copy_in_launches_and_kernels():
+def test_bucket_copies_are_one_kernel_per_parameter_and_the_view_drops_only_the_copy_out():
+    """reducer.cpp: mark_variable_ready_dense writes every gradient into its bucket (also under
+    the view, zero_grad(set_to_none=True) leaving a fresh gradient each step);
+    finalize_bucket_dense copies each one back (copy_bucket_to_grad) unless the view is on."""
     wl, alloc, copied = _plan("resnet50", "ddp")
     _, _, viewed = _plan("resnet50", "ddp", gradient_as_bucket_view=True)
-    assert _host_s(wl, alloc, viewed) < _host_s(wl, alloc, copied)
+    n_params = len(wl.table.params)
+    grad_bytes = sum(4.0 * p.numel for p in wl.table.params)
+
+    def tasks(plan, head):
+        return [t for t in plan.tasks if t.name.partition(":")[0] == head]
+
+    for plan in (copied, viewed):
+        cin = tasks(plan, "bucket_copy_in")
+        assert len(cin) == plan.details["buckets"] > 1
+        assert sum(t.kernels for t in cin) == n_params
+        assert sum(t.bytes for t in cin) == pytest.approx(2 * grad_bytes)
+    (out_copied,), (out_viewed,) = tasks(copied, "bucket_copy_out"), tasks(viewed, "bucket_copy_out")
+    assert out_copied.kernels == n_params and out_copied.bytes == pytest.approx(2 * grad_bytes)
+    assert out_viewed.kernels == 0 and out_viewed.bytes == 0.0
+
     rates = device_rates(alloc, wl.precision)
     rows = row_times(wl.table, wl.batch_size, rates)
 
     def copies(plan):
         return sum(compute_task_time(t, rows, rates) for t in plan.tasks if t.name.startswith("bucket_copy"))
 
-    assert copies(viewed) < copies(copied)
+    # The view saves exactly the copy-out kernels, each at the device floor plus its bytes.
+    saved = copy_kernels_time(alloc.spec.gpu.kernels, 2 * grad_bytes, n_params)
+    assert copies(copied) - copies(viewed) == pytest.approx(saved, rel=1e-9)
+    assert saved > n_params * DEVICE_FLOOR_S
+    # Host: the copy-out's C++ ops become light calls (the view's pointer swap).
+    assert _host_s(wl, alloc, viewed) < _host_s(wl, alloc, copied)
 
 
 def test_fsdp_host_time_grows_with_the_number_of_units():
