@@ -92,6 +92,7 @@ def predict(
     _check_numbers(engine, epochs, bucket_cap_mb)
     ds, strategy, batch_size, grad_accumulation, precision, optimizer = _deepspeed(
         deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer)
+    _check_engine_options(engine, engine_options)
     family, strategy_kw = _strategy_keywords(strategy, engine_options, dict(
         sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
         bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None, reshard_root=reshard_root or None,
@@ -135,6 +136,25 @@ def _deepspeed(path, engine_options: dict, gpus, strategy: str, batch_size, grad
     return apply_ds_config(path, engine_options, gpus=gpus, strategy=strategy, default_strategy=_DEFAULTS["strategy"],
                            batch_size=batch_size, grad_accumulation=grad_accumulation, precision=precision,
                            optimizer=optimizer)
+
+
+def _check_engine_options(engine: str, engine_options: dict) -> None:
+    """A keyword that is neither predict's, a registered strategy's, nor (with the simulator)
+    the simulator's is refused, as is a simulator option given to the analytic engine."""
+    from .sim.options import RUN_OPTIONS, SIM_OPTIONS
+    from .strategies import registry
+
+    if engine == "sim":  # the simulator refuses what it does not take, naming its options
+        return
+    for key in engine_options:
+        if key in registry.predict_keys():
+            continue
+        if key in SIM_OPTIONS + RUN_OPTIONS:
+            if engine_options[key] not in (None, False):
+                raise SimdlError(f"{key} is a simulator option: it needs engine='sim' (engine is {engine!r})")
+            continue
+        accepted = tuple(_DEFAULTS) + registry.predict_keys() + SIM_OPTIONS + RUN_OPTIONS
+        raise unknown("predict keyword", key, tuple(dict.fromkeys(accepted)))
 
 
 def _strategy_keywords(strategy: str, engine_options: dict, strategy_kw: dict):

@@ -44,6 +44,7 @@ from ..errors import SimdlError
 from ..result import Result
 from ..strategies.plan import PSPlan, SpmdPlan
 from .memcurves import MemoryCurve  # noqa: F401  (SimRun.memory's values)
+from .options import SIM_OPTIONS
 from .play import play
 from .steady import link_window, run_notes, staleness_of, steady_state
 
@@ -144,7 +145,7 @@ def _iteration_settings(plan, iterations: int | None, warmup: int | None, unknow
     """(iterations, warmup), checked; asynchronous PS modes default to more of both."""
     if unknown_options:
         raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
-                         "iterations, warmup, straggler, jitter, seed, free_comm, contention")
+                         + ", ".join(SIM_OPTIONS))
     async_ps = isinstance(plan, PSPlan) and not plan.synchronous
     if iterations is None:
         iterations = DEFAULT_ITERATIONS_ASYNC if async_ps else DEFAULT_ITERATIONS
