@@ -1,0 +1,145 @@
+"""The strategies stage's part of a calibrated profile, fitted against the provisional
+profile: blocking collectives priced by their logged calls, the in-step copy factor, the step
+fit (interference, collective load, FSDP's per-unit overhead) and the compute jitter, with
+the records (page faults and warm-up, collectives inside the steps) that are checks only."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from . import fit as F
+from .jitter import StepJitterFit, local_step_series
+from .profile_context import CalibrationRun
+from .profile_parts import _blocking_fit, _copy_fit, _faults_warmup, _in_step, _logged_calls, _strategy_fit, _val
+
+
+def _blocking(run: CalibrationRun, profile: dict, eff: dict, rep: dict, logged: dict, fixed: dict) -> None:
+    """Blocking collectives (FSDP2 on CPU) priced as their logged calls ran (simdl.calibrate.in_step);
+    f, the load factor of all-gathers and reduce-scatters, then prices none of the steps."""
+    bf = _blocking_fit(run.stages["strategies"], logged, profile, run.ranks)
+    if bf is None:
+        return
+    worst = max((abs(v["rel_error"]) for h in bf.held_out_.values() for v in h.values()), default=None)
+    rep["blocking"] = {"factors": bf.factors_, "wait": bf.wait_, "calls": bf.n_calls_,
+                       "held_out": bf.held_out_, "held_out_max_abs_rel_error": worst}
+    src = (f"{run.tag}: in-step time of every logged FSDP collective call ({bf.n_calls_} calls; "
+           f"{', '.join(sorted(bf.held_out_) or ['one model'])} at {run.ranks} ranks) from the last "
+           f"rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time of the "
+           f"same calls"
+           + (f"; a model's in-call time per step predicted from the other models' factors and wait within "
+              f"{worst:.1%}" if worst is not None else ""))
+    for c, g in bf.factors_.items():
+        eff[f"collective_blocking_factor_{c}"] = _val(g, src)
+    eff["collective_blocking_wait"] = _val(bf.wait_, src.replace(
+        "from the last rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time "
+        "of the same calls",
+        "before the last rank's entry (waiting for a peer still computing), per second of the model's "
+        "local step, pooled"))
+    if {"all_gather", "reduce_scatter"} <= set(bf.factors_):
+        fixed[1] = 1.0
+        eff.pop("collective_load_factor", None)
+
+
+def _copies(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: dict, write: bool) -> None:
+    """Strategies' buffer copies inside a step, from the profiled steps: before the step fit,
+    whose parameters would otherwise absorb them (u, per unit, took most of it). Host devices
+    only: on a GPU the profiler's host-side copy ops are launches, not copies."""
+    with tempfile.TemporaryDirectory() as td:
+        cf = _copy_fit(profile, strat, run.ranks, Path(td))
+    if cf is None:
+        return
+    worst = max((abs(e) for h in cf.held_out_.values() for e in h["rel_errors"].values()), default=None)
+    rep["copies"] = {
+        "factor": cf.factor_, "points": [dict(p, rel_error=round(r, 4)) for p, r in zip(cf.points_, cf.residuals_)],
+        "held_out": cf.held_out_, "held_out_max_abs_rel_error": worst, "written": write}
+    if write:
+        eff["copy_in_step_factor"] = _val(cf.factor_, (
+            f"{run.tag}: copy ops (copy_, _chunk_cat, cat, ...) on the training thread of one profiled step of each "
+            f"DDP/FSDP variant ({len(cf.points_)} steps of {', '.join(sorted({p['model'] for p in cf.points_}))} "
+            f"at {run.ranks} ranks), less the same model's local step's, over the plan's copies at the "
+            f"idle copy bandwidth and page-fault cost; least squares on relative errors"
+            + (f"; a model's copies predicted from the other models' factor within {worst:.1%}"
+               if worst is not None else "")))
+
+
+def _step_fit(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: dict, fixed: dict) -> None:
+    """Interference, collective load and FSDP2's per-unit host time, fitted to the measured steps."""
+    with tempfile.TemporaryDirectory() as td:
+        sf, pts = _strategy_fit(profile, strat, run.ranks, Path(td), fixed)
+    if sf is None:
+        return
+    ho = sf.held_out_
+    worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
+    rep["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
+                  "held_out_max_abs_rel_error": worst,
+                  "at_bounds": sf.at_bounds_,
+                  "held": [name for i, name in ((1, "collective_load_factor"), (5, "fsdp_unit_overhead_us"))
+                           if i in fixed]}
+    models = sorted({p["model"] for p in pts})
+    src = (f"{run.tag}: least-squares fit of k (interference), "
+           + ("f_ar, h and a (all_reduce's load factor for small messages, the message size where the "
+              "slowdown halves, and delay per call; blocking all-gathers and reduce-scatters priced as "
+              "logged) " if 1 in fixed else
+              "f, f_ar, h and a (collective load factor for small messages, all_reduce's own, the message "
+              "size where the slowdown halves, and delay per call) ")
+           + ("" if 5 in fixed else "and u (FSDP2's host time per unit per step) ")
+           + f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {run.ranks} ranks; "
+           f"step errors at k=0, f=f_ar=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
+           f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
+           + (f"; leave-one-model-out max |err| {worst:.1%}" if worst is not None else ""))
+    eff["comm_compute_interference"] = _val(sf.interference_, src)
+    if 1 not in fixed:
+        eff["collective_load_factor"] = _val(sf.load_factor_, src)
+    eff["collective_load_factor_all_reduce"] = _val(sf.load_factor_all_reduce_, src)
+    eff["collective_load_half_size_MiB"] = _val(sf.load_half_size_bytes_ / 2**20, src)
+    eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
+    if 5 not in fixed:
+        profile.setdefault("strategies", {}).setdefault("fsdp", {})["unit_overhead_us"] = _val(
+            sf.unit_overhead_s_ * 1e6, src)
+
+
+def _jitter(run: CalibrationRun, eff: dict, rep: dict) -> None:
+    """Step-to-step spread of compute (simdl.calibrate.jitter), from the local steps."""
+    series = local_step_series(run.stages["strategies"])
+    if not series:
+        return
+    jf = StepJitterFit().fit(series)
+    rep["compute_jitter"] = {"sigma": jf.sigma_, "sd": jf.sd_, "series": jf.n_series_,
+                             "steps": jf.n_steps_, "per_series": jf.per_series_}
+    eff["compute_jitter"] = _val(jf.sigma_, (
+        f"{run.tag}: spread of log(step time) of local training (every rank its own copy, all "
+        f"{run.ranks} at once, no communication), 1.4826 x the median absolute deviation of each "
+        f"series about its median, pooled over {jf.n_series_} rank x model series ({jf.n_steps_} steps; "
+        f"per series {min(jf.per_series_.values()):.3f}-{max(jf.per_series_.values()):.3f}); plain standard "
+        f"deviation {jf.sd_:.3f}"
+        + (", inflated by occasional stalled steps (simdl.calibrate.jitter)" if jf.sd_ > 1.5 * jf.sigma_ else "")))
+
+
+def strategy_sections(run: CalibrationRun, profile: dict, report: dict[str, Any], *, compute_fitted: bool,
+                      joint: Any, blocking_from_calls: bool, fit_unit_overhead: bool, write_copy_factor: bool) -> None:
+    """Fit the strategies stage against the provisional profile; its values go into profile's
+    efficiency (and strategies) sections, its records into report["strategies"]."""
+    eff = profile["efficiency"]
+    strat = F.strategy_points(run.stages["strategies"]) if run.measured("strategies") else {}
+    rep: dict[str, Any] = {"measured": strat}
+    report["strategies"] = rep
+    fixed: dict[int, float] = {} if fit_unit_overhead else {5: 0.0}
+    logged = _logged_calls(run.stages["strategies"]) if strat and run.nodes == 1 else {}
+    if logged and eff.get("collective_regimes_intra") and blocking_from_calls:
+        _blocking(run, profile, eff, rep, logged, fixed)
+    if strat:
+        eff.pop("copy_in_step_factor", None)
+    if strat and run.shared:
+        _copies(run, profile, eff, rep, strat, write_copy_factor)
+    if strat and compute_fitted and (joint or eff.get("collective_regimes_intra")):
+        _step_fit(run, profile, eff, rep, strat, fixed)
+    # Page faults and warm-up of the measured steps: a record, nothing fitted yet.
+    if strat:
+        rep["faults_warmup"] = _faults_warmup(run.stages["strategies"])
+    # Collectives inside the measured steps (simdl.calibrate.in_step): a check.
+    if logged and eff.get("collective_regimes_intra"):
+        rep["in_step"] = _in_step(logged, profile, run.ranks)
+    if run.measured("strategies"):
+        _jitter(run, eff, rep)
