@@ -76,7 +76,8 @@ def test_the_lab_profiles_fitted_unit_overhead_reaches_the_fsdp_strategy():
 
     lab = Path(__file__).resolve().parents[2] / "lab" / "profiles" / "cpu-epyc-zen4.yaml"
     raw = yaml.safe_load(lab.read_text())
-    assert "fsdp_unit_overhead_us" in raw["efficiency"]  # the file keeps the efficiency key
+    assert "fsdp_unit_overhead_us" not in raw["efficiency"]  # the file gives it in the strategy's section
     spec = load_cluster(str(lab))
-    assert spec.strategies.fsdp.unit_overhead.value == pytest.approx(raw["efficiency"]["fsdp_unit_overhead_us"]["value"]
-                                                                      * 1e-6)
+    assert spec.strategies.fsdp.unit_overhead.value == pytest.approx(
+        raw["strategies"]["fsdp"]["unit_overhead_us"]["value"] * 1e-6)
+    assert spec.strategies.fsdp.unit_overhead.kind == "calibrated"
