@@ -7,6 +7,7 @@ Regenerate, when a change moves the profile on purpose, with
 and say in the commit message which keys moved and why."""
 
 import json
+import lzma
 import os
 from pathlib import Path
 
@@ -20,7 +21,7 @@ from simdl.cluster.spec import CLUSTER_DIR
 
 from test_profile import _write, make_run_dir
 
-SNAPSHOT = Path(__file__).parent / "data" / "profile_snapshot.json"
+SNAPSHOT = Path(__file__).parent / "data" / "profile_snapshot.json.xz"  # xz: the text is 296 kB
 
 
 def _canonical(obj, tmp: str):
@@ -88,9 +89,9 @@ def test_built_profiles_match_the_snapshot(tmp_path):
     got = _built(tmp_path)
     if os.environ.get("SIMDL_REGEN_PROFILE_SNAPSHOT"):
         SNAPSHOT.parent.mkdir(exist_ok=True)
-        SNAPSHOT.write_text(json.dumps(got, indent=1) + "\n")
+        SNAPSHOT.write_bytes(lzma.compress((json.dumps(got, indent=1) + "\n").encode(), preset=9))
         pytest.skip("snapshot regenerated")
-    want = json.loads(SNAPSHOT.read_text())
+    want = json.loads(lzma.decompress(SNAPSHOT.read_bytes()))
     assert sorted(got) == sorted(want)
     for case in want:
         assert json.dumps(got[case], indent=1) == json.dumps(want[case], indent=1), case
