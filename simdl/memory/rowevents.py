@@ -25,6 +25,7 @@ class _Rows:
     out: np.ndarray
     params: np.ndarray  # parameter bytes (fp32) owned by the row
     grad_in: np.ndarray  # bytes of the input gradient the row's backward produces
+    working: np.ndarray  # largest gradient bytes one backward op of the row reads and writes
 
 
 def _rows(table: WorkloadTable, batch: int, act_factor: float) -> _Rows:
@@ -33,7 +34,8 @@ def _rows(table: WorkloadTable, batch: int, act_factor: float) -> _Rows:
     out = table.column("output_bytes", batch) * act_factor
     params = table.fixed["param_bytes"].astype(float)
     grad_in = np.where(tree.leaf & (tree.prev_leaf >= 0), out[np.maximum(tree.prev_leaf, 0)], 0.0)
-    return _Rows(saved, out, params, grad_in)
+    working = table.column("bwd_working_bytes", batch) * act_factor
+    return _Rows(saved, out, params, grad_in, working)
 
 
 def _positions(n: int):
@@ -141,6 +143,17 @@ def _backward_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, pb, bwd:
     ev.add(bwd + 0.75, TEMP, -g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.75, GRADS, g, direction=BWD, row=rows, edge=1, label="gradients")
     ev.add(bwd + 0.3, TEMP, r.grad_in, direction=BWD, row=rows, label="input gradient")
+    # Inside a row of many functional ops (shifted-window attention's pad, roll, window
+    # partition and score matmuls) one backward op can read and write more gradient bytes
+    # than the row's output and input gradients: autograd runs a node with its incoming
+    # gradients and allocates its outputs before the inputs are released
+    # (torch/csrc/autograd/engine.cpp, Engine::evaluate_function: call_function, then
+    # the outputs go to the next nodes' InputBuffers). The excess over what the row holds
+    # already is live while that op runs.
+    held_now = np.where(tree.merge, r.out, 0.0) + r.out + r.grad_in + g
+    extra = np.maximum(r.working - held_now, 0.0)
+    ev.add(bwd + 0.35, TEMP, extra, direction=BWD, row=rows, label="backward op working set")
+    ev.add(bwd + 0.36, TEMP, -extra, direction=BWD, row=rows, label="backward op working set")
 
 
 def _conv_scratch_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, bwd: np.ndarray, rows: np.ndarray,

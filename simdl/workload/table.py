@@ -40,7 +40,10 @@ Column meanings (per sample unless ``_fixed``): forward FLOPs as PyTorch's
 backward FLOPs split into the gradient with respect to the module's input and with
 respect to its own weights; bytes read and written by the forward kernels; activation
 bytes saved for backward (saved-tensor hooks, deduplicated by storage, parameters
-excluded); bytes of the module's output; kernel (non-view aten op) counts per call.
+excluded); bytes of the module's output; the largest gradient bytes one backward op of
+the row reads and writes (``bwd_working_bytes``: its tensor inputs and outputs that are
+neither saved activations nor parameters; 0 in tables traced before the column existed);
+kernel (non-view aten op) counts per call.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ SCALED_COLUMNS = (
     "write_bytes",
     "saved_bytes",
     "output_bytes",
+    "bwd_working_bytes",
 )
 FIXED_COLUMNS = ("params", "param_bytes", "fwd_kernels", "bwd_kernels")
 

@@ -171,9 +171,26 @@ class Tracer(TorchDispatchMode):
         else:
             row = self.rows[node.metadata.get(_LABEL, 0)]
             row.v["bwd_kernels"] += 1
+            ws = self._working_bytes(args, kwargs, out)
+            if ws > row.v["bwd_working_bytes"]:
+                row.v["bwd_working_bytes"] = ws
             if packet in flop_registry:
                 self._backward_flops(row, func, packet, args, kwargs, out)
         return out
+
+    def _working_bytes(self, args, kwargs, out) -> int:
+        """Bytes of the gradients one backward op reads and writes: the storages of its
+        tensor inputs and outputs that are neither saved activations nor parameters or
+        buffers (each storage once; an in-place op's output is its input)."""
+        seen: set[StorageWeakRef] = set()
+        total = 0
+        for t in tensors((args, kwargs, out)):
+            key = _storage_key(t)
+            if key in seen or key in self.saved or key in self.exclude:
+                continue
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return total
 
     def _backward_flops(self, row, func, packet, args, kwargs, out) -> None:
         formula = flop_registry[packet]
