@@ -66,6 +66,7 @@ def predict(
     shard_group: int | None = None,
     ps_placement: str | None = None,
     deepspeed_config: str | None = None,
+    cuda_alloc_conf: str | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -84,12 +85,19 @@ def predict(
     stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
     batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
     it must agree with it.
+
+    ``cuda_alloc_conf``: caching allocator options in ``PYTORCH_CUDA_ALLOC_CONF`` syntax
+    (simdl.memory.allocconf); None: the environment variable, else PyTorch's defaults.
+    ``config["cuda_alloc_conf"]`` and ``config["cuda_alloc_conf_source"]`` say which.
     """
     if isinstance(model, Job):
         args = dict(locals())
         given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
         return predict(**model.replace(**given_kw, **engine_options).kwargs())
     _check_numbers(engine, epochs, bucket_cap_mb)
+    from .memory.allocconf import alloc_conf_echo
+
+    allocator, alloc_text, alloc_source = alloc_conf_echo(cuda_alloc_conf)
     ds, strategy, batch_size, grad_accumulation, precision, optimizer = _deepspeed(
         deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer)
     family, strategy_kw = _strategy_keywords(strategy, engine_options, dict(
@@ -113,7 +121,8 @@ def predict(
     _echo_input(echo, workload, dataset, vocab, train_samples)
     if ds is not None:
         echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
-    return _run(workload, alloc, plan, echo, engine, engine_options)
+    echo.update(cuda_alloc_conf=alloc_text, cuda_alloc_conf_source=alloc_source)
+    return _run(workload, alloc, plan, echo, engine, engine_options, allocator)
 
 
 def _check_numbers(engine: str, epochs, bucket_cap_mb) -> None:
@@ -299,19 +308,19 @@ def _echo_input(echo: dict, workload, dataset: str, vocab: int | None, train_sam
                                                 "inputs that are not its images: give --samples for your data set")
 
 
-def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
+def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict, allocator=None):
     """The engine's result, with the cluster's noise note and band; the SimRun with ``return_run``."""
     spec = alloc.spec
     if engine == "analytic":
         from .analytic.engine import evaluate
 
         result = evaluate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
-                          config=echo)
+                          config=echo, allocator=allocator)
     else:
         from .sim.engine import simulate  # the SimPy engine loads only when asked for
 
         result = simulate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
-                          config=echo, **engine_options)
+                          config=echo, allocator=allocator, **engine_options)
     run = None
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result
