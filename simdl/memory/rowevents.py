@@ -145,13 +145,12 @@ def _backward_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, pb, bwd:
     ev.add(bwd + 0.3, TEMP, r.grad_in, direction=BWD, row=rows, label="input gradient")
     # Inside a row of many functional ops (shifted-window attention's pad, roll, window
     # partition and score matmuls) one backward op can read and write more gradient bytes
-    # than the row's output and input gradients: autograd runs a node with its incoming
-    # gradients and allocates its outputs before the inputs are released
-    # (torch/csrc/autograd/engine.cpp, Engine::evaluate_function: call_function, then
-    # the outputs go to the next nodes' InputBuffers). The excess over what the row holds
-    # already is live while that op runs.
-    held_now = np.where(tree.merge, r.out, 0.0) + r.out + r.grad_in + g
-    extra = np.maximum(r.working - held_now, 0.0)
+    # made by the row's own backward than the row's input and parameter gradients:
+    # autograd runs a node with its incoming gradients and allocates its outputs before
+    # the inputs are released (torch/csrc/autograd/engine.cpp, Engine::evaluate_function:
+    # call_function, then the outputs go to the next nodes' InputBuffers). The excess is
+    # live while that op runs.
+    extra = np.maximum(r.working - r.grad_in - g, 0.0)
     ev.add(bwd + 0.35, TEMP, extra, direction=BWD, row=rows, label="backward op working set")
     ev.add(bwd + 0.36, TEMP, -extra, direction=BWD, row=rows, label="backward op working set")
 

@@ -41,8 +41,9 @@ backward FLOPs split into the gradient with respect to the module's input and wi
 respect to its own weights; bytes read and written by the forward kernels; activation
 bytes saved for backward (saved-tensor hooks, deduplicated by storage, parameters
 excluded); bytes of the module's output; the largest gradient bytes one backward op of
-the row reads and writes (``bwd_working_bytes``: its tensor inputs and outputs that are
-neither saved activations nor parameters; 0 in tables traced before the column existed);
+the row reads and writes among those the row's backward made (``bwd_working_bytes``: its
+tensor inputs and outputs that are neither saved activations nor parameters; 0 in tables
+traced before the column existed);
 kernel (non-view aten op) counts per call.
 """
 
