@@ -43,7 +43,8 @@ bytes saved for backward (saved-tensor hooks, deduplicated by storage, parameter
 excluded); bytes of the module's output; the largest gradient bytes one backward op of
 the row reads and writes among those the row's backward made (``bwd_working_bytes``: its
 tensor inputs and outputs that are neither saved activations nor parameters; 0 in tables
-traced before the column existed);
+traced before the column existed; a largest-over-ops figure, so linear in the batch
+only while the same op is the largest: two batches extrapolate it to within a few percent);
 kernel (non-view aten op) counts per call.
 """
 
