@@ -84,20 +84,13 @@ def predict(
     ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
     stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
     batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
-    it must agree with it.
-
-    ``cuda_alloc_conf``: caching allocator options in ``PYTORCH_CUDA_ALLOC_CONF`` syntax
-    (simdl.memory.allocconf); None: the environment variable, else PyTorch's defaults.
-    ``config["cuda_alloc_conf"]`` and ``config["cuda_alloc_conf_source"]`` say which.
+    it must agree with it. ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`).
     """
     if isinstance(model, Job):
         args = dict(locals())
         given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
         return predict(**model.replace(**given_kw, **engine_options).kwargs())
     _check_numbers(engine, epochs, bucket_cap_mb)
-    from .memory.allocconf import alloc_conf_echo
-
-    allocator, alloc_text, alloc_source = alloc_conf_echo(cuda_alloc_conf)
     ds, strategy, batch_size, grad_accumulation, precision, optimizer = _deepspeed(
         deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer)
     family, strategy_kw = _strategy_keywords(strategy, engine_options, dict(
@@ -121,8 +114,18 @@ def predict(
     _echo_input(echo, workload, dataset, vocab, train_samples)
     if ds is not None:
         echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
-    echo.update(cuda_alloc_conf=alloc_text, cuda_alloc_conf_source=alloc_source)
-    return _run(workload, alloc, plan, echo, engine, engine_options, allocator)
+    return _run(workload, alloc, plan, echo, engine, engine_options, _allocator(echo, cuda_alloc_conf))
+
+
+def _allocator(echo: dict, cuda_alloc_conf: str | None):
+    """The caching allocator's options, ``PYTORCH_CUDA_ALLOC_CONF`` syntax (simdl.memory.allocconf):
+    ``cuda_alloc_conf`` if given, else that environment variable, else PyTorch's defaults (None);
+    ``echo`` gains ``cuda_alloc_conf`` (the text) and ``cuda_alloc_conf_source`` (flag, env, default)."""
+    from .memory.allocconf import alloc_conf_echo
+
+    allocator, text, source = alloc_conf_echo(cuda_alloc_conf)
+    echo.update(cuda_alloc_conf=text, cuda_alloc_conf_source=source)
+    return allocator
 
 
 def _check_numbers(engine: str, epochs, bucket_cap_mb) -> None:
