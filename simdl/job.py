@@ -58,6 +58,8 @@ class Job:
     """A DeepSpeed ds_config.json: its ZeRO stage, options, batch, precision (simdl.strategies.zero_config)."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """The strategy's own keywords, as its registry entry declares them (e.g. ``{"sharding": "grad_op"}``)."""
+    cuda_alloc_conf: str | None = None
+    """Caching allocator options, PYTORCH_CUDA_ALLOC_CONF syntax (None: the environment variable, else defaults)."""
     engine: str = "analytic"
     """analytic | sim."""
     engine_options: Mapping[str, Any] = field(default_factory=dict)
@@ -94,4 +96,4 @@ def engine_option_names() -> frozenset[str]:
 
     params = inspect.signature(simulate).parameters.values()
     return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY) - {"algorithm", "loader_workers",
-                                                                             "config", "notes"}
+                                                                             "config", "notes", "allocator"}

@@ -66,6 +66,7 @@ def predict(
     shard_group: int | None = None,
     ps_placement: str | None = None,
     deepspeed_config: str | None = None,
+    cuda_alloc_conf: str | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -83,7 +84,7 @@ def predict(
     ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
     stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
     batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
-    it must agree with it.
+    it must agree with it. ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`).
     """
     if isinstance(model, Job):
         args = dict(locals())
@@ -114,7 +115,18 @@ def predict(
     _echo_input(echo, workload, dataset, vocab, train_samples)
     if ds is not None:
         echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
-    return _run(workload, alloc, plan, echo, engine, engine_options)
+    return _run(workload, alloc, plan, echo, engine, engine_options, _allocator(echo, cuda_alloc_conf))
+
+
+def _allocator(echo: dict, cuda_alloc_conf: str | None):
+    """The caching allocator's options, ``PYTORCH_CUDA_ALLOC_CONF`` syntax (simdl.memory.allocconf):
+    ``cuda_alloc_conf`` if given, else that environment variable, else PyTorch's defaults (None);
+    ``echo`` gains ``cuda_alloc_conf`` (the text) and ``cuda_alloc_conf_source`` (flag, env, default)."""
+    from .memory.allocconf import alloc_conf_echo
+
+    allocator, text, source = alloc_conf_echo(cuda_alloc_conf)
+    echo.update(cuda_alloc_conf=text, cuda_alloc_conf_source=source)
+    return allocator
 
 
 def _check_numbers(engine: str, epochs, bucket_cap_mb) -> None:
@@ -319,19 +331,19 @@ def _echo_input(echo: dict, workload, dataset: str, vocab: int | None, train_sam
                                                 "inputs that are not its images: give --samples for your data set")
 
 
-def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict):
+def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict, allocator=None):
     """The engine's result, with the cluster's noise note and band; the SimRun with ``return_run``."""
     spec = alloc.spec
     if engine == "analytic":
         from .analytic.engine import evaluate
 
         result = evaluate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
-                          config=echo)
+                          config=echo, allocator=allocator)
     else:
         from .sim.engine import simulate  # the SimPy engine loads only when asked for
 
         result = simulate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
-                          config=echo, **engine_options)
+                          config=echo, allocator=allocator, **engine_options)
     run = None
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result

@@ -32,7 +32,8 @@ CAPTURE: ContextVar[list | None] = ContextVar("simdl_analytic_capture", default=
 
 
 def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
-             loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = ()) -> Result:
+             loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = (),
+             allocator=None) -> Result:
     rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     sink = CAPTURE.get()
@@ -44,7 +45,10 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
     else:
         assert isinstance(plan, SpmdPlan), "a parameter-server plan brings its own evaluate hook"
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
-    return result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes)
+    # Allocator options other than the defaults (simdl.memory.allocconf) change the estimate.
+    memory = None if allocator is None else _memory(workload, plan, cluster, allocator)
+    return result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes,
+                     memory=memory)
 
 
 def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, timing: tuple, *,
@@ -98,25 +102,27 @@ def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, tim
     )
 
 
-def _estimate(workload: Workload, plan, cluster: Cluster):
-    return estimate_memory(workload, plan, cluster)
+def _estimate(workload: Workload, plan, cluster: Cluster, allocator=None):
+    return estimate_memory(workload, plan, cluster, allocator=allocator)
 
 
 _memo = LinkFreeMemo(_estimate)
 
 
-def memory_of(workload: Workload, plan, cluster: Cluster):
+def memory_of(workload: Workload, plan, cluster: Cluster, allocator=None):
     """The rank's memory estimate as :func:`evaluate` uses it (memoised, shared by clusters
     that differ only in links)."""
-    return _memory(workload, plan, cluster)
+    return _memory(workload, plan, cluster, allocator)
 
 
-def _memory(workload: Workload, plan, cluster: Cluster):
+def _memory(workload: Workload, plan, cluster: Cluster, allocator=None):
     """The rank's memory, shared by clusters that differ only in links (simdl.cluster.linkfree;
     ``estimate_memory`` ignores its ``act_factor``). The plan is keyed by identity and kept
     alive in the key, so its id cannot be reused; plans built for link-only variants are one
     object (simdl.strategies.build_plan)."""
-    return _memo((workload, id(plan), link_free_key(cluster), _Kept(plan)), workload, plan, cluster)
+    # The allocator options (a frozen AllocatorConfig, None: defaults) are part of the key.
+    return _memo((workload, id(plan), link_free_key(cluster), _Kept(plan), allocator), workload, plan, cluster,
+                 allocator)
 
 
 class _Kept:

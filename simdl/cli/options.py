@@ -146,6 +146,8 @@ def prediction_kwargs(a: argparse.Namespace) -> dict:
     from ..strategies import registry
 
     extra = [k for k, _, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]
+    if getattr(a, "cuda_alloc_conf", None) is not None:  # predict, maxbatch and memplot take it
+        extra.append("cuda_alloc_conf")
     return {k: getattr(a, k) for k in (*keys, *extra)}
 
 

@@ -98,7 +98,9 @@ def _cmd_memplot(a: argparse.Namespace) -> int:
 
 def add_memory_parsers(sub) -> None:
     mb = sub.add_parser("maxbatch", help="largest per-GPU batch that fits in GPU memory")
-    add_prediction_args(mb)["output"].add_argument("--json", action="store_true", help="print one JSON object")
+    mb_out = add_prediction_args(mb)["output"]
+    mb_out.add_argument("--json", action="store_true", help="print one JSON object")
+    add_alloc_conf_arg(mb_out)
     mb.set_defaults(func=_cmd_maxbatch)
     mp = sub.add_parser("memplot", help="per-rank memory over one iteration (analytic schedule) as a PNG")
     out = add_prediction_args(mp)["output"]
@@ -118,6 +120,7 @@ def add_run_parsers(sub) -> None:
     g = add_prediction_args(p)
     add_sim_args(g["engine"])
     g["output"].add_argument("--json", action="store_true", help="print one JSON object")
+    add_alloc_conf_arg(g["output"])
     p.set_defaults(func=_cmd_predict)
     t = sub.add_parser("trace", help="simulate and write a Chrome trace (Perfetto)")
     g = add_prediction_args(t)

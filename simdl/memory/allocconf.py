@@ -61,6 +61,19 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
     return AllocatorConfig(**fields)  # type: ignore[arg-type]
 
 
+def alloc_conf_echo(flag: str | None, environ: Mapping[str, str] | None = None
+                    ) -> tuple[AllocatorConfig | None, str, str]:
+    """(the allocator options, their text, where they came from: ``flag``, ``env``
+    (PYTORCH_CUDA_ALLOC_CONF) or ``default``), in :func:`resolve_alloc_conf`'s order."""
+    env = os.environ if environ is None else environ
+    config, _ = resolve_alloc_conf(flag, env)
+    if flag is not None:
+        return config, flag, "flag"
+    if env.get(ENV_VAR):
+        return config, env[ENV_VAR], "env"
+    return config, "", "default"
+
+
 def resolve_alloc_conf(flag: str | None, environ: Mapping[str, str] | None = None
                        ) -> tuple[AllocatorConfig | None, str]:
     """The allocator options and where they came from: the flag if given, else the

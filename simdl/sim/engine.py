@@ -92,17 +92,17 @@ class SimRun:
 def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto", loader_workers: int = 4,
              config: dict | None = None, notes: tuple[str, ...] = (), iterations: int | None = None,
              warmup: int | None = None, straggler=None, jitter=None, seed: int = 0, free_comm: bool = False,
-             contention: bool = True, return_run: bool = False, **unknown_options):
+             contention: bool = True, return_run: bool = False, allocator=None, **unknown_options):
     """Simulate ``plan`` and return a :class:`Result` (or the :class:`SimRun` with ``return_run``)."""
     with _without_cyclic_gc():
         return _simulate(workload, cluster, plan, algorithm=algorithm, loader_workers=loader_workers, config=config,
                          notes=notes, iterations=iterations, warmup=warmup, straggler=straggler, jitter=jitter,
                          seed=seed, free_comm=free_comm, contention=contention, return_run=return_run,
-                         **unknown_options)
+                         allocator=allocator, **unknown_options)
 
 
 def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, notes, iterations, warmup, straggler,
-              jitter, seed, free_comm, contention, return_run, **unknown_options):
+              jitter, seed, free_comm, contention, return_run, allocator=None, **unknown_options):
     """One run in phases: settings, the timeline played (simdl.sim.play), its steady state
     measured (simdl.sim.steady), the memory model's figures, the result."""
     iterations, warmup = _iteration_settings(plan, iterations, warmup, unknown_options)
@@ -117,7 +117,7 @@ def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, not
     # task times place the events in time for the memory-over-time curve.
     from ..memory.model import estimate_memory
 
-    est = estimate_memory(workload, plan, cluster)
+    est = estimate_memory(workload, plan, cluster, allocator=allocator)
     staleness, hist = staleness_of(plan, played.run, warmup)
     notes = run_notes(steady, played, hetero, iterations, warmup)
     cfg = _echo_config(config, iterations, warmup, seed, hetero)

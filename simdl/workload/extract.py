@@ -42,6 +42,10 @@ How each column is obtained:
   overwrote in place costs nothing more), parameters and buffers excluded, booked to
   the innermost module at pack time. The model input is counted when saved (the
   first conv keeps it for its weight gradient).
+* Backward working bytes: for each backward op, the storages of its tensor inputs and
+  outputs that are neither saved activations nor parameters/buffers and were made by
+  the same row's backward (the gradients it reads and writes); the row keeps the largest
+  over its ops.
 * Kernels: number of non-view aten ops per call (metadata-only ops excluded). The
   root row also holds the loss and the ``ones_like`` that seeds ``backward()``.
 * Row parameters: a module's own parameters on its first call, plus those of

@@ -40,7 +40,12 @@ Column meanings (per sample unless ``_fixed``): forward FLOPs as PyTorch's
 backward FLOPs split into the gradient with respect to the module's input and with
 respect to its own weights; bytes read and written by the forward kernels; activation
 bytes saved for backward (saved-tensor hooks, deduplicated by storage, parameters
-excluded); bytes of the module's output; kernel (non-view aten op) counts per call.
+excluded); bytes of the module's output; the largest gradient bytes one backward op of
+the row reads and writes among those the row's backward made (``bwd_working_bytes``: its
+tensor inputs and outputs that are neither saved activations nor parameters; 0 in tables
+traced before the column existed; a largest-over-ops figure, so linear in the batch
+only while the same op is the largest: two batches extrapolate it to within a few percent);
+kernel (non-view aten op) counts per call.
 """
 
 from __future__ import annotations
@@ -68,6 +73,7 @@ SCALED_COLUMNS = (
     "write_bytes",
     "saved_bytes",
     "output_bytes",
+    "bwd_working_bytes",
 )
 FIXED_COLUMNS = ("params", "param_bytes", "fwd_kernels", "bwd_kernels")
 

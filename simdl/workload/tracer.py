@@ -84,6 +84,7 @@ class Tracer(TorchDispatchMode):
         self.exclude |= {_storage_key(t) for t in model.buffers()}
         self.param_storages = {_storage_key(p) for p in model.parameters()}
         self.shapes: dict[torch.nn.Module, set[tuple[int, ...]]] = {}
+        self.bwd_owner: dict[StorageWeakRef, int] = {}  # storage made in backward -> its row
         self._decomposable: dict[Any, bool] = {}
 
     # -- module hooks ----------------------------------------------------------------
@@ -171,9 +172,33 @@ class Tracer(TorchDispatchMode):
         else:
             row = self.rows[node.metadata.get(_LABEL, 0)]
             row.v["bwd_kernels"] += 1
+            ws = self._working_bytes(node.metadata.get(_LABEL, 0), args, kwargs, out)
+            if ws > row.v["bwd_working_bytes"]:
+                row.v["bwd_working_bytes"] = ws
             if packet in flop_registry:
                 self._backward_flops(row, func, packet, args, kwargs, out)
         return out
+
+    def _working_bytes(self, index: int, args, kwargs, out) -> int:
+        """Bytes of the gradients one backward op of row ``index`` reads and writes that the
+        row's own backward made: the storages of its tensor inputs and outputs that are
+        neither saved activations nor parameters or buffers, and were created by an op of
+        this row (each storage once; an in-place op's output is its input). Gradients
+        arriving from other rows (the output gradient, a skip path's) are left out: the
+        memory timeline holds those already."""
+        for t in tensors(out):
+            key = _storage_key(t)
+            if key not in self.saved and key not in self.exclude:
+                self.bwd_owner[key] = index
+        seen: set[StorageWeakRef] = set()
+        total = 0
+        for t in tensors((args, kwargs, out)):
+            key = _storage_key(t)
+            if key in seen or self.bwd_owner.get(key) != index or key in self.saved or key in self.exclude:
+                continue
+            seen.add(key)
+            total += t.untyped_storage().nbytes()
+        return total
 
     def _backward_flops(self, row, func, packet, args, kwargs, out) -> None:
         formula = flop_registry[packet]
