@@ -201,13 +201,20 @@ def _timeline(table, batch, optimizer, precision, opts, f):
 
 def _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e) -> None:
     """Each module's gathered parameters around its forward and its backward, and the
-    modules prefetched behind it (up to the prefetch bucket and the live-parameter limit)."""
+    modules prefetched behind it (up to the prefetch bucket and the live-parameter limit).
+
+    Each fetch all-gathers the elements not yet gathered into one flat output of world x
+    partition (partition_parameters.py _all_gather_dtype, DeepSpeed 0.19.8) and its handle's
+    wait() gives every parameter its own ``torch.cat`` of the partitions
+    (AllGatherCoalescedHandle), so the flat output lives beside the copies until the wait
+    returns: the newly gathered elements are held twice for that moment."""
     from ..memory import timeline as T
 
     persistent = {i for i, k in enumerate(numels) if k <= f.persistence_threshold}
     fetch = fetch_modules(numels, first_row, persistent)
     order = sorted(fetch)
     for direction, rows in ((T.FWD, order), (T.BWD, order[::-1])):
+        window_ahead = 0  # elements of the previous fetch's window beyond its module: already gathered
         for j, row in enumerate(rows):
             k = fetch[row]
             ahead, m = 0, j + 1
@@ -223,6 +230,10 @@ def _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e) -> None:
                 pre, post = pb(tree.post_pos[row]) + 0.01, pb(tree.post_pos[first]) + 0.95
                 r0, r1 = int(tree.end[row]) - 1, first
             name = table.names[row]
+            new_elements, window_ahead = max(k + ahead - window_ahead, 0), ahead
+            if new_elements:
+                ev.add(pre - 0.0005, 5, new_elements * e, direction=direction, row=r0, label=f"all-gather output {name}")
+                ev.add(pre + 0.002, 5, -new_elements * e, direction=direction, row=r0, label=f"all-gather output {name}")
             ev.add(pre, 0, k * e, direction=direction, row=r0, label=f"gathered parameters {name}")
             ev.add(post, 0, -k * e, direction=direction, row=r1, edge=1, label=f"released parameters {name}")
             if ahead:
