@@ -135,9 +135,7 @@ def _compute(comp: dict) -> list[str]:
         lines.append(f"  compute_memory_overlap {p['compute_memory_overlap']:.3f}"
                      + ("  memory_bandwidth by class: " + ", ".join(f"{c} {v:.3f}" for c, v in per_class.items())
                         if per_class else ""))
-    for r in q["runs"]:
-        lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
-                     f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
+    lines += _run_lines(q["runs"])
     lines += _compute_held_out(comp.get("held_out"))
     for cls, m in comp.get("micro", {}).items():
         rate = (f"{m['achieved_GFLOP_per_s']} GFLOP/s (eff {m['matmul_efficiency']})" if m["achieved_GFLOP_per_s"]
@@ -154,9 +152,7 @@ def _compute_held_out(ho: dict | None) -> list[str]:
         return lines
     lines.append(f"  held-out model(s) {', '.join(ho['models'])}: max|step err| "
                  f"{_apct(ho['steps']['max_abs_rel_error'])}")
-    for r in ho["runs"]:
-        lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
-                     f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
+    lines += _run_lines(ho["runs"])
     cfg = ho.get("configs") or []
     if cfg:
         within = sum(abs(c["step_rel_error"]) <= 0.10 for c in cfg)
@@ -164,6 +160,12 @@ def _compute_held_out(ho: dict | None) -> list[str]:
                      + ", ".join(f"{c['config']} {_pct(c['step_rel_error'])}" for c in cfg))
     lines.append("    by op class: " + ", ".join(f"{c} {_pct(v['rel_error'])}" for c, v in ho["by_class"].items()))
     return lines
+
+
+def _run_lines(runs: list[dict]) -> list[str]:
+    """One line per run: its measured and predicted step and the relative error."""
+    return [f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
+            f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}" for r in runs]
 
 
 def _parameter_server(ps: dict | None) -> list[str]:
