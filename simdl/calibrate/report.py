@@ -67,8 +67,9 @@ def format_regimes(per_collective: dict) -> list[str]:
     return lines
 
 
-def format_report(report: dict, profile: dict) -> str:
-    lines = []
+def _provenance(report: dict, profile: dict) -> list[str]:
+    """The first line: where and on what the calibration ran, and how busy the machine was."""
+    lines: list[str] = []
     prov = report["provenance"]
     lines.append(f"profile {profile['name']}: {prov['ranks']} rank(s) on {', '.join(prov['host'])} "
                  f"({', '.join(prov['devices'])}, {prov['backend']}, torch {prov['versions'].get('torch')})"
@@ -78,7 +79,12 @@ def format_report(report: dict, profile: dict) -> str:
                  + ("; other processes' cores by stage: "
                     + ", ".join(f"{k} {v:.2f}" for k, v in prov["others_cores_by_stage"].items())
                     if prov.get("others_cores_by_stage") else ""))
-    eff = profile["efficiency"]
+    return lines
+
+
+def _collectives(report: dict) -> list[str]:
+    """Per scope the alpha-beta fit of each collective, the joint fit and its size regimes."""
+    lines: list[str] = []
     for scope, c in report.get("collectives", {}).items():
         j = c.get("joint")
         lines.append(f"collectives [{scope}]")
@@ -99,71 +105,98 @@ def format_report(report: dict, profile: dict) -> str:
                 lines.append("    bandwidth relative to all_reduce: " + ", ".join(
                     f"{k} {v:.3f}" for k, v in p["bandwidth_factors"].items()))
         lines += format_regimes(c.get("per_collective", {}))
-    comp = report.get("compute") or {}
-    if comp.get("params"):
-        p, q = comp["params"], comp["quality"]
-        lines.append(f"compute (roofline, fit on {', '.join(comp['fit_models'])})")
-        lines.append(f"  matmul {p['matmul']:.4f}  memory_bandwidth {p['memory_bandwidth']:.4f}  "
-                     f"kernel_launch {p['kernel_launch_us']:.2f} us  matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us"
-                     f"   step R2 {q['steps']['r2']}  "
-                     f"max|step err| {_apct(q['steps']['max_abs_rel_error'])}  row R2 {q['rows']['r2']}")
-        per_class = {k[len("memory_bandwidth_"):]: v for k, v in p.items() if k.startswith("memory_bandwidth_")}
-        calls = {k[len("call_overhead_"):-len("_us")]: v for k, v in p.items()
-                 if k.startswith("call_overhead_") and k.endswith("_us")}
-        if calls or "conv_weight_grad_bandwidth" in p:
-            lines.append("  " + "  ".join(
-                [f"call_overhead {c} {v:.1f} us" for c, v in calls.items()]
-                + ([f"conv_weight_grad_bandwidth {p['conv_weight_grad_bandwidth']:.3f}"]
-                   if "conv_weight_grad_bandwidth" in p else [])))
-        if comp.get("conv_call_microbenchmark_us") is not None:
-            lines.append(f"  tiny-conv microbenchmark: {comp['conv_call_microbenchmark_us']:.1f} us per call "
-                         + ("(held fixed in the fit)" if comp.get("matmul_call_measured") else
-                            f"(fitted matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us)"))
-        if "compute_memory_overlap" in p:
-            lines.append(f"  compute_memory_overlap {p['compute_memory_overlap']:.3f}"
-                         + ("  memory_bandwidth by class: " + ", ".join(f"{c} {v:.3f}" for c, v in per_class.items())
-                            if per_class else ""))
-        for r in q["runs"]:
-            lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
-                         f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
-        ho = comp.get("held_out")
-        if ho:
-            lines.append(f"  held-out model(s) {', '.join(ho['models'])}: max|step err| "
-                         f"{_apct(ho['steps']['max_abs_rel_error'])}")
-            for r in ho["runs"]:
-                lines.append(f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
-                             f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}")
-            cfg = ho.get("configs") or []
-            if cfg:
-                within = sum(abs(c["step_rel_error"]) <= 0.10 for c in cfg)
-                lines.append(f"    per configuration (mean of its ranks' steps), {within}/{len(cfg)} within 10%: "
-                             + ", ".join(f"{c['config']} {_pct(c['step_rel_error'])}" for c in cfg))
-            lines.append("    by op class: " + ", ".join(f"{c} {_pct(v['rel_error'])}" for c, v in ho["by_class"].items()))
-        for cls, m in comp.get("micro", {}).items():
-            rate = (f"{m['achieved_GFLOP_per_s']} GFLOP/s (eff {m['matmul_efficiency']})" if m["achieved_GFLOP_per_s"]
-                    else f"{m['achieved_GB_per_s']} GB/s (eff {m['memory_bandwidth_efficiency']})"
-                    if m["achieved_GB_per_s"] else "")
-            lines.append(f"  micro {cls:<12} {rate}  overhead {m['overhead_us']} us  max|res| {_apct(m['max_abs_rel_residual'])}")
-    ps = report.get("ps")
-    if ps:
-        upd = f"update {ps['update_bandwidth_GB_per_s'] or float('nan'):.3f} GB/s"
-        if ps.get("transport") == "rpc":
-            qa, qt = ps["quality"]["rpc_alone"], ps["quality"]["rpc_together"]
-            lines.append(f"parameter server (rpc): latency {ps['latency_us']:.1f} us  one worker "
-                         f"{ps['worker_bandwidth_GB_per_s']:.3f} GB/s (R2 {qa['r2']}, max|err| {_apct(qa['max_abs_rel_error'])})  "
-                         + (f"server side, {ps['rpc_workers'][0]} at once {ps['bandwidth_GB_per_s']:.3f} GB/s "
-                            f"(R2 {qt['r2']}, max|err| {_apct(qt['max_abs_rel_error'])})"
-                            if ps.get("server_side_measured", True) else
-                            "server side not measured (one worker), taken as the worker's link")
-                         + f"  fresh receive buffers "
-                         f"{ps['receive_fault_ns_per_byte']:.3f} ns/B  answer copy {ps['response_copy_ns_per_byte']:.3f} ns/B  {upd}")
-            pp = ps["pingpong"]
-            lines.append(f"  ping-pong ({pp['bytes_range'][0]}-{pp['bytes_range'][1]} B, process group): latency "
-                         f"{pp['latency_us']:.1f} us  bandwidth {pp['bandwidth_GB_per_s']:.3f} GB/s  R2 {pp['quality']['r2']}")
-        else:
-            q = ps["quality"]["roundtrip"]
-            lines.append(f"parameter server: latency {ps['latency_us']:.1f} us  bandwidth {ps['bandwidth_GB_per_s']:.3f} GB/s  "
-                         f"R2 {q['r2']}  {upd}")
+    return lines
+
+
+def _compute(comp: dict) -> list[str]:
+    """The roofline fit: its parameters, per-run step errors, held-out models and microbenchmarks."""
+    lines: list[str] = []
+    if not comp.get("params"):
+        return lines
+    p, q = comp["params"], comp["quality"]
+    lines.append(f"compute (roofline, fit on {', '.join(comp['fit_models'])})")
+    lines.append(f"  matmul {p['matmul']:.4f}  memory_bandwidth {p['memory_bandwidth']:.4f}  "
+                 f"kernel_launch {p['kernel_launch_us']:.2f} us  matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us"
+                 f"   step R2 {q['steps']['r2']}  "
+                 f"max|step err| {_apct(q['steps']['max_abs_rel_error'])}  row R2 {q['rows']['r2']}")
+    per_class = {k[len("memory_bandwidth_"):]: v for k, v in p.items() if k.startswith("memory_bandwidth_")}
+    calls = {k[len("call_overhead_"):-len("_us")]: v for k, v in p.items()
+             if k.startswith("call_overhead_") and k.endswith("_us")}
+    if calls or "conv_weight_grad_bandwidth" in p:
+        lines.append("  " + "  ".join(
+            [f"call_overhead {c} {v:.1f} us" for c, v in calls.items()]
+            + ([f"conv_weight_grad_bandwidth {p['conv_weight_grad_bandwidth']:.3f}"]
+               if "conv_weight_grad_bandwidth" in p else [])))
+    if comp.get("conv_call_microbenchmark_us") is not None:
+        lines.append(f"  tiny-conv microbenchmark: {comp['conv_call_microbenchmark_us']:.1f} us per call "
+                     + ("(held fixed in the fit)" if comp.get("matmul_call_measured") else
+                        f"(fitted matmul_call_overhead {p['matmul_call_overhead_us']:.1f} us)"))
+    if "compute_memory_overlap" in p:
+        lines.append(f"  compute_memory_overlap {p['compute_memory_overlap']:.3f}"
+                     + ("  memory_bandwidth by class: " + ", ".join(f"{c} {v:.3f}" for c, v in per_class.items())
+                        if per_class else ""))
+    lines += _run_lines(q["runs"])
+    lines += _compute_held_out(comp.get("held_out"))
+    for cls, m in comp.get("micro", {}).items():
+        rate = (f"{m['achieved_GFLOP_per_s']} GFLOP/s (eff {m['matmul_efficiency']})" if m["achieved_GFLOP_per_s"]
+                else f"{m['achieved_GB_per_s']} GB/s (eff {m['memory_bandwidth_efficiency']})"
+                if m["achieved_GB_per_s"] else "")
+        lines.append(f"  micro {cls:<12} {rate}  overhead {m['overhead_us']} us  max|res| {_apct(m['max_abs_rel_residual'])}")
+    return lines
+
+
+def _compute_held_out(ho: dict | None) -> list[str]:
+    """The roofline fit's errors on the models it was not fitted on."""
+    lines: list[str] = []
+    if not ho:
+        return lines
+    lines.append(f"  held-out model(s) {', '.join(ho['models'])}: max|step err| "
+                 f"{_apct(ho['steps']['max_abs_rel_error'])}")
+    lines += _run_lines(ho["runs"])
+    cfg = ho.get("configs") or []
+    if cfg:
+        within = sum(abs(c["step_rel_error"]) <= 0.10 for c in cfg)
+        lines.append(f"    per configuration (mean of its ranks' steps), {within}/{len(cfg)} within 10%: "
+                     + ", ".join(f"{c['config']} {_pct(c['step_rel_error'])}" for c in cfg))
+    lines.append("    by op class: " + ", ".join(f"{c} {_pct(v['rel_error'])}" for c, v in ho["by_class"].items()))
+    return lines
+
+
+def _run_lines(runs: list[dict]) -> list[str]:
+    """One line per run: its measured and predicted step and the relative error."""
+    return [f"    {r['run']:<28} measured {r['measured_step_ms']:9.2f} ms  predicted "
+            f"{r['predicted_step_ms']:9.2f} ms  {_pct(r['step_rel_error'])}" for r in runs]
+
+
+def _parameter_server(ps: dict | None) -> list[str]:
+    """The parameter-server transport fit (rpc or process-group round trips)."""
+    lines: list[str] = []
+    if not ps:
+        return lines
+    upd = f"update {ps['update_bandwidth_GB_per_s'] or float('nan'):.3f} GB/s"
+    if ps.get("transport") == "rpc":
+        qa, qt = ps["quality"]["rpc_alone"], ps["quality"]["rpc_together"]
+        lines.append(f"parameter server (rpc): latency {ps['latency_us']:.1f} us  one worker "
+                     f"{ps['worker_bandwidth_GB_per_s']:.3f} GB/s (R2 {qa['r2']}, max|err| {_apct(qa['max_abs_rel_error'])})  "
+                     + (f"server side, {ps['rpc_workers'][0]} at once {ps['bandwidth_GB_per_s']:.3f} GB/s "
+                        f"(R2 {qt['r2']}, max|err| {_apct(qt['max_abs_rel_error'])})"
+                        if ps.get("server_side_measured", True) else
+                        "server side not measured (one worker), taken as the worker's link")
+                     + f"  fresh receive buffers "
+                     f"{ps['receive_fault_ns_per_byte']:.3f} ns/B  answer copy {ps['response_copy_ns_per_byte']:.3f} ns/B  {upd}")
+        pp = ps["pingpong"]
+        lines.append(f"  ping-pong ({pp['bytes_range'][0]}-{pp['bytes_range'][1]} B, process group): latency "
+                     f"{pp['latency_us']:.1f} us  bandwidth {pp['bandwidth_GB_per_s']:.3f} GB/s  R2 {pp['quality']['r2']}")
+    else:
+        q = ps["quality"]["roundtrip"]
+        lines.append(f"parameter server: latency {ps['latency_us']:.1f} us  bandwidth {ps['bandwidth_GB_per_s']:.3f} GB/s  "
+                     f"R2 {q['r2']}  {upd}")
+    return lines
+
+
+def _streams(comp: dict) -> list[str]:
+    """Stream bandwidths (optimizer step, buffer copies), page faults and measured compute rows."""
+    lines: list[str] = []
     for key, what in (("stream", "optimizer step (in place)"), ("copy", "buffer copies")):
         sf = comp.get(key)
         if sf:
@@ -178,7 +211,12 @@ def format_report(report: dict, profile: dict) -> str:
     for r in comp.get("measured_rows") or []:
         lines.append(f"compute profile {r['model']} ({r['dataset']}): batches {r['batches']}, measured steps "
                      + ", ".join(f"{s * 1e3:.1f} ms" for s in r["step_s"]))
-    st = report.get("strategies", {})
+    return lines
+
+
+def _strategy_steps(st: dict) -> list[str]:
+    """The measured strategy steps and the buffer-copy factor inside them."""
+    lines: list[str] = []
     if st.get("measured"):
         def step(m):
             return "skipped" if m.get("skipped") else f"{m['step_s'] * 1e3:.2f}"
@@ -195,30 +233,42 @@ def format_report(report: dict, profile: dict) -> str:
         for pt in c["points"]:
             lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  idle-machine "
                          f"{pt['predicted_s'] * 1e3:8.1f} ms  fitted {_pct(pt['rel_error'])}")
-    if st.get("fit"):
-        o = st["fit"]
-        p = o["params"]
-        held = " (held: the blocking calls are priced as logged)" if "collective_load_factor" in o.get("held", ()) else ""
-        lines.append(f"strategy fit: comm_compute_interference {p['comm_compute_interference']:.3f}, collective_load_factor "
-                     f"{p['collective_load_factor']:.3f}{held}, collective_load_factor_all_reduce "
-                     f"{p['collective_load_factor_all_reduce']:.3f}, collective_load_half_size "
-                     f"{p['collective_load_half_size_MiB']:.1f} MiB, collective_load_overhead "
-                     f"{p['collective_load_overhead_us']:.0f} us, fsdp_unit_overhead "
-                     + ("held at 0" if "fsdp_unit_overhead_us" in o.get("held", ())
-                        else f"{p['fsdp_unit_overhead_us']:.0f} us"))
-        if o.get("at_bounds"):
-            lines.append("  at a bound of the search (not pinned by the steps): "
-                         + ", ".join(f"{k} ({v})" for k, v in o["at_bounds"].items()))
-        ho = [abs(e) for h in o["held_out"].values() for e in h["rel_errors"].values()]
-        if ho:
-            lines.append(f"  leave-one-model-out step error: max {max(ho):.1%}, mean {sum(ho) / len(ho):.1%} "
-                         f"({len(ho)} steps)")
-        for pt in o["points"]:
-            lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  error at defaults "
-                         f"{_pct(pt['rel_error_defaults'])} -> fitted {_pct(pt['rel_error_fitted'])}")
-        for m, h in o["held_out"].items():
-            lines.append(f"  held out {m} (fit on {', '.join(h['fitted_on'])}): "
-                         + ", ".join(f"{v} {_pct(e)}" for v, e in h["rel_errors"].items()))
+    return lines
+
+
+def _strategy_fit(o: dict | None) -> list[str]:
+    """The strategy fit's parameters, bounds hit, and errors at defaults, fitted and held out."""
+    lines: list[str] = []
+    if not o:
+        return lines
+    p = o["params"]
+    held = " (held: the blocking calls are priced as logged)" if "collective_load_factor" in o.get("held", ()) else ""
+    lines.append(f"strategy fit: comm_compute_interference {p['comm_compute_interference']:.3f}, collective_load_factor "
+                 f"{p['collective_load_factor']:.3f}{held}, collective_load_factor_all_reduce "
+                 f"{p['collective_load_factor_all_reduce']:.3f}, collective_load_half_size "
+                 f"{p['collective_load_half_size_MiB']:.1f} MiB, collective_load_overhead "
+                 f"{p['collective_load_overhead_us']:.0f} us, fsdp_unit_overhead "
+                 + ("held at 0" if "fsdp_unit_overhead_us" in o.get("held", ())
+                    else f"{p['fsdp_unit_overhead_us']:.0f} us"))
+    if o.get("at_bounds"):
+        lines.append("  at a bound of the search (not pinned by the steps): "
+                     + ", ".join(f"{k} ({v})" for k, v in o["at_bounds"].items()))
+    ho = [abs(e) for h in o["held_out"].values() for e in h["rel_errors"].values()]
+    if ho:
+        lines.append(f"  leave-one-model-out step error: max {max(ho):.1%}, mean {sum(ho) / len(ho):.1%} "
+                     f"({len(ho)} steps)")
+    for pt in o["points"]:
+        lines.append(f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  error at defaults "
+                     f"{_pct(pt['rel_error_defaults'])} -> fitted {_pct(pt['rel_error_fitted'])}")
+    for m, h in o["held_out"].items():
+        lines.append(f"  held out {m} (fit on {', '.join(h['fitted_on'])}): "
+                     + ", ".join(f"{v} {_pct(e)}" for v, e in h["rel_errors"].items()))
+    return lines
+
+
+def _faults_and_blocking(st: dict) -> list[str]:
+    """Page faults and warm-up of the measured steps, and the blocking-collective factors."""
+    lines: list[str] = []
     if st.get("faults_warmup"):
         lines.append("page faults and warm-up of the measured steps (faulted = memory touched for the first time since "
                      "the allocator got it from the OS, per timed step; warm-up = the untimed first steps / the median "
@@ -235,6 +285,12 @@ def format_report(report: dict, profile: dict) -> str:
             lines.append(f"  held out {m}: in-call time per step "
                          + ", ".join(f"{k.split('/')[0]} {v['measured_s'] * 1e3:.0f} ms {_pct(v['rel_error'])}"
                                      for k, v in h.items()))
+    return lines
+
+
+def _in_step(st: dict) -> list[str]:
+    """The collectives inside the FSDP steps beside what the profile charges for them."""
+    lines: list[str] = []
     if st.get("in_step"):
         lines.append("collectives inside the FSDP steps (per step, ms; in the call = exposed communication on a "
                      "host that blocks; transfer = from the last rank's entry; idle = the collective curves; "
@@ -250,6 +306,13 @@ def format_report(report: dict, profile: dict) -> str:
             lines.append(f"    {key:<34} {t['calls']:5.0f} {t['in_call_s'] * 1e3:8.1f} {t['waiting_s'] * 1e3:8.1f} "
                          f"{t['transfer_s'] * 1e3:8.1f} {t['idle_s'] * 1e3:8.1f} {t['model_s'] * 1e3:8.1f}  "
                          f"{_ratio(t['transfer_over_idle']):>13}  {_ratio(t['model_over_in_call']):>15}")
+    return lines
+
+
+def _closing(report: dict, profile: dict) -> list[str]:
+    """The measurement-noise warning, if any, and the profile's efficiency values."""
+    lines: list[str] = []
+    eff = profile["efficiency"]
     why = noise_warning(((report.get("strategies") or {}).get("compute_jitter") or {}).get("sigma"))
     if why:
         lines.append(f"warning: {why}")
@@ -258,6 +321,23 @@ def format_report(report: dict, profile: dict) -> str:
                     if "collective_regimes_intra" in eff else "")
                  + "".join(f"; collective_regimes_subgroups[{d}] for " + ", ".join(sec["collectives"])
                            for d, sec in eff.get("collective_regimes_subgroups", {}).items()))
+    return lines
+
+
+def format_report(report: dict, profile: dict) -> str:
+    """The calibration summary printed after a fit, one section per stage."""
+    comp = report.get("compute") or {}
+    st = report.get("strategies", {})
+    lines = _provenance(report, profile)
+    lines += _collectives(report)
+    lines += _compute(comp)
+    lines += _parameter_server(report.get("ps"))
+    lines += _streams(comp)
+    lines += _strategy_steps(st)
+    lines += _strategy_fit(st.get("fit"))
+    lines += _faults_and_blocking(st)
+    lines += _in_step(st)
+    lines += _closing(report, profile)
     return "\n".join(lines)
 
 
