@@ -30,6 +30,7 @@ test: $(VENV)/.test-installed
 # .ci/run calls both; the versions are pinned in the test extra so a new release cannot turn CI red.
 lint: $(VENV)/.test-installed
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 typecheck: $(VENV)/.test-installed
 	$(VENV)/bin/mypy

@@ -28,8 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simdl.memory.allocator.replay import replay  # noqa: E402
-from simdl.memory.allocator.snapshot import (load_snapshot, ops_from_trace, recorded_reserved,  # noqa: E402
-                                             snapshot_of_replay)
+from simdl.memory.allocator.snapshot import load_snapshot, ops_from_trace, recorded_reserved, snapshot_of_replay  # noqa: E402
 
 MiB = 2**20
 
@@ -43,24 +42,28 @@ def compare(snapshot: dict, label: str) -> None:
         r = replay(ops)
         took = time.process_time() - c
         rec_peak, _ = recorded_reserved(trace)
-        print(f"{label} device {dev}: {len(ops)} requests; replayed in {took * 1e3:.0f} ms CPU "
-              f"({(time.time() - t) * 1e3:.0f} ms wall)")
+        print(
+            f"{label} device {dev}: {len(ops)} requests; replayed in {took * 1e3:.0f} ms CPU "
+            f"({(time.time() - t) * 1e3:.0f} ms wall)"
+        )
         print(f"  max allocated (model) {r.max_allocated_bytes / MiB:10.1f} MiB")
         print(f"  max reserved  (model) {r.max_reserved_bytes / MiB:10.1f} MiB")
         if rec_peak:
-            print(f"  max reserved  (trace) {rec_peak / MiB:10.1f} MiB   model error "
-                  f"{r.max_reserved_bytes / rec_peak - 1:+.2%}")
+            print(
+                f"  max reserved  (trace) {rec_peak / MiB:10.1f} MiB   model error "
+                f"{r.max_reserved_bytes / rec_peak - 1:+.2%}"
+            )
         else:
             print("  the trace has no segment events (recorded after its segments were made?)")
 
 
 def generated() -> dict:
     from simdl.cluster import allocate, load_cluster
+    from simdl.memory.allocator.replay import ALLOC, Op
     from simdl.memory.cuda import workspaces
     from simdl.memory.device import device_memory
     from simdl.memory.model import memory_options, timeline_for
     from simdl.memory.sequence import allocation_sequence
-    from simdl.memory.allocator.replay import ALLOC, Op
     from simdl.strategies import StrategyConfig, build_plan
     from simdl.workload.library import load_workload
     from simdl.workload.workload import Workload
@@ -87,14 +90,18 @@ def main() -> int:
     if args.snapshot:
         compare(load_snapshot(args.snapshot), args.snapshot)
     else:
-        print("no recorded snapshot given: generating one in the _snapshot format from simdl's replay "
-              "(resnet50 imagenet b=128 DDP, 8 x A100-80GB) and reading it back\n")
+        print(
+            "no recorded snapshot given: generating one in the _snapshot format from simdl's replay "
+            "(resnet50 imagenet b=128 DDP, 8 x A100-80GB) and reading it back\n"
+        )
         snap = generated()
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "resnet50.pickle"
             path.write_bytes(pickle.dumps(snap))
-            print(f"wrote {path.stat().st_size / 1024:.0f} KiB, {len(snap['device_traces'][0])} trace entries, "
-                  f"{len(snap['segments'])} segments")
+            print(
+                f"wrote {path.stat().st_size / 1024:.0f} KiB, {len(snap['device_traces'][0])} trace entries, "
+                f"{len(snap['segments'])} segments"
+            )
             compare(load_snapshot(str(path)), "generated trace")
     ru = resource.getrusage(resource.RUSAGE_SELF)
     print(f"\nCPU {time.process_time() - c0:.2f} s, max RSS {ru.ru_maxrss / 1024:.0f} MiB; host shared with other jobs")

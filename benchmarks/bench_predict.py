@@ -39,13 +39,27 @@ def cli_wall_time(repeats: int = 7) -> list[float]:
 
 
 CLI_CASES = {
-    "predict --model vgg16 --strategy fsdp --gpus 4": ("predict", "--model", "vgg16", "--strategy", "fsdp",
-                                                        "--gpus", "4"),
+    "predict --model vgg16 --strategy fsdp --gpus 4": (
+        "predict",
+        "--model",
+        "vgg16",
+        "--strategy",
+        "fsdp",
+        "--gpus",
+        "4",
+    ),
     "error: --model nope": ("predict", "--model", "nope"),
     "error: --cluster nope": ("predict", "--cluster", "nope"),
     "error: ps-sync without servers": ("predict", "--strategy", "ps-sync", "--gpus", "4"),
-    "error: --gpus 640000 (lists multi-node presets)": ("predict", "--model", "vgg16", "--strategy", "ddp",
-                                                        "--gpus", "640000"),
+    "error: --gpus 640000 (lists multi-node presets)": (
+        "predict",
+        "--model",
+        "vgg16",
+        "--strategy",
+        "ddp",
+        "--gpus",
+        "640000",
+    ),
 }
 
 
@@ -54,8 +68,13 @@ def cli_cpu_times(args: tuple[str, ...], env: dict, cwd: str, repeats: int = 5) 
     out = []
     for _ in range(repeats):
         before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        subprocess.run([sys.executable, "-m", "simdl", *args], env=env, cwd=cwd, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "simdl", *args],
+            env=env,
+            cwd=cwd,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         out.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
     return out
@@ -70,8 +89,10 @@ def cli_cpu_table(repeats: int = 5) -> None:
         source = dict(base, PYTHONDONTWRITEBYTECODE="1")  # the installed packages keep their own bytecode
         compiled = dict(base, PYTHONPYCACHEPREFIX=os.path.join(tmp, "pyc"))
         compiled.pop("PYTHONDONTWRITEBYTECODE", None)
-        print(f"\nCPU seconds of whole processes (getrusage children, {repeats} runs each; host load "
-              f"{os.getloadavg()[0]:.2f}, possibly shared): median (min-max)")
+        print(
+            f"\nCPU seconds of whole processes (getrusage children, {repeats} runs each; host load "
+            f"{os.getloadavg()[0]:.2f}, possibly shared): median (min-max)"
+        )
         print(f"{'command':52s} {'from source':>22s} {'bytecode compiled':>22s}")
         for name, args in CLI_CASES.items():
             cells = []
@@ -88,8 +109,13 @@ def grid_rate(seconds: float = 5.0) -> tuple[int, float, int]:
     import simdl
 
     models = ["vgg16", "resnet50", "convnext_large", "vit_b_16", "densenet121", "efficientnet_v2_l"]
-    strategies = [("ddp", {}), ("fsdp", {"sharding": "full"}), ("fsdp", {"sharding": "grad_op"}),
-                  ("fsdp", {"sharding": "hybrid"}), ("fsdp", {"sharding": "none"})]
+    strategies = [
+        ("ddp", {}),
+        ("fsdp", {"sharding": "full"}),
+        ("fsdp", {"sharding": "grad_op"}),
+        ("fsdp", {"sharding": "hybrid"}),
+        ("fsdp", {"sharding": "none"}),
+    ]
     gpus = [1, 2, 4, 8, 16, 64, 256, 1024]
     batches = [16, 32, 64, 128]
     grid = list(itertools.product(models, strategies, gpus, batches))
@@ -101,8 +127,10 @@ def grid_rate(seconds: float = 5.0) -> tuple[int, float, int]:
     for m, (s, kw), g, b in grid:
         simdl.predict(model=m, strategy=s, gpus=g, cluster="dgx-a100", batch_size=b, **kw)
     first = time.perf_counter() - t0
-    print(f"analytic predictions, first pass over {len(grid)} distinct configs: {first:.2f} s = "
-          f"{len(grid) / first:,.0f} /s (goal > 1,000/s)")
+    print(
+        f"analytic predictions, first pass over {len(grid)} distinct configs: {first:.2f} s = "
+        f"{len(grid) / first:,.0f} /s (goal > 1,000/s)"
+    )
     n = 0
     t0 = time.perf_counter()
     for m, (s, kw), g, b in itertools.cycle(grid):
@@ -119,11 +147,15 @@ def main() -> None:
         cli_cpu_table()
         return
     times = cli_wall_time()
-    print(f"simdl predict --model vgg16 --strategy fsdp --gpus 4: wall time median {statistics.median(times):.3f} s "
-          f"(min {min(times):.3f}, max {max(times):.3f}, {len(times)} runs; goal < 0.5 s)")
+    print(
+        f"simdl predict --model vgg16 --strategy fsdp --gpus 4: wall time median {statistics.median(times):.3f} s "
+        f"(min {min(times):.3f}, max {max(times):.3f}, {len(times)} runs; goal < 0.5 s)"
+    )
     n, dt, size = grid_rate()
-    print(f"analytic predictions repeated over the same grid (plans and row times memoised): {n} in {dt:.2f} s = "
-          f"{n / dt:,.0f} /s (grid of {size} configs: 6 models x 5 strategies x 8 GPU counts (1-1024) x 4 batches)")
+    print(
+        f"analytic predictions repeated over the same grid (plans and row times memoised): {n} in {dt:.2f} s = "
+        f"{n / dt:,.0f} /s (grid of {size} configs: 6 models x 5 strategies x 8 GPU counts (1-1024) x 4 batches)"
+    )
     cli_cpu_table()
 
 

@@ -61,6 +61,7 @@ def run_point(ranks: int, hetero: bool) -> dict:
     wl = Workload(load_workload("resnet50", dataset="cifar10"))
     alloc = allocate("dgx-a100", ranks)
     plan = build_plan(wl, alloc, StrategyConfig("ddp"))
+
     def options(world: int) -> dict:
         return dict(jitter=JITTER, straggler=stragglers(world)) if hetero else {}
 
@@ -73,8 +74,9 @@ def run_point(ranks: int, hetero: bool) -> dict:
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
     # ru_maxrss is in KiB on Linux (getrusage(2)).
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return dict(ranks=ranks, hetero=hetero, wall_s=wall, cpu_s=cpu, peak_rss_bytes=rss,
-                iteration_s=result.iteration_time_s)
+    return dict(
+        ranks=ranks, hetero=hetero, wall_s=wall, cpu_s=cpu, peak_rss_bytes=rss, iteration_s=result.iteration_time_s
+    )
 
 
 def child(ranks: int, hetero: bool, timeout: float) -> dict | None:
@@ -92,8 +94,10 @@ def child(ranks: int, hetero: bool, timeout: float) -> dict | None:
 
 def sim_table(ranks: tuple[int, ...], max_seconds: float) -> dict[bool, list[dict]]:
     print("1. simulate: ResNet-50 DDP on dgx-a100, cifar10 table, batch 32/GPU, 3 iterations (1 warm-up)")
-    print(f"{'ranks':>7s} {'kind':>7s} {'wall (s)':>9s} {'CPU (s)':>8s} {'peak RSS (MiB)':>15s} "
-          f"{'growth /4x wall':>16s} {'growth /4x CPU':>15s} {'iteration (ms)':>15s}")
+    print(
+        f"{'ranks':>7s} {'kind':>7s} {'wall (s)':>9s} {'CPU (s)':>8s} {'peak RSS (MiB)':>15s} "
+        f"{'growth /4x wall':>16s} {'growth /4x CPU':>15s} {'iteration (ms)':>15s}"
+    )
     out: dict[bool, list[dict]] = {False: [], True: []}
     for hetero in (False, True):
         prev = None
@@ -111,8 +115,10 @@ def sim_table(ranks: tuple[int, ...], max_seconds: float) -> dict[bool, list[dic
             if prev is not None and n == 4 * prev["ranks"]:
                 growth = f"{p['wall_s'] / prev['wall_s']:.2f}x"
                 cpu_growth = f"{p['cpu_s'] / prev['cpu_s']:.2f}x"
-            print(f"{n:7d} {kind:>7s} {p['wall_s']:9.3f} {p['cpu_s']:8.3f} {p['peak_rss_bytes'] / 2**20:15.0f} "
-                  f"{growth:>16s} {cpu_growth:>15s} {p['iteration_s'] * 1e3:15.4f}")
+            print(
+                f"{n:7d} {kind:>7s} {p['wall_s']:9.3f} {p['cpu_s']:8.3f} {p['peak_rss_bytes'] / 2**20:15.0f} "
+                f"{growth:>16s} {cpu_growth:>15s} {p['iteration_s'] * 1e3:15.4f}"
+            )
             out[hetero].append(p)
             prev = p
     return out
@@ -135,11 +141,17 @@ def sweep_grid(quick: bool) -> dict:
 def link_grid() -> dict:
     """A what-if grid over the network (20,736 points): 4 models x 4 strategies x 3 GPU counts x
     3 batches x 2 precisions, each at 6 NIC rates x 4 NIC counts x 3 latencies on dgx-a100."""
-    return dict(model=["resnet50", "vgg16", "vit_b_16", "convnext_tiny"],
-                strategy=["ddp", "fsdp-full", "fsdp-hybrid", "zero2"], gpus=[16, 64, 256],
-                batch_size=[16, 32, 64], precision=["fp32", "bf16"],
-                nic_Gb_per_s=[25, 50, 100, 200, 400, 800], nics_per_node=[1, 2, 4, 8],
-                inter_latency_us=[2, 5, 10], cluster="dgx-a100")
+    return dict(
+        model=["resnet50", "vgg16", "vit_b_16", "convnext_tiny"],
+        strategy=["ddp", "fsdp-full", "fsdp-hybrid", "zero2"],
+        gpus=[16, 64, 256],
+        batch_size=[16, 32, 64],
+        precision=["fp32", "bf16"],
+        nic_Gb_per_s=[25, 50, 100, 200, 400, 800],
+        nics_per_node=[1, 2, 4, 8],
+        inter_latency_us=[2, 5, 10],
+        cluster="dgx-a100",
+    )
 
 
 def _axes(grid: dict) -> str:
@@ -153,9 +165,11 @@ def sweep_rate(name: str, grid: dict, vector: bool = True) -> dict:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     p = json.loads(out.stdout.strip().splitlines()[-1])
-    print(f"{name}: {p['configs']:,} analytic configurations ({_axes(grid)}; {p['errors']} rows with an error; "
-          f"{p['vectorised']:,} by link groups, vector={'on' if vector else 'off'}): wall {p['wall_s']:.2f} s = "
-          f"{p['configs'] / p['wall_s']:,.0f} configs/s, CPU {p['cpu_s']:.2f} s = {p['configs'] / p['cpu_s']:,.0f} configs/s")
+    print(
+        f"{name}: {p['configs']:,} analytic configurations ({_axes(grid)}; {p['errors']} rows with an error; "
+        f"{p['vectorised']:,} by link groups, vector={'on' if vector else 'off'}): wall {p['wall_s']:.2f} s = "
+        f"{p['configs'] / p['wall_s']:,.0f} configs/s, CPU {p['cpu_s']:.2f} s = {p['configs'] / p['cpu_s']:,.0f} configs/s"
+    )
     return p
 
 
@@ -173,8 +187,13 @@ def run_sweep(spec: dict) -> dict:
     w0, c0 = time.perf_counter(), time.process_time()
     rows = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=vector, **grid)
     wall, cpu = time.perf_counter() - w0, time.process_time() - c0
-    return dict(configs=len(rows), wall_s=wall, cpu_s=cpu, errors=sum(1 for r in rows if r.get("error")),
-                vectorised=sweep_mod.last_run["vectorised"])
+    return dict(
+        configs=len(rows),
+        wall_s=wall,
+        cpu_s=cpu,
+        errors=sum(1 for r in rows if r.get("error")),
+        vectorised=sweep_mod.last_run["vectorised"],
+    )
 
 
 def sweep_table(quick: bool) -> None:
@@ -212,8 +231,12 @@ def plot(table: dict[bool, list[dict]], path: str) -> None:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="bounded: 16 and 64 ranks, a 500-point grid")
-    ap.add_argument("--ranks", type=lambda s: tuple(int(x) for x in s.split(",")), default=None,
-                    help="comma-separated rank counts (default 256,1024,4096,16384)")
+    ap.add_argument(
+        "--ranks",
+        type=lambda s: tuple(int(x) for x in s.split(",")),
+        default=None,
+        help="comma-separated rank counts (default 256,1024,4096,16384)",
+    )
     ap.add_argument("--max-seconds", type=float, default=120.0, help="skip points predicted to take longer")
     ap.add_argument("--no-sweep", action="store_true", help="leave out the sweep rate")
     ap.add_argument("--sweep-only", action="store_true", help="only the sweep rates")
@@ -230,8 +253,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(run_sweep(json.loads(a.sweep_point))))
         return
     ranks = a.ranks or (QUICK_RANKS if a.quick else FULL_RANKS)
-    print(f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (possibly shared: CPU seconds "
-          "are this process's own)")
+    print(
+        f"host: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} (possibly shared: CPU seconds "
+        "are this process's own)"
+    )
     if a.sweep_only:
         sweep_table(a.quick)
         return

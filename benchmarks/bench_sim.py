@@ -47,16 +47,20 @@ def main() -> None:
 
     iterations = 3
     print("1. ResNet-50 on dgx-a100 (8 GPUs/node, NVSwitch, 8 NICs), cifar10 table, batch 32/GPU")
-    print(f"{'strategy':10s} {'GPUs':>6s} {'simulate (s)':>13s} {'per iteration (s)':>18s} "
-          f"{'iteration (ms)':>15s} {'recomputes':>11s}")
+    print(
+        f"{'strategy':10s} {'GPUs':>6s} {'simulate (s)':>13s} {'per iteration (s)':>18s} "
+        f"{'iteration (ms)':>15s} {'recomputes':>11s}"
+    )
     for strategy, kw in (("ddp", {}), ("fsdp", {"sharding": "full"})):
         for gpus in (8, 64, 512, 1024):
             wl, alloc, plan = _setup("resnet50", strategy, gpus, **kw)
             t = _time(lambda: simulate(wl, alloc, plan, iterations=iterations), args.repeats)
             run = simulate(wl, alloc, plan, iterations=iterations, return_run=True)
             label = strategy if strategy == "ddp" else "fsdp-full"
-            print(f"{label:10s} {gpus:6d} {t:13.3f} {t / iterations:18.3f} "
-                  f"{run.result.iteration_time_s * 1e3:15.3f} {run.recomputes:11d}")
+            print(
+                f"{label:10s} {gpus:6d} {t:13.3f} {t / iterations:18.3f} "
+                f"{run.result.iteration_time_s * 1e3:15.3f} {run.recomputes:11d}"
+            )
 
     print("\n2a. growth with GPUs: ResNet-50 DDP, seconds per simulate call")
     for gpus in (8, 16, 32, 64, 128, 256, 512, 1024):

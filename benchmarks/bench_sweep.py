@@ -17,8 +17,18 @@ import time
 
 def grid() -> dict:
     return dict(
-        model=["vgg16", "resnet18", "resnet50", "densenet121", "efficientnet_v2_s", "efficientnet_v2_l",
-               "convnext_tiny", "convnext_large", "vit_b_16", "mobilenet_v3_large"],
+        model=[
+            "vgg16",
+            "resnet18",
+            "resnet50",
+            "densenet121",
+            "efficientnet_v2_s",
+            "efficientnet_v2_l",
+            "convnext_tiny",
+            "convnext_large",
+            "vit_b_16",
+            "mobilenet_v3_large",
+        ],
         strategy=["ddp", "fsdp-full", "fsdp-grad_op", "fsdp-hybrid", "fsdp-none"],
         gpus=[1, 2, 4, 8, 16, 32, 64, 128, 512, 1024],
         batch_size=[16, 32, 64, 128],
@@ -48,8 +58,10 @@ def main() -> None:
     t_import = time.perf_counter() - t0
     jobs = a.jobs or os.cpu_count() or 1
     n, dt, errors = run(jobs, "process")
-    print(f"simdl.sweep, {n:,} analytic configurations, process executor with {jobs} worker processes: "
-          f"{dt:.2f} s = {n / dt:,.0f} configs/s ({errors} rows with an error; goal < 30 s; import {t_import:.2f} s)")
+    print(
+        f"simdl.sweep, {n:,} analytic configurations, process executor with {jobs} worker processes: "
+        f"{dt:.2f} s = {n / dt:,.0f} configs/s ({errors} rows with an error; goal < 30 s; import {t_import:.2f} s)"
+    )
     if a.serial:
         n, dt, _ = run(1, "serial")
         print(f"same grid in one process (serial executor): {dt:.2f} s = {n / dt:,.0f} configs/s")

@@ -70,8 +70,12 @@ def main() -> None:
                 worker.join()
         if rank == 0:
             ratio = (med["loaded"] + med["loaded2"]) / (med["idle"] + med["idle2"])
-            print(f"{nbytes:>10} B  " + "  ".join(f"{m} {v * 1e3:.3f} ms" for m, v in med.items())
-                  + f"  loaded/idle {ratio:.2f}", flush=True)
+            print(
+                f"{nbytes:>10} B  "
+                + "  ".join(f"{m} {v * 1e3:.3f} ms" for m, v in med.items())
+                + f"  loaded/idle {ratio:.2f}",
+                flush=True,
+            )
     dist.destroy_process_group()
 
 

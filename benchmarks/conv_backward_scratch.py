@@ -15,10 +15,26 @@ from __future__ import annotations
 
 MiB = 2**20
 # (in channels, out channels, kernel, stride, input height = width)
-CASES = [(32, 64, 3, 1, 26), (64, 64, 3, 1, 32), (64, 128, 1, 1, 16), (256, 256, 3, 1, 8), (128, 128, 3, 1, 16),
-         (256, 256, 3, 1, 5), (256, 256, 3, 1, 6), (256, 256, 3, 1, 7), (128, 128, 3, 1, 4), (128, 128, 3, 1, 5),
-         (512, 512, 3, 1, 1), (512, 512, 3, 1, 2), (512, 512, 3, 1, 4), (512, 512, 3, 1, 8),
-         (256, 512, 3, 2, 4), (512, 512, 1, 1, 1), (1024, 1024, 1, 1, 2), (64, 128, 3, 2, 32)]
+CASES = [
+    (32, 64, 3, 1, 26),
+    (64, 64, 3, 1, 32),
+    (64, 128, 1, 1, 16),
+    (256, 256, 3, 1, 8),
+    (128, 128, 3, 1, 16),
+    (256, 256, 3, 1, 5),
+    (256, 256, 3, 1, 6),
+    (256, 256, 3, 1, 7),
+    (128, 128, 3, 1, 4),
+    (128, 128, 3, 1, 5),
+    (512, 512, 3, 1, 1),
+    (512, 512, 3, 1, 2),
+    (512, 512, 3, 1, 4),
+    (512, 512, 3, 1, 8),
+    (256, 512, 3, 2, 4),
+    (512, 512, 1, 1, 1),
+    (1024, 1024, 1, 1, 2),
+    (64, 128, 3, 2, 32),
+]
 
 
 def measure(cin: int, cout: int, k: int, s: int, hw: int, batch: int = 32) -> tuple[float, float, float, float]:
@@ -29,8 +45,9 @@ def measure(cin: int, cout: int, k: int, s: int, hw: int, batch: int = 32) -> tu
 
     conv = torch.nn.Conv2d(cin, cout, k, stride=s, padding=k // 2, bias=False)
     x = torch.randn(batch, cin, hw, hw, requires_grad=True)
-    conv(x).backward(torch.ones(1).expand(batch, cout, (hw + 2 * (k // 2) - k) // s + 1,
-                                           (hw + 2 * (k // 2) - k) // s + 1))  # warm-up
+    conv(x).backward(
+        torch.ones(1).expand(batch, cout, (hw + 2 * (k // 2) - k) // s + 1, (hw + 2 * (k // 2) - k) // s + 1)
+    )  # warm-up
     conv.weight.grad = x.grad = None
     y = conv(x)
     g = torch.randn_like(y)
@@ -65,7 +82,9 @@ def main() -> None:
         rule = max(x + dy, w)
         errs.append(rule / scratch - 1)
         name = f"{cin}->{cout} k{k} s{s} {hw}x{hw}"
-        print(f"{name:<28}{scratch / MiB:>10.2f}{rule / MiB:>10.2f}{errs[-1]:>+9.1%}   {(x + dy) / MiB:8.2f} {w / MiB:8.2f}")
+        print(
+            f"{name:<28}{scratch / MiB:>10.2f}{rule / MiB:>10.2f}{errs[-1]:>+9.1%}   {(x + dy) / MiB:8.2f} {w / MiB:8.2f}"
+        )
     within = sum(abs(e) <= 0.01 for e in errs)
     print(f"{within}/{len(errs)} within 1%; max |error| {max(map(abs, errs)):.1%}")
 

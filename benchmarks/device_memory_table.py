@@ -49,23 +49,38 @@ def expandable_reserved(model: str, sharding: str, batch: int) -> float:
 
 def main() -> int:
     t0, c0 = time.time(), time.process_time()
-    head = (f"{'model':<9}{'sharding':>9}{'batch':>6}{'tensors':>9}{'alloc':>8}{'reserved':>9}{'cache':>7}"
-            f"{'context':>8}{'nccl':>6}{'device':>8}{'fits':>6}{'expand':>8}   GiB")
+    head = (
+        f"{'model':<9}{'sharding':>9}{'batch':>6}{'tensors':>9}{'alloc':>8}{'reserved':>9}{'cache':>7}"
+        f"{'context':>8}{'nccl':>6}{'device':>8}{'fits':>6}{'expand':>8}   GiB"
+    )
     print(head)
     for model in ("vgg16", "vit_b_16"):
         for sharding in ("full", "grad_op", "none"):
             for b in BATCHES:
-                r = simdl.predict(model=model, dataset="imagenet", cluster="a100-40gb-2node", gpus=8,
-                                  strategy="fsdp", sharding=sharding, batch_size=b, optimizer="momentum")
+                r = simdl.predict(
+                    model=model,
+                    dataset="imagenet",
+                    cluster="a100-40gb-2node",
+                    gpus=8,
+                    strategy="fsdp",
+                    sharding=sharding,
+                    batch_size=b,
+                    optimizer="momentum",
+                )
                 p = r.device_memory_bytes
                 expand = expandable_reserved(model, sharding, b)
-                print(f"{model:<9}{sharding:>9}{b:>6}{p['tensors'] / GiB:>9.2f}{r.max_memory_allocated_bytes / GiB:>8.2f}"
-                      f"{r.max_memory_reserved_bytes / GiB:>9.2f}{p['allocator_cache'] / GiB:>7.2f}"
-                      f"{p['cuda_context'] / GiB:>8.2f}{p['nccl_buffers'] / GiB:>6.2f}{r.peak_memory_bytes / GiB:>8.2f}"
-                      f"{'yes' if r.fits_in_memory else 'NO':>6}{expand / GiB:>8.2f}", flush=True)
+                print(
+                    f"{model:<9}{sharding:>9}{b:>6}{p['tensors'] / GiB:>9.2f}{r.max_memory_allocated_bytes / GiB:>8.2f}"
+                    f"{r.max_memory_reserved_bytes / GiB:>9.2f}{p['allocator_cache'] / GiB:>7.2f}"
+                    f"{p['cuda_context'] / GiB:>8.2f}{p['nccl_buffers'] / GiB:>6.2f}{r.peak_memory_bytes / GiB:>8.2f}"
+                    f"{'yes' if r.fits_in_memory else 'NO':>6}{expand / GiB:>8.2f}",
+                    flush=True,
+                )
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"\nwall {time.time() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s, max RSS {ru.ru_maxrss / 1024:.0f} MiB; "
-          "host shared with other jobs")
+    print(
+        f"\nwall {time.time() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s, max RSS {ru.ru_maxrss / 1024:.0f} MiB; "
+        "host shared with other jobs"
+    )
     return 0
 
 

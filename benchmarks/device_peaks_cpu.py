@@ -79,8 +79,10 @@ def main() -> None:
                 break
     with open("/proc/meminfo") as f:
         mem_kb = int(next(line for line in f if line.startswith("MemTotal")).split()[1])
-    print(f"processor: {cpu_model()!r}, family {ident.get('family')} model {ident.get('model')} "
-          f"stepping {ident.get('stepping')}, {os.cpu_count()} cores, cpu MHz {mhz}")
+    print(
+        f"processor: {cpu_model()!r}, family {ident.get('family')} model {ident.get('model')} "
+        f"stepping {ident.get('stepping')}, {os.cpu_count()} cores, cpu MHz {mhz}"
+    )
     print(f"caches per core: {cache_sizes()}; ISA flags: {ident.get('isa')}")
     print(f"MemTotal {mem_kb} kB = {mem_kb / 2**20:.2f} GiB")
     cores = os.cpu_count() or 1

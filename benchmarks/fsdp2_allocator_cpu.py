@@ -43,8 +43,11 @@ import tempfile
 import time
 from pathlib import Path
 
-NO_RETURN = {"MALLOC_MMAP_THRESHOLD_": str(16 << 30), "MALLOC_TRIM_THRESHOLD_": str(64 << 30),
-             "MALLOC_TOP_PAD_": str(1 << 30)}
+NO_RETURN = {
+    "MALLOC_MMAP_THRESHOLD_": str(16 << 30),
+    "MALLOC_TRIM_THRESHOLD_": str(64 << 30),
+    "MALLOC_TOP_PAD_": str(1 << 30),
+}
 
 
 def worker(item: str, sharding: str, steps: int, out: str) -> None:
@@ -70,8 +73,11 @@ def worker(item: str, sharding: str, steps: int, out: str) -> None:
         for m in model.modules():
             if hasattr(m, "reset_parameters"):
                 m.reset_parameters()
-    mesh = (init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard")) if sharding == "none"
-            else init_device_mesh("cpu", (world,)))
+    mesh = (
+        init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
+        if sharding == "none"
+        else init_device_mesh("cpu", (world,))
+    )
     types = set(DEFAULT_WRAP_TYPES.get(name, ()))
     for m in list(model.modules()):
         if m is not model and type(m).__name__ in types:
@@ -92,8 +98,9 @@ def worker(item: str, sharding: str, steps: int, out: str) -> None:
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
     warm = steps // 3  # the first steps also build the allocator's pools
     if rank == 0:
-        Path(out).write_text(json.dumps({"step_s": statistics.median(times[warm:]),
-                                         "faults": statistics.median(faults[warm:])}) + "\n")
+        Path(out).write_text(
+            json.dumps({"step_s": statistics.median(times[warm:]), "faults": statistics.median(faults[warm:])}) + "\n"
+        )
     dist.destroy_process_group()
 
 
@@ -109,12 +116,28 @@ def main() -> int:
     for label, env in (("glibc defaults", {}), ("no mmap, no trim", NO_RETURN)):
         with tempfile.TemporaryDirectory() as td:
             out = Path(td) / "r.json"
-            subprocess.run([sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={ranks}", __file__,
-                            "--worker", item, sharding, steps, str(out)],
-                           env={**os.environ, **env}, check=True, capture_output=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    f"--nproc-per-node={ranks}",
+                    __file__,
+                    "--worker",
+                    item,
+                    sharding,
+                    steps,
+                    str(out),
+                ],
+                env={**os.environ, **env},
+                check=True,
+                capture_output=True,
+            )
             r = json.loads(out.read_text())
-        print(f"  {label:17s} step {r['step_s']:.3f} s  minor page faults per step {r['faults']:,.0f} "
-              f"({r['faults'] * 4096 / 2**20:,.0f} MiB of 4 KiB pages)")
+        print(
+            f"  {label:17s} step {r['step_s']:.3f} s  minor page faults per step {r['faults']:,.0f} "
+            f"({r['faults'] * 4096 / 2**20:,.0f} MiB of 4 KiB pages)"
+        )
     return 0
 
 

@@ -55,8 +55,10 @@ def main() -> None:
             work.wait()
             done = time.perf_counter() - t
             if rank == 0:
-                print(f"{name:15s} sync call returns after {sync * 1e3:6.1f} ms; async call returns after "
-                      f"{issued * 1e3:6.2f} ms, wait() after {done * 1e3:6.1f} ms")
+                print(
+                    f"{name:15s} sync call returns after {sync * 1e3:6.1f} ms; async call returns after "
+                    f"{issued * 1e3:6.2f} ms, wait() after {done * 1e3:6.1f} ms"
+                )
     dist.destroy_process_group()
 
 

@@ -75,10 +75,15 @@ def _top_level_ops(events, thread: int, t0: int, t1: int):
 
     events = list(events)
     spans, optimizer = thread_spans(events, t0, t1, thread)
-    first_input = {(e.start_ns(), e.name()): _tensor_bytes(e.shapes()[0], e.dtypes()[0]) if e.shapes() else 0.0
-                   for e in events if e.start_thread_id() == thread and t0 <= e.start_ns() <= t1}
-    return [(name, (e - s) / 1e9, first_input.get((s, name), 0.0), group, (s - t0) / 1e9)
-            for s, e, name, group in top_level_ops(spans, optimizer)]
+    first_input = {
+        (e.start_ns(), e.name()): _tensor_bytes(e.shapes()[0], e.dtypes()[0]) if e.shapes() else 0.0
+        for e in events
+        if e.start_thread_id() == thread and t0 <= e.start_ns() <= t1
+    }
+    return [
+        (name, (e - s) / 1e9, first_input.get((s, name), 0.0), group, (s - t0) / 1e9)
+        for s, e, name, group in top_level_ops(spans, optimizer)
+    ]
 
 
 def main() -> None:
@@ -122,16 +127,24 @@ def main() -> None:
         row[1] += s
         row[2] += 2.0 * b  # one read and one write of the first input
     times, faults = timer.times, timer.fault_bytes
-    rec = {"run": run.run_id, "rank": rank, "step_s": times, "fault_bytes": faults, "profiled": profiled,
-           "copy_calls": [[name, start, s, b] for name, s, b, group, start in ops if group == "copies"],
-           "first_backward_s": min((start for name, _, _, _, start in ops if name.endswith("_backward")), default=None),
-           "ops": [[g, n, c, s, b] for (g, n), (c, s, b) in sorted(table.items(), key=lambda kv: -kv[1][1])]}
+    rec = {
+        "run": run.run_id,
+        "rank": rank,
+        "step_s": times,
+        "fault_bytes": faults,
+        "profiled": profiled,
+        "copy_calls": [[name, start, s, b] for name, s, b, group, start in ops if group == "copies"],
+        "first_backward_s": min((start for name, _, _, _, start in ops if name.endswith("_backward")), default=None),
+        "ops": [[g, n, c, s, b] for (g, n), (c, s, b) in sorted(table.items(), key=lambda kv: -kv[1][1])],
+    }
     out.mkdir(parents=True, exist_ok=True)
     (out / f"ops{rank}.json").write_text(json.dumps(rec, indent=0))
     dist.barrier()
     if rank == 0:
-        print(f"{run.run_id}: steps {[round(t, 2) for t in times]} s, faults "
-              f"{[round(f / 1e6) for f in faults]} MB; profiled step {profiled}")
+        print(
+            f"{run.run_id}: steps {[round(t, 2) for t in times]} s, faults "
+            f"{[round(f / 1e6) for f in faults]} MB; profiled step {profiled}"
+        )
         by_group: dict[str, float] = defaultdict(float)
         for g, n, c, s, b in rec["ops"]:
             by_group[g] += s

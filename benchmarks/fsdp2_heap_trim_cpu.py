@@ -114,8 +114,14 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         mark("zero_grad")
         b0, f0, t0 = log[0][1], log[0][2], log[0][3]
-        rec.append({"step": i, "s": log[-1][3] - t0, "faults_MB": (log[-1][2] - f0) * 4096 / 1e6,
-                    "trace": [(lab, (b - b0) / 1e6, (f - f0) * 4096 / 1e6, t - t0) for lab, b, f, t in log]})
+        rec.append(
+            {
+                "step": i,
+                "s": log[-1][3] - t0,
+                "faults_MB": (log[-1][2] - f0) * 4096 / 1e6,
+                "trace": [(lab, (b - b0) / 1e6, (f - f0) * 4096 / 1e6, t - t0) for lab, b, f, t in log],
+            }
+        )
     out.mkdir(parents=True, exist_ok=True)
     (out / f"steps{rank}.json").write_text(json.dumps(rec, indent=0))
     print(rank, [(r["step"], round(r["s"], 2), round(r["faults_MB"])) for r in rec])

@@ -61,10 +61,20 @@ NO_TRIM = {"MALLOC_TRIM_THRESHOLD_": str(64 << 30), "MALLOC_MMAP_THRESHOLD_": st
 
 def _probe(run: str, out: Path, env: dict) -> list[list[dict]]:
     if not all((out / f"steps{r}.json").exists() for r in (0, 1)):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2",
-               str(ROOT / "benchmarks" / "fsdp2_heap_trim_cpu.py"), run, str(out), str(STEPS)]
-        subprocess.run(cmd, check=True, env={**os.environ, **env}, cwd=ROOT,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cmd = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node=2",
+            str(ROOT / "benchmarks" / "fsdp2_heap_trim_cpu.py"),
+            run,
+            str(out),
+            str(STEPS),
+        ]
+        subprocess.run(
+            cmd, check=True, env={**os.environ, **env}, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
     return [json.loads((out / f"steps{r}.json").read_text())[DROP:] for r in (0, 1)]
 
 
@@ -78,6 +88,7 @@ def _summary(ranks: list[list[dict]]) -> tuple[float, float]:
 def _modelled(profile: str, run: str) -> tuple[float, float, float]:
     """simdl's refaulted and freshly mapped bytes per step and rank, and their charge (s)."""
     from simdl.analytic.costs import device_rates, fresh_mapped_bytes
+
     from simdl.cluster import allocate, load_cluster
     from simdl.strategies import StrategyConfig, build_plan
     from simdl.workload import workload as wl
@@ -87,8 +98,9 @@ def _modelled(profile: str, run: str) -> tuple[float, float, float]:
     model, dataset, batch, sharding = run.split(":")
     ds = get_dataset(dataset)
     table = load_workload(model, dataset=dataset, input_shape=ds.input_shape, num_classes=ds.num_classes)
-    w = wl.Workload(table=table, batch_size=int(batch), train_samples=1536, epochs=1, optimizer="momentum",
-                    precision="fp32")
+    w = wl.Workload(
+        table=table, batch_size=int(batch), train_samples=1536, epochs=1, optimizer="momentum", precision="fp32"
+    )
     alloc = allocate(load_cluster(profile), 2, None)
     plan = build_plan(w, alloc, StrategyConfig(name="fsdp", sharding=sharding, wrap="block", reshard_root=True))
     rates = device_rates(alloc, "fp32")
@@ -99,8 +111,10 @@ def _modelled(profile: str, run: str) -> tuple[float, float, float]:
 
 def main() -> None:
     profile, runs = sys.argv[1], sys.argv[2:]
-    print(f"{'run':38s} {'step s':>7s} {'no trim':>7s} {'added':>6s} | {'faults MB':>9s} {'no trim':>7s} | "
-          f"{'simdl refault MB':>16s} {'fresh MB':>8s} {'charged s':>9s} | added per faulted byte")
+    print(
+        f"{'run':38s} {'step s':>7s} {'no trim':>7s} {'added':>6s} | {'faults MB':>9s} {'no trim':>7s} | "
+        f"{'simdl refault MB':>16s} {'fresh MB':>8s} {'charged s':>9s} | added per faulted byte"
+    )
     for run in runs:
         base = ROOT / "runs" / "refault" / run.replace(":", "-")
         trim = _summary(_probe(run, base / "default", {}))
@@ -108,8 +122,11 @@ def main() -> None:
         ref, fresh, charged = _modelled(profile, run)
         added, faulted = trim[0] - keep[0], trim[1] - keep[1]
         per = f"{added / faulted * 1e9:.2f} ns/B" if faulted > 0 else "-"
-        print(f"{run:38s} {trim[0]:7.3f} {keep[0]:7.3f} {added:+6.3f} | {trim[1] / 1e6:9.0f} {keep[1] / 1e6:7.0f} | "
-              f"{ref / 1e6:16.0f} {fresh / 1e6:8.0f} {charged:9.3f} | {per}", flush=True)
+        print(
+            f"{run:38s} {trim[0]:7.3f} {keep[0]:7.3f} {added:+6.3f} | {trim[1] / 1e6:9.0f} {keep[1] / 1e6:7.0f} | "
+            f"{ref / 1e6:16.0f} {fresh / 1e6:8.0f} {charged:9.3f} | {per}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

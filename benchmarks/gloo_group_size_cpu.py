@@ -77,24 +77,33 @@ def measure(rank: int) -> dict[tuple[str, int, str], float]:
 
 def table(measured: dict, cluster: str) -> str:
     from simdl.analytic.costs import CommCosts
+
     from simdl.cluster import allocate
 
     costs = CommCosts(allocate(cluster, 4))
-    lines = [f"| collective | full buffer | world, measured | pairs, measured | pairs / world | {cluster}: world | pairs | "
-             "pairs / world |", "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| collective | full buffer | world, measured | pairs, measured | pairs / world | {cluster}: world | pairs | "
+        "pairs / world |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for op in COLLECTIVES:
         for mib in SIZES_MIB:
             w, p = measured[(op, mib, "world")], measured[(op, mib, "pairs")]
             mw, mp = costs.time(op, mib * 2**20, 4, "intra"), costs.time(op, mib * 2**20, 2, "intra")
-            lines.append(f"| {op} | {mib} MiB | {w * 1e3:.0f} ms | {p * 1e3:.0f} ms | {p / w:.2f} | "
-                         f"{mw * 1e3:.0f} ms | {mp * 1e3:.0f} ms | {mp / mw:.2f} |")
+            lines.append(
+                f"| {op} | {mib} MiB | {w * 1e3:.0f} ms | {p * 1e3:.0f} ms | {p / w:.2f} | "
+                f"{mw * 1e3:.0f} ms | {mp * 1e3:.0f} ms | {mp / mw:.2f} |"
+            )
     return "\n".join(lines)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cluster", default=str(LAB_PROFILES / "cpu-epyc-x4.yaml"),
-                   help="profile whose prices to compare (default lab/profiles/cpu-epyc-x4.yaml)")
+    p.add_argument(
+        "--cluster",
+        default=str(LAB_PROFILES / "cpu-epyc-x4.yaml"),
+        help="profile whose prices to compare (default lab/profiles/cpu-epyc-x4.yaml)",
+    )
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()

@@ -69,8 +69,11 @@ NEAREST = {"A100-PCIe": "V100-PCIe", "V100-PCIe": "A100-PCIe", "T4": "V100-PCIe"
 
 
 def held_out_gpu_nearest(data: dict, fits: dict) -> dict:
-    return {(gpu, cls): errors(KernelFit(kind(cls)), fits[(NEAREST[gpu], cls)].params_, d)
-            for (gpu, cls), d in data.items() if (NEAREST[gpu], cls) in fits}
+    return {
+        (gpu, cls): errors(KernelFit(kind(cls)), fits[(NEAREST[gpu], cls)].params_, d)
+        for (gpu, cls), d in data.items()
+        if (NEAREST[gpu], cls) in fits
+    }
 
 
 def held_out_shapes(data: dict) -> dict:
@@ -92,8 +95,11 @@ def table(title: str, res: dict) -> list[float]:
         cells = []
         for c in classes:
             e = res.get((gpu, c))
-            cells.append(f"{'-':>22}" if e is None else
-                         f"{100 * np.abs(e).mean():>8.1f} / {100 * np.abs(e).max():>6.0f} ({len(e):>5})")
+            cells.append(
+                f"{'-':>22}"
+                if e is None
+                else f"{100 * np.abs(e).mean():>8.1f} / {100 * np.abs(e).max():>6.0f} ({len(e):>5})"
+            )
         print(f"{gpu:<11}" + "".join(cells))
     worst = []
     line = f"{'all GPUs':<11}"
@@ -104,9 +110,11 @@ def table(title: str, res: dict) -> list[float]:
         line += f"{mape:>8.1f} / {100 * np.abs(e).max():>6.0f} ({len(e):>5})"
     print(line)
     per_gpu = [100 * np.abs(v).mean() for v in res.values()]
-    print(f"classes within {TARGET_MAPE:.0f} % MAPE (all GPUs): "
-          f"{sum(m <= TARGET_MAPE for m in worst)} of {len(worst)}; GPU x class cells within: "
-          f"{sum(m <= TARGET_MAPE for m in per_gpu)} of {len(per_gpu)}")
+    print(
+        f"classes within {TARGET_MAPE:.0f} % MAPE (all GPUs): "
+        f"{sum(m <= TARGET_MAPE for m in worst)} of {len(worst)}; GPU x class cells within: "
+        f"{sum(m <= TARGET_MAPE for m in per_gpu)} of {len(per_gpu)}"
+    )
     return worst
 
 
@@ -125,20 +133,35 @@ GPU_DIR = Path(__file__).parent.parent / "simdl" / "cluster" / "data" / "gpus"
 # simdl GPU file -> (measured GPU its values come from, kind, SMs and their source).
 TARGETS = {
     "A100-PCIe-80GB": ("A100-PCIe", "calibrated", 108, "NeuSight devices/NVIDIA_A100_80GB_PCIe.json: 108 SMs"),
-    "V100-SXM2": ("V100-PCIe", "calibrated", 80, "NVIDIA Tesla V100 datasheet: 80 SMs (NeuSight devices/Tesla_V100-PCIE-32GB.json)"),
+    "V100-SXM2": (
+        "V100-PCIe",
+        "calibrated",
+        80,
+        "NVIDIA Tesla V100 datasheet: 80 SMs (NeuSight devices/Tesla_V100-PCIE-32GB.json)",
+    ),
     "A100-SXM4-40GB": ("A100-PCIe", "derived", 108, "NeuSight devices/NVIDIA_A100-SXM4-40GB.json: 108 SMs"),
     "A100-SXM4-80GB": ("A100-PCIe", "derived", 108, "same GA100 die as the 40 GB part: 108 SMs"),
     "H100-SXM": ("A100-PCIe", "derived", 132, "NeuSight devices/NVIDIA_H100_80GB_HBM3.json: 132 SMs"),
     "A10G": ("A100-PCIe", "derived", 72, "NVIDIA A10 datasheet: 72 SMs (the A10 proxy this file's peaks use)"),
-    "H200": ("A100-PCIe", "derived", 132, "the H100 SXM5's GH100 configuration, 132 SMs (glennklockwood.com/garden/processors/h100: H200 GPUs are the same as H100 GPUs with HBM3e)"),
-    "H100-PCIe": ("A100-PCIe", "derived", 114, "NVIDIA H100 architecture whitepaper as quoted by mil-ic.com/en/new/new-6-335.html: H100 PCIe 114 SMs per GPU"),
+    "H200": (
+        "A100-PCIe",
+        "derived",
+        132,
+        "the H100 SXM5's GH100 configuration, 132 SMs (glennklockwood.com/garden/processors/h100: H200 GPUs are the same as H100 GPUs with HBM3e)",
+    ),
+    "H100-PCIe": (
+        "A100-PCIe",
+        "derived",
+        114,
+        "NVIDIA H100 architecture whitepaper as quoted by mil-ic.com/en/new/new-6-335.html: H100 PCIe 114 SMs per GPU",
+    ),
 }
 DERIVED_WHY = {
     "calibrated": "fitted on {src}'s measured fp32 kernels (benchmarks/data/gpu_kernels_neusight, NeuSight, MIT) "
-                  "by benchmarks/gpu_kernels.py --write-yaml; efficiencies are fractions of this file's peaks",
+    "by benchmarks/gpu_kernels.py --write-yaml; efficiencies are fractions of this file's peaks",
     "derived": "no measured kernels for this GPU: {src}'s fitted fractions (benchmarks/gpu_kernels.py --write-yaml, "
-               "NeuSight data) applied to this file's datasheet peaks, bandwidth and SM count; the held-out-GPU "
-               "check of that rule is the first table benchmarks/gpu_kernels.py prints",
+    "NeuSight data) applied to this file's datasheet peaks, bandwidth and SM count; the held-out-GPU "
+    "check of that rule is the first table benchmarks/gpu_kernels.py prints",
 }
 
 
@@ -157,9 +180,13 @@ def write_yaml(fits: dict) -> None:
         text = path.read_text()
         cut = text.find("\nkernels:\n")
         if cut >= 0:
-            text = text[:cut + 1]
-        lines = ["kernels:", f"  kind: {kind}", f"  source: \"{DERIVED_WHY[kind].format(src=src)}\"",
-                 f"  sm_count: {{value: {sms}, kind: datasheet, source: \"{sms_source}\"}}"]
+            text = text[: cut + 1]
+        lines = [
+            "kernels:",
+            f"  kind: {kind}",
+            f'  source: "{DERIVED_WHY[kind].format(src=src)}"',
+            f'  sm_count: {{value: {sms}, kind: datasheet, source: "{sms_source}"}}',
+        ]
         for cls in ("gemm", "conv", "elementwise", "norm", "softmax"):
             f = fits[(src, cls)]
             vals = ", ".join(f"{k}: {yaml_number(v)}" for k, v in f.params_.__dict__.items())
@@ -179,16 +206,21 @@ def main(argv=None) -> None:
     fits = fit_all(data)
     table("Held-out GPU (fitted on the other four, geometric mean of their values)", held_out_gpu(data, fits))
     table("Held-out GPU (the values of the measured GPU nearest in architecture)", held_out_gpu_nearest(data, fits))
-    table("Held-out GPU (mean rule, GEMM/conv compute at each GPU's sustained share from datasheet power, "
-          "benchmarks/kernel_power.py)", held_out_gpu_sustained(data, fits, kind, errors, mean_params, KernelFit))
+    table(
+        "Held-out GPU (mean rule, GEMM/conv compute at each GPU's sustained share from datasheet power, "
+        "benchmarks/kernel_power.py)",
+        held_out_gpu_sustained(data, fits, kind, errors, mean_params, KernelFit),
+    )
     table(f"Held-out shapes ({TRAIN_FRACTION:.0%} of each GPU's rows fitted, seed {SEED})", held_out_shapes(data))
     if args.yaml:
         yaml_blocks(fits)
     if args.write_yaml:
         write_yaml(fits)
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"\nwall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s "
-          f"(user {ru.ru_utime:.1f} s; host shared with other jobs)")
+    print(
+        f"\nwall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s "
+        f"(user {ru.ru_utime:.1f} s; host shared with other jobs)"
+    )
 
 
 if __name__ == "__main__":

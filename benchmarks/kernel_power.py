@@ -58,11 +58,12 @@ def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, Ke
             p = fits[(g, cls)].params_
             if kind(cls) == "gemm":
                 dev = data[(g, cls)]["device"][0]
-                p = dataclasses.replace(p, compute_efficiency=p.compute_efficiency / sustained(dev, [h for h in known if h != g]))
+                p = dataclasses.replace(
+                    p, compute_efficiency=p.compute_efficiency / sustained(dev, [h for h in known if h != g])
+                )
             others.append(p)
         m = mean_params(others)
         if kind(cls) == "gemm":
             m = dataclasses.replace(m, compute_efficiency=m.compute_efficiency * sustained(d["device"][0], known))
         res[(gpu, cls)] = errors(KernelFit(kind(cls)), m, d)
     return res
-

@@ -49,8 +49,13 @@ def load() -> dict[tuple[str, str], dict]:
     def put(gpu, cls, devices, shapes, seconds):
         out[(gpu, cls)] = {"device": devices, "shapes": shapes, "seconds": seconds}
 
-    for family, cls in (("gemm", "gemm"), ("conv", "conv"), ("elementwise", "elementwise"),
-                        ("norm", "norm"), ("softmax", "softmax")):
+    for family, cls in (
+        ("gemm", "gemm"),
+        ("conv", "conv"),
+        ("elementwise", "elementwise"),
+        ("norm", "norm"),
+        ("softmax", "softmax"),
+    ):
         rows = _read(family)
         for gpu, devices in GPUS.items():
             mine = [r for r in rows if r["device"] in devices]
@@ -64,10 +69,18 @@ def load() -> dict[tuple[str, str], dict]:
             elif cls == "conv":
                 c = _columns(mine, ("B", "Cin", "Cout", "R", "HW", "Stride", "Padding"))
                 out_side = (c["HW"] + 2 * c["Padding"] - c["R"]) // c["Stride"] + 1
-                c = {"B": np.ones_like(c["B"]), "M": c["B"] * out_side ** 2, "N": c["Cout"],
-                     "K": c["Cin"] * c["R"] ** 2,
-                     "bytes": F32 * (c["B"] * c["Cin"] * c["HW"] ** 2 + c["Cout"] * c["Cin"] * c["R"] ** 2
-                                     + c["B"] * c["Cout"] * out_side ** 2)}
+                c = {
+                    "B": np.ones_like(c["B"]),
+                    "M": c["B"] * out_side**2,
+                    "N": c["Cout"],
+                    "K": c["Cin"] * c["R"] ** 2,
+                    "bytes": F32
+                    * (
+                        c["B"] * c["Cin"] * c["HW"] ** 2
+                        + c["Cout"] * c["Cin"] * c["R"] ** 2
+                        + c["B"] * c["Cout"] * out_side**2
+                    ),
+                }
             else:
                 c = _columns(mine, ("B", "H"))
                 n = c["B"] * c["H"]
@@ -82,5 +95,8 @@ def load() -> dict[tuple[str, str], dict]:
 
 
 def subset(d: dict, mask: np.ndarray) -> dict:
-    return {"device": d["device"][mask], "shapes": {k: v[mask] for k, v in d["shapes"].items()},
-            "seconds": d["seconds"][mask]}
+    return {
+        "device": d["device"][mask],
+        "shapes": {k: v[mask] for k, v in d["shapes"].items()},
+        "seconds": d["seconds"][mask],
+    }

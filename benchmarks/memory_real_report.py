@@ -52,12 +52,37 @@ def runs(quick: bool) -> list[RunSpec]:
         for strategy, sharding in STRATEGIES:
             if quick and (model, batch) != ("vgg16", 32):
                 continue
-            out.append(RunSpec("memcheck", model, "cifar10", strategy, RANKS, batch, 1, batch * RANKS * STEPS, 64,
-                               sharding=sharding, max_steps_per_epoch=STEPS))
+            out.append(
+                RunSpec(
+                    "memcheck",
+                    model,
+                    "cifar10",
+                    strategy,
+                    RANKS,
+                    batch,
+                    1,
+                    batch * RANKS * STEPS,
+                    64,
+                    sharding=sharding,
+                    max_steps_per_epoch=STEPS,
+                )
+            )
     for model, batch in PS_CONFIGS:
         for strategy in PS_STRATEGIES:
-            out.append(RunSpec("memcheck", model, "mnist", strategy, RANKS, batch, 1, batch * RANKS * STEPS, 64,
-                               max_steps_per_epoch=STEPS))
+            out.append(
+                RunSpec(
+                    "memcheck",
+                    model,
+                    "mnist",
+                    strategy,
+                    RANKS,
+                    batch,
+                    1,
+                    batch * RANKS * STEPS,
+                    64,
+                    max_steps_per_epoch=STEPS,
+                )
+            )
     return out
 
 
@@ -107,8 +132,11 @@ def main() -> int:
         spread = max(max(r) / min(r) - 1 for r in m["peak_allocated_bytes_steps_per_rank"] if r)
         err = predicted / measured - 1
         errors.append(err)
-        print(f"{label:40s} {measured / 2**20:12.1f} {predicted / 2**20:10.1f} {err:+8.2%}  {spread:.3%}"
-              f" ({len(steps)} rank-steps)", flush=True)
+        print(
+            f"{label:40s} {measured / 2**20:12.1f} {predicted / 2**20:10.1f} {err:+8.2%}  {spread:.3%}"
+            f" ({len(steps)} rank-steps)",
+            flush=True,
+        )
         server = {}
         if run.is_ps and m.get("server_peak_rss_bytes"):
             # The server's tensors arrive on TensorPipe threads and are updated on RPC threads,
@@ -117,16 +145,33 @@ def main() -> int:
             # simdl's server tensors: a coarse check, outside the error summary.
             est = ps_server_estimate(kw) + load_cluster(cluster).memory.context_bytes.value
             server = {"server_peak_rss_bytes": m["server_peak_rss_bytes"], "server_estimate_bytes": est}
-            print(f"{'  server (peak RSS, coarse)':40s} {m['server_peak_rss_bytes'] / 2**20:12.1f} "
-                  f"{est / 2**20:10.1f} {est / m['server_peak_rss_bytes'] - 1:+8.2%}", flush=True)
+            print(
+                f"{'  server (peak RSS, coarse)':40s} {m['server_peak_rss_bytes'] / 2**20:12.1f} "
+                f"{est / 2**20:10.1f} {est / m['server_peak_rss_bytes'] - 1:+8.2%}",
+                flush=True,
+            )
         with open(out / "results.jsonl", "a") as f:
-            f.write(json.dumps({"run_id": run.run_id, "spec": run.to_dict(), "measured_peak_bytes": measured,
-                                "measured_steps_per_rank": m["peak_allocated_bytes_steps_per_rank"],
-                                "predicted_peak_bytes": predicted, "error": err, "wall_s": wall, **server}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "run_id": run.run_id,
+                        "spec": run.to_dict(),
+                        "measured_peak_bytes": measured,
+                        "measured_steps_per_rank": m["peak_allocated_bytes_steps_per_rank"],
+                        "predicted_peak_bytes": predicted,
+                        "error": err,
+                        "wall_s": wall,
+                        **server,
+                    }
+                )
+                + "\n"
+            )
     if errors:
         abs_e = [abs(e) for e in errors]
-        print(f"{len(errors)} runs: |error| mean {statistics.mean(abs_e):.2%}, max {max(abs_e):.2%} "
-              f"({time.time() - t0:.0f} s)")
+        print(
+            f"{len(errors)} runs: |error| mean {statistics.mean(abs_e):.2%}, max {max(abs_e):.2%} "
+            f"({time.time() - t0:.0f} s)"
+        )
     return 0 if errors else 1
 
 

@@ -26,8 +26,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.memory.compare import compare_fsdp, compare_single  # noqa: E402
 
-MODELS = ["mnist_cnn", "resnet18", "resnet50", "vgg16", "densenet121", "efficientnet_v2_s", "efficientnet_v2_l",
-          "convnext_tiny", "convnext_large", "vit_b_16", "vit_b_32", "mobilenet_v3_large"]
+MODELS = [
+    "mnist_cnn",
+    "resnet18",
+    "resnet50",
+    "vgg16",
+    "densenet121",
+    "efficientnet_v2_s",
+    "efficientnet_v2_l",
+    "convnext_tiny",
+    "convnext_large",
+    "vit_b_16",
+    "vit_b_32",
+    "mobilenet_v3_large",
+]
 BATCHES = (32, 256)
 OPTIMIZERS = ("momentum", "adam")
 
@@ -35,9 +47,12 @@ OPTIMIZERS = ("momentum", "adam")
 def _row(c, kind: str) -> dict:
     cats = c.category_errors()
     worst = max(cats.items(), key=lambda kv: abs(kv[1][0]) if kv[1][0] != float("inf") else 0)
-    print(f"{kind:7s} {c.label:48s} simdl {c.ours / 2**20:10.2f} MiB  PyTorch {c.ref / 2**20:10.2f} MiB  "
-          f"error {c.error:+7.2%}  worst category {worst[0]} {worst[1][0]:+.1%}"
-          f"{'' if all(ok for _, ok in cats.values()) else '  (category out of tolerance)'}", flush=True)
+    print(
+        f"{kind:7s} {c.label:48s} simdl {c.ours / 2**20:10.2f} MiB  PyTorch {c.ref / 2**20:10.2f} MiB  "
+        f"error {c.error:+7.2%}  worst category {worst[0]} {worst[1][0]:+.1%}"
+        f"{'' if all(ok for _, ok in cats.values()) else '  (category out of tolerance)'}",
+        flush=True,
+    )
     return {"kind": kind, "label": c.label, "error": c.error, "cats": cats, "ref": c.ref}
 
 
@@ -90,35 +105,57 @@ def main() -> None:
         from simdl.workload.library import load_workload
 
         print("== real CPU steps (torch.profiler allocations) ==")
-        for m, ds, b, o in [("mnist_cnn", "mnist", 32, "momentum"), ("mnist_cnn", "mnist", 128, "adam"),
-                            ("resnet18", "cifar10", 32, "momentum"), ("resnet18", "cifar10", 64, "adam")]:
+        for m, ds, b, o in [
+            ("mnist_cnn", "mnist", 32, "momentum"),
+            ("mnist_cnn", "mnist", 128, "adam"),
+            ("resnet18", "cifar10", 32, "momentum"),
+            ("resnet18", "cifar10", 64, "adam"),
+        ]:
             t = load_workload(m, dataset=ds)
             meas = real_single_step(m, t.input_shape, t.num_classes, b, o)
-            ours = simdl.predict(model=m, strategy="ddp", gpus=1, cluster="cpu-local", dataset=ds, batch_size=b,
-                                 optimizer=o).peak_tensor_bytes
+            ours = simdl.predict(
+                model=m, strategy="ddp", gpus=1, cluster="cpu-local", dataset=ds, batch_size=b, optimizer=o
+            ).peak_tensor_bytes
             real.append(ours / meas - 1)
-            print(f"single  {m} b={b} {o}: measured {meas / 2**20:.2f} MiB, simdl {ours / 2**20:.2f} MiB, "
-                  f"error {real[-1]:+.2%}", flush=True)
+            print(
+                f"single  {m} b={b} {o}: measured {meas / 2**20:.2f} MiB, simdl {ours / 2**20:.2f} MiB, "
+                f"error {real[-1]:+.2%}",
+                flush=True,
+            )
         for m, ds, b in [("mnist_cnn", "mnist", 32), ("resnet18", "cifar10", 32)]:
             t = load_workload(m, dataset=ds)
             units = [u.name for u in fsdp_units(t, "block").units[1:]]
             for strategy in ("fsdp-full", "fsdp-grad_op", "fsdp-none", "ddp"):
                 sharding = strategy.removeprefix("fsdp-")
-                meas = max(max(p) for p in real_fsdp_step(m, t.input_shape, t.num_classes, b, units, world=2,
-                                                          sharding=sharding))
+                meas = max(
+                    max(p)
+                    for p in real_fsdp_step(m, t.input_shape, t.num_classes, b, units, world=2, sharding=sharding)
+                )
                 # real_fsdp_step gives the root reshard_after_forward explicitly (full: True).
                 kw = {} if strategy == "ddp" else {"sharding": sharding, "reshard_root": sharding == "full"}
-                ours = simdl.predict(model=m, strategy=strategy.split("-")[0], gpus=2, cluster="cpu-local", dataset=ds,
-                                     batch_size=b, **kw).peak_tensor_bytes
+                ours = simdl.predict(
+                    model=m,
+                    strategy=strategy.split("-")[0],
+                    gpus=2,
+                    cluster="cpu-local",
+                    dataset=ds,
+                    batch_size=b,
+                    **kw,
+                ).peak_tensor_bytes
                 real.append(ours / meas - 1)
-                print(f"{strategy}x2 {m} b={b} momentum (gloo): measured {meas / 2**20:.2f} MiB per rank, "
-                      f"simdl {ours / 2**20:.2f} MiB, error {real[-1]:+.2%}", flush=True)
+                print(
+                    f"{strategy}x2 {m} b={b} momentum (gloo): measured {meas / 2**20:.2f} MiB per rank, "
+                    f"simdl {ours / 2**20:.2f} MiB, error {real[-1]:+.2%}",
+                    flush=True,
+                )
     print("== summary ==")
     for kind in ("single", "ac", "fsdp"):
         _summary(rows, kind)
     if real:
-        print(f"  real CPU: {len(real)} runs, |error| mean {statistics.mean(map(abs, real)):.2%}, "
-              f"max {max(map(abs, real)):.2%}")
+        print(
+            f"  real CPU: {len(real)} runs, |error| mean {statistics.mean(map(abs, real)):.2%}, "
+            f"max {max(map(abs, real)):.2%}"
+        )
     print(f"({time.time() - t0:.0f} s)")
 
 

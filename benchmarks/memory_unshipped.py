@@ -26,8 +26,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.memory.compare import compare_fsdp, compare_single  # noqa: E402
 
 TARGET = 0.03
-MODELS = ["resnet34", "resnext50_32x4d", "mobilenet_v2", "mobilenet_v3_small", "efficientnet_b0",
-          "mnasnet1_0", "shufflenet_v2_x1_0", "squeezenet1_1", "vgg11", "swin_t"]
+MODELS = [
+    "resnet34",
+    "resnext50_32x4d",
+    "mobilenet_v2",
+    "mobilenet_v3_small",
+    "efficientnet_b0",
+    "mnasnet1_0",
+    "shufflenet_v2_x1_0",
+    "squeezenet1_1",
+    "vgg11",
+    "swin_t",
+]
 # (dataset, batch): small images at a training batch, ImageNet size at a batch the fake
 # tensors trace in seconds.
 INPUTS = [("cifar10", 64), ("imagenet", 8)]
@@ -77,32 +87,44 @@ def main() -> int:
     args = ap.parse_args()
     models = args.models or (MODELS[:3] if args.quick else MODELS)
     rows, t0, c0 = [], time.time(), time.process_time()
-    print(f"{'model':<22}{'input':>9}{'strategy':>10}{'batch':>6}{'opt':>9}{'simdl MiB':>12}{'PyTorch MiB':>13}"
-          f"{'error':>9}")
+    print(
+        f"{'model':<22}{'input':>9}{'strategy':>10}{'batch':>6}{'opt':>9}{'simdl MiB':>12}{'PyTorch MiB':>13}"
+        f"{'error':>9}"
+    )
     for i, m in enumerate(models):
         spec = f"torchvision.models:{m}"
         for ds, batch in INPUTS:
             opt = "adam" if i % 2 else "momentum"
             for strategy in ("ddp", "fsdp2"):
                 try:
-                    c = (compare_single(spec, batch, opt, dataset=ds) if strategy == "ddp"
-                         else compare_fsdp(spec, batch, opt, world=4, dataset=ds))
+                    c = (
+                        compare_single(spec, batch, opt, dataset=ds)
+                        if strategy == "ddp"
+                        else compare_fsdp(spec, batch, opt, world=4, dataset=ds)
+                    )
                 except Exception as e:  # a model the tracker cannot run: reported, not hidden
                     print(f"{m:<22}{ds:>9}{strategy:>10}{batch:>6}{opt:>9}  failed: {type(e).__name__}: {e}"[:200])
                     continue
                 ours = sequence_peak(spec, ds, batch, opt, "ddp" if strategy == "ddp" else "fsdp")
                 err = ours / c.ref - 1
                 rows.append((m, ds, strategy, err))
-                print(f"{m:<22}{ds:>9}{strategy:>10}{batch:>6}{opt:>9}{ours / 2**20:>12.1f}{c.ref / 2**20:>13.1f}"
-                      f"{err:>+9.2%}", flush=True)
+                print(
+                    f"{m:<22}{ds:>9}{strategy:>10}{batch:>6}{opt:>9}{ours / 2**20:>12.1f}{c.ref / 2**20:>13.1f}"
+                    f"{err:>+9.2%}",
+                    flush=True,
+                )
     errs = [abs(e) for *_, e in rows]
     if errs:
         within = sum(e <= TARGET for e in errs)
-        print(f"\n{len(errs)} comparisons: mean |error| {sum(errs) / len(errs):.2%}, max {max(errs):.2%}, "
-              f"{within}/{len(errs)} within {TARGET:.0%}")
+        print(
+            f"\n{len(errs)} comparisons: mean |error| {sum(errs) / len(errs):.2%}, max {max(errs):.2%}, "
+            f"{within}/{len(errs)} within {TARGET:.0%}"
+        )
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    print(f"wall {time.time() - t0:.0f} s, CPU {time.process_time() - c0:.0f} s (max RSS {ru.ru_maxrss / 1024:.0f} MiB); "
-          "host shared with other jobs")
+    print(
+        f"wall {time.time() - t0:.0f} s, CPU {time.process_time() - c0:.0f} s (max RSS {ru.ru_maxrss / 1024:.0f} MiB); "
+        "host shared with other jobs"
+    )
     return 0
 
 

@@ -14,6 +14,7 @@ lab/records/events/xeon-emr-x4-sync-events/kept-sum-7/proc_cpu.txt.xz recorded 0
 others' CPU, this sampler included (its ``host_cpu``; lab/CAMPAIGN.md: "Where VGG16 PS sync's
 time goes").
 """
+
 from __future__ import annotations
 
 import bisect
@@ -40,10 +41,10 @@ def sample() -> dict[str, tuple[str, int, int]]:
             stat = open(f"/proc/{pid}/stat").read()
         except OSError:
             continue  # the process ended between listdir and open
-        comm = stat[stat.index("(") + 1:stat.rindex(")")]
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
         if not comm.startswith("python"):
             continue
-        f = stat[stat.rindex(")") + 2:].split()
+        f = stat[stat.rindex(")") + 2 :].split()
         out[pid] = (comm, int(f[11]), int(f[12]))
     return out
 
@@ -63,10 +64,11 @@ def read(path: str) -> list[tuple[float, dict[str, int]]]:
     import lzma
 
     rows = []
-    for line in (lzma.open(path, "rt") if path.endswith(".xz") else open(path)):
+    for line in lzma.open(path, "rt") if path.endswith(".xz") else open(path):
         parts = line.split()
-        rows.append((float(parts[0]), {x.split(":")[0]: int(x.split(":")[-2]) + int(x.split(":")[-1])
-                                       for x in parts[1:]}))
+        rows.append(
+            (float(parts[0]), {x.split(":")[0]: int(x.split(":")[-2]) + int(x.split(":")[-1]) for x in parts[1:]})
+        )
     return rows
 
 

@@ -23,6 +23,7 @@ Usage: python benchmarks/ps_staleness_window.py RUN_WORKDIR [...]
 (RUN_WORKDIR: a validate run's directory holding rank0.json ... rankN.json; runs made with
 the event log, 2026-11-27 on.)
 """
+
 from __future__ import annotations
 
 import json
@@ -67,22 +68,30 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
             if k + 1 < len(mine):
                 staleness.append(mine[k + 1]["version"] - 1 - nxt["version"])
     cycle = statistics.median(b[0] - a[0] for s in rpc.values() for a, b in zip(s, s[1:]))
-    return {"workers": workers, "updates": len(skipped), "cycle_s": cycle,
-            "median_s": {k: statistics.median(v) for k, v in parts.items() if v},
-            "mean_s": {k: statistics.fmean(v) for k, v in parts.items() if v},
-            "skipped_mean": statistics.fmean(skipped) if skipped else None,
-            "staleness_mean": statistics.fmean(staleness) if staleness else None}
+    return {
+        "workers": workers,
+        "updates": len(skipped),
+        "cycle_s": cycle,
+        "median_s": {k: statistics.median(v) for k, v in parts.items() if v},
+        "mean_s": {k: statistics.fmean(v) for k, v in parts.items() if v},
+        "skipped_mean": statistics.fmean(skipped) if skipped else None,
+        "staleness_mean": statistics.fmean(staleness) if staleness else None,
+    }
 
 
 def main(argv: list[str]) -> int:
     for d in argv:
         r = analyse(Path(d))
-        print(f"{Path(d).name}: {r['workers']} workers, {r['updates']} steady windows, "
-              f"cycle {r['cycle_s'] * 1e3:.0f} ms; staleness {r['staleness_mean']:.2f}, "
-              f"others' applies skipped per window {r['skipped_mean']:.2f}")
+        print(
+            f"{Path(d).name}: {r['workers']} workers, {r['updates']} steady windows, "
+            f"cycle {r['cycle_s'] * 1e3:.0f} ms; staleness {r['staleness_mean']:.2f}, "
+            f"others' applies skipped per window {r['skipped_mean']:.2f}"
+        )
         for k in r["mean_s"]:
-            print(f"  {k:13s} mean {r['mean_s'][k] * 1e3:8.1f} ms   median {r['median_s'][k] * 1e3:8.1f} ms"
-                  f"   ({r['mean_s'][k] / r['cycle_s']:.1%} of a cycle)")
+            print(
+                f"  {k:13s} mean {r['mean_s'][k] * 1e3:8.1f} ms   median {r['median_s'][k] * 1e3:8.1f} ms"
+                f"   ({r['mean_s'][k] / r['cycle_s']:.1%} of a cycle)"
+            )
     return 0
 
 

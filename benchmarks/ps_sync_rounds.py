@@ -22,6 +22,7 @@ Usage: python benchmarks/ps_sync_rounds.py RUN_WORKDIR [...]
 (RUN_WORKDIR: a ps-sync validate run's directory holding rank0.json ... rankN.json, made
 with the round log, 2026-11-29 on; lab/records/events/xeon-emr-x4-sync-events/ holds some.)
 """
+
 from __future__ import annotations
 
 import json
@@ -50,12 +51,25 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
     pushes = server["push_events"]  # n per round, in arrival order
     cpu = server.get("sum_cpu_s") or [None] * len(pushes)
     steady = range(warmup + 1, len(rounds))  # after the profiled step
-    out: dict[str, list[float]] = {k: [] for k in ("period", "first_cpu", "first_wall", "add_cpu", "mean", "update",
-                                                   "pull_spread", "call_spread", "last_arrival", "last_to_end")}
+    out: dict[str, list[float]] = {
+        k: []
+        for k in (
+            "period",
+            "first_cpu",
+            "first_wall",
+            "add_cpu",
+            "mean",
+            "update",
+            "pull_spread",
+            "call_spread",
+            "last_arrival",
+            "last_to_end",
+        )
+    }
     last_push: list[tuple[float, float]] = []  # per steady round: the last push's call and arrival
     for k in steady:
         out["period"].append(rounds[k][2] - rounds[k - 1][2])
-        mine = list(zip(pushes[k * n:(k + 1) * n], cpu[k * n:(k + 1) * n]))
+        mine = list(zip(pushes[k * n : (k + 1) * n], cpu[k * n : (k + 1) * n]))
         (first, c_first), later = mine[0], mine[1:]
         out["first_wall"].append(first[3] - first[2])
         if c_first is not None:
@@ -82,8 +96,12 @@ def analyse(workdir: Path, warmup: int = 2) -> dict:
         res["last_push_cpu"] = []
         for last_call, arrival in last_push:
             busy = window(rows, last_call + t0, arrival + t0)
-            res["last_push_cpu"].append((round(arrival - last_call, 2), {p: round(c, 2) for p, c in
-                                         sorted(busy.items(), key=lambda x: -x[1])[:3]}))
+            res["last_push_cpu"].append(
+                (
+                    round(arrival - last_call, 2),
+                    {p: round(c, 2) for p, c in sorted(busy.items(), key=lambda x: -x[1])[:3]},
+                )
+            )
     return res
 
 
@@ -91,13 +109,25 @@ def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__.strip().splitlines()[-3])
         return 2
-    cols = ("period", "first_cpu", "first_wall", "add_cpu", "mean", "update", "pull_spread", "call_spread",
-            "last_arrival", "last_to_end")
+    cols = (
+        "period",
+        "first_cpu",
+        "first_wall",
+        "add_cpu",
+        "mean",
+        "update",
+        "pull_spread",
+        "call_spread",
+        "last_arrival",
+        "last_to_end",
+    )
     results = [(arg, analyse(Path(arg))) for arg in argv]  # bad input fails before any output
     print("run | rounds | " + " | ".join(cols) + "  (seconds, medians over the steady rounds)")
     for arg, a in results:
-        print(f"{Path(arg).parent.name}/{Path(arg).name[:24]} | {a['rounds']} | "
-              + " | ".join(f"{a[c]:.3f}" for c in cols))
+        print(
+            f"{Path(arg).parent.name}/{Path(arg).name[:24]} | {a['rounds']} | "
+            + " | ".join(f"{a[c]:.3f}" for c in cols)
+        )
         for span, busy in a.get("last_push_cpu", []):
             print(f"    last push {span:.2f} s; CPU-s of the busiest processes meanwhile: {busy}")
     return 0

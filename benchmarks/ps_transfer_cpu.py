@@ -55,9 +55,12 @@ def _run(rank: int, nbytes: int, port: int) -> None:
             rpc.rpc_sync("p0", _echo, args=(x,))
         wall = time.perf_counter() - t0
         c1, s1 = _cpu_s(), rpc.rpc_sync("p0", _server_cpu_s)
-        print(f"{nbytes / MiB:6.0f} MiB push + pull: wall {wall / REPEATS * 1e3:7.1f} ms, worker CPU "
-              f"{(c1 - c0) / REPEATS * 1e3:7.1f} ms, server CPU {(s1 - s0) / REPEATS * 1e3:7.1f} ms, "
-              f"CPU / wall {((c1 - c0) + (s1 - s0)) / wall:.2f}", flush=True)
+        print(
+            f"{nbytes / MiB:6.0f} MiB push + pull: wall {wall / REPEATS * 1e3:7.1f} ms, worker CPU "
+            f"{(c1 - c0) / REPEATS * 1e3:7.1f} ms, server CPU {(s1 - s0) / REPEATS * 1e3:7.1f} ms, "
+            f"CPU / wall {((c1 - c0) + (s1 - s0)) / wall:.2f}",
+            flush=True,
+        )
     rpc.shutdown()
 
 

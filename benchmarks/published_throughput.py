@@ -37,12 +37,18 @@ import numpy as np
 from simdl import predict
 
 PRECISION = {"TF32": "tf32", "AMP": "fp16-amp", "FP32": "fp32"}
-MODEL = {"resnet50": ("resnet50", "imagenet", None),
-         "efficientnet-b0": ("torchvision.models:efficientnet_b0", None, "3x224x224"),
-         "efficientnet-b4": ("torchvision.models:efficientnet_b4", None, "3x380x380")}
-CLUSTER = {"DGX A100 (8x A100 80GB)": ("dgx-a100", 16), "A100 80GB (DGX A100 nodes)": ("dgx-a100", 16),
-           "DGX A100 (8x A100 40GB)": ("a100-40gb-2node", 16), "DGX-1 (8x V100 16GB)": ("v100-dgx1", 8),
-           "DGX-1 (8x V100 32GB)": ("v100-dgx1", 8)}
+MODEL = {
+    "resnet50": ("resnet50", "imagenet", None),
+    "efficientnet-b0": ("torchvision.models:efficientnet_b0", None, "3x224x224"),
+    "efficientnet-b4": ("torchvision.models:efficientnet_b4", None, "3x380x380"),
+}
+CLUSTER = {
+    "DGX A100 (8x A100 80GB)": ("dgx-a100", 16),
+    "A100 80GB (DGX A100 nodes)": ("dgx-a100", 16),
+    "DGX A100 (8x A100 40GB)": ("a100-40gb-2node", 16),
+    "DGX-1 (8x V100 16GB)": ("v100-dgx1", 8),
+    "DGX-1 (8x V100 32GB)": ("v100-dgx1", 8),
+}
 # (model, system, precision, published images/s, batch, batch source, used in an old fit)
 ROWS = (
     ("resnet50", "DGX A100 (8x A100 80GB)", "TF32", 938, 256, "configs.yml", "tf32"),
@@ -73,16 +79,34 @@ ROWS = (
 # Rows of the 2020-10-21 README (resnet50v1.5/README.md@90610830): older container, slower
 # software on the same GPUs (its A100 AMP row is half the 21.03 one).
 OLD_README = (680.15, 1240.81, 373.21, 856.52)
-STUDY1 = ("vgg16", "resnet18", "resnet50", "densenet121", "mobilenet_v3_large", "efficientnet_v2_s",
-          "efficientnet_v2_l", "convnext_tiny", "vit_b_16")
+STUDY1 = (
+    "vgg16",
+    "resnet18",
+    "resnet50",
+    "densenet121",
+    "mobilenet_v3_large",
+    "efficientnet_v2_s",
+    "efficientnet_v2_l",
+    "convnext_tiny",
+    "vit_b_16",
+)
 
 
 def predicted(model: str, system: str, precision: str, batch: int) -> tuple[float, dict]:
     name, dataset, shape = MODEL[model]
     cluster, workers = CLUSTER[system]
-    r = predict(name, "ddp", 1, cluster=cluster, dataset=dataset, input_shape=shape,
-                num_classes=1000 if shape else None, batch_size=batch, precision=PRECISION[precision],
-                loader_workers=workers)
+    r = predict(
+        name,
+        "ddp",
+        1,
+        cluster=cluster,
+        dataset=dataset,
+        input_shape=shape,
+        num_classes=1000 if shape else None,
+        batch_size=batch,
+        precision=PRECISION[precision],
+        loader_workers=workers,
+    )
     return batch / r.iteration_time_s, r.step_split_s
 
 
@@ -101,23 +125,33 @@ def table() -> None:
             if model.startswith("efficientnet"):
                 errs_eff.append(e)
         hb = split.get("host_bound", 0.0) / max(sum(split.values()), 1e-12)
-        print(f"{model} | {system} | {prec} | {batch} ({bsrc}) | {pub:g} | {ips:,.0f} | {100 * e:+.1f} % | "
-              f"{'solved on (excluded)' if fit in SOLVED else 'old fit' if fit else ''} | {100 * hb:.0f} %")
+        print(
+            f"{model} | {system} | {prec} | {batch} ({bsrc}) | {pub:g} | {ips:,.0f} | {100 * e:+.1f} % | "
+            f"{'solved on (excluded)' if fit in SOLVED else 'old fit' if fit else ''} | {100 * hb:.0f} %"
+        )
     a = np.abs(errs)
-    print(f"\nMAPE over {len(a)} predicted rows no fit used: {100 * a.mean():.1f} % (max {100 * a.max():.1f} %); "
-          f"EfficientNet rows: {100 * np.abs(errs_eff).mean():.1f} % over {len(errs_eff)}; "
-          f"ResNet-50 rows: {100 * np.abs(errs[:len(errs) - len(errs_eff)]).mean():.1f} %")
+    print(
+        f"\nMAPE over {len(a)} predicted rows no fit used: {100 * a.mean():.1f} % (max {100 * a.max():.1f} %); "
+        f"EfficientNet rows: {100 * np.abs(errs_eff).mean():.1f} % over {len(errs_eff)}; "
+        f"ResNet-50 rows: {100 * np.abs(errs[: len(errs) - len(errs_eff)]).mean():.1f} %"
+    )
     same = np.abs([e for e, sw in zip(errs, software) if sw])
-    print(f"of which the {len(same)} rows measured with the 21.03 container (the others: 2020 READMEs, older "
-          f"software): MAPE {100 * same.mean():.1f} % (max {100 * same.max():.1f} %)")
+    print(
+        f"of which the {len(same)} rows measured with the 21.03 container (the others: 2020 READMEs, older "
+        f"software): MAPE {100 * same.mean():.1f} % (max {100 * same.max():.1f} %)"
+    )
 
 
 def ratios() -> None:
     print("\nFSDP / DDP iteration time, study-1 models, CIFAR-10, batch 32 per GPU, a100-80gb-nvlink (fp32)")
-    print("FSDP-DDP: the 4-GPU difference; per unit: that difference over FSDP's units (block wrap); "
-          "host: step_split_s host (framework host work the device waited for), 4 GPUs")
-    print("model | 2 GPUs | 4 GPUs | units | params | FSDP-DDP ms | per unit ms | host DDP ms | host FSDP ms "
-          "| host_bound share of the DDP step (4 GPUs)")
+    print(
+        "FSDP-DDP: the 4-GPU difference; per unit: that difference over FSDP's units (block wrap); "
+        "host: step_split_s host (framework host work the device waited for), 4 GPUs"
+    )
+    print(
+        "model | 2 GPUs | 4 GPUs | units | params | FSDP-DDP ms | per unit ms | host DDP ms | host FSDP ms "
+        "| host_bound share of the DDP step (4 GPUs)"
+    )
     for m in STUDY1:
         cells = []
         for g in (2, 4):
@@ -127,8 +161,10 @@ def ratios() -> None:
         units = f.config.get("units") or _units(m)
         diff = f.iteration_time_s - d.iteration_time_s
         hb = d.step_split_s.get("host_bound", 0.0) / max(sum(d.step_split_s.values()), 1e-12)
-        print(f"{m} | {cells[0]} | {cells[1]} | {units} | {_params(m)} | {1e3 * diff:.1f} | {1e3 * diff / units:.2f} "
-              f"| {1e3 * d.step_split_s['host']:.1f} | {1e3 * f.step_split_s['host']:.1f} | {100 * hb:.0f} %")
+        print(
+            f"{m} | {cells[0]} | {cells[1]} | {units} | {_params(m)} | {1e3 * diff:.1f} | {1e3 * diff / units:.2f} "
+            f"| {1e3 * d.step_split_s['host']:.1f} | {1e3 * f.step_split_s['host']:.1f} | {100 * hb:.0f} %"
+        )
 
 
 def _units(model: str) -> int:
@@ -169,9 +205,18 @@ def _with(base, low_reuse: float, tf32: float):
 def _ips(row, spec) -> float:
     model, system, prec, pub, batch = row
     name, dataset, shape = MODEL[model]
-    r = predict(name, "ddp", 1, cluster=spec, dataset=dataset, input_shape=shape,
-                num_classes=1000 if shape else None, batch_size=batch, precision=PRECISION[prec],
-                loader_workers=CLUSTER[system][1])
+    r = predict(
+        name,
+        "ddp",
+        1,
+        cluster=spec,
+        dataset=dataset,
+        input_shape=shape,
+        num_classes=1000 if shape else None,
+        batch_size=batch,
+        precision=PRECISION[prec],
+        loader_workers=CLUSTER[system][1],
+    )
     return batch / r.iteration_time_s
 
 
@@ -199,19 +244,22 @@ def solve() -> tuple[float, float]:
     v100 = load_cluster("v100-dgx1")
     row = SOLVED["low_reuse_v100"]
     low_v = _bisect(lambda x: _ips(row, _with(v100, x, tf32)), row[3], 0.005, 1.5)
-    why = ("solved so that simdl's {0} at batch {4}, {2}, on one {1} GPU reproduces the published {3} img/s "
-           "(published_hardware.md s.3, DeepLearningExamples README) by benchmarks/published_throughput.py --solve; "
-           "that row is excluded from the table's MAPE")
+    why = (
+        "solved so that simdl's {0} at batch {4}, {2}, on one {1} GPU reproduces the published {3} img/s "
+        "(published_hardware.md s.3, DeepLearningExamples README) by benchmarks/published_throughput.py --solve; "
+        "that row is excluded from the table's MAPE"
+    )
     for g in GPU_FILES:
         path = Path(__file__).parent.parent / "simdl" / "cluster" / "data" / "gpus" / f"{g}.yaml"
-        lines = [ln for ln in path.read_text().splitlines()
-                 if not ln.startswith(("  low_reuse:", "  tensor_core:"))]
+        lines = [ln for ln in path.read_text().splitlines() if not ln.startswith(("  low_reuse:", "  tensor_core:"))]
         key, f = ("low_reuse_v100", low_v) if g == "V100-SXM2" else ("low_reuse", low)
-        lines.append(f"  low_reuse: {{fraction: {f:.4g}, kind: calibrated, source: \"{why.format(*SOLVED[key])}\"}}")
-        lines.append(f"  tensor_core: {{tf32: {tf32:.4g}, kind: calibrated, source: \"{why.format(*SOLVED['tf32'])}\"}}")
+        lines.append(f'  low_reuse: {{fraction: {f:.4g}, kind: calibrated, source: "{why.format(*SOLVED[key])}"}}')
+        lines.append(f'  tensor_core: {{tf32: {tf32:.4g}, kind: calibrated, source: "{why.format(*SOLVED["tf32"])}"}}')
         path.write_text("\n".join(lines) + "\n")
-    print(f"low_reuse fraction {low:.4g} (V100 {low_v:.4g}), tf32 tensor-core scale {tf32:.4g} written to "
-          f"{len(GPU_FILES)} GPU files")
+    print(
+        f"low_reuse fraction {low:.4g} (V100 {low_v:.4g}), tf32 tensor-core scale {tf32:.4g} written to "
+        f"{len(GPU_FILES)} GPU files"
+    )
     return low, tf32
 
 
@@ -227,8 +275,10 @@ def main(argv=None) -> None:
     table()
     if args.ratios:
         ratios()
-    print(f"\nwall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s, "
-          f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (host shared)")
+    print(
+        f"\nwall {time.perf_counter() - t0:.1f} s, CPU {time.process_time() - c0:.1f} s, "
+        f"max RSS {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB (host shared)"
+    )
 
 
 if __name__ == "__main__":

@@ -68,7 +68,9 @@ def differing_rows(text: str, files: list[Path], repeats: bool) -> list[tuple[st
 
 def main(argv: list[str]) -> int:
     commit = argv[0] if argv else "bf4cb92"
-    names = sorted(n for n in _git("ls-tree", "-r", "--name-only", commit, "report/").split() if n.endswith("/README.md"))
+    names = sorted(
+        n for n in _git("ls-tree", "-r", "--name-only", commit, "report/").split() if n.endswith("/README.md")
+    )
     same = differ = missing = 0
     for name in names:
         text = _git("show", f"{commit}:{name}")

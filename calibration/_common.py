@@ -105,22 +105,53 @@ def setup(args: argparse.Namespace, stage: str) -> Ctx:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     log = RankLog(out / f"rank{rank}.jsonl")
-    ctx = Ctx(rank=rank, world=world, local_rank=local_rank, local_world=local_world,
-              node=rank // max(local_world, 1), nodes=nodes, device=device, backend=backend,
-              threads=torch.get_num_threads(), out=out, log=log,
-              deadline=time.monotonic() + float(args.budget), quick=bool(args.quick))
-    log.write({
-        "type": "header", "stage": stage, "schema": SCHEMA, "rank": rank, "world": world,
-        "local_rank": local_rank, "local_world": local_world, "node": ctx.node, "nodes": nodes,
-        "host": socket.gethostname(), "device": device_name(device), "backend": backend,
-        "threads": ctx.threads, "cpu_count": os.cpu_count(), "cpu_caches": cache_sizes(),
-        "cpu_identity": cpu_identity(), "allocator_env": allocator_env(),
-        "threads_note": ("torch.set_num_threads(1): ranks per node >= cores" if not use_cuda and
-                         local_world >= (os.cpu_count() or 1) else ""),
-        "versions": _versions(), "loadavg": list(os.getloadavg()),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "budget_s": float(args.budget), "quick": bool(args.quick), "pid": os.getpid(),
-    })
+    ctx = Ctx(
+        rank=rank,
+        world=world,
+        local_rank=local_rank,
+        local_world=local_world,
+        node=rank // max(local_world, 1),
+        nodes=nodes,
+        device=device,
+        backend=backend,
+        threads=torch.get_num_threads(),
+        out=out,
+        log=log,
+        deadline=time.monotonic() + float(args.budget),
+        quick=bool(args.quick),
+    )
+    log.write(
+        {
+            "type": "header",
+            "stage": stage,
+            "schema": SCHEMA,
+            "rank": rank,
+            "world": world,
+            "local_rank": local_rank,
+            "local_world": local_world,
+            "node": ctx.node,
+            "nodes": nodes,
+            "host": socket.gethostname(),
+            "device": device_name(device),
+            "backend": backend,
+            "threads": ctx.threads,
+            "cpu_count": os.cpu_count(),
+            "cpu_caches": cache_sizes(),
+            "cpu_identity": cpu_identity(),
+            "allocator_env": allocator_env(),
+            "threads_note": (
+                "torch.set_num_threads(1): ranks per node >= cores"
+                if not use_cuda and local_world >= (os.cpu_count() or 1)
+                else ""
+            ),
+            "versions": _versions(),
+            "loadavg": list(os.getloadavg()),
+            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "budget_s": float(args.budget),
+            "quick": bool(args.quick),
+            "pid": os.getpid(),
+        }
+    )
     return ctx
 
 
@@ -186,13 +217,21 @@ def plan(ctx: Ctx, keys: list[str]) -> None:
 
 def finish(ctx: Ctx, stopped_by_budget: bool = False, note: str = "") -> None:
     dist.barrier()
-    ctx.log.write({"type": "end", "stopped_by_budget": stopped_by_budget, "note": note,
-                   "loadavg": list(os.getloadavg())})
+    ctx.log.write(
+        {"type": "end", "stopped_by_budget": stopped_by_budget, "note": note, "loadavg": list(os.getloadavg())}
+    )
     ctx.log.close()
     if ctx.rank == 0:
-        (ctx.out / "DONE").write_text(json.dumps({
-            "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "stopped_by_budget": stopped_by_budget, "note": note}) + "\n")
+        (ctx.out / "DONE").write_text(
+            json.dumps(
+                {
+                    "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                    "stopped_by_budget": stopped_by_budget,
+                    "note": note,
+                }
+            )
+            + "\n"
+        )
     dist.barrier()
     dist.destroy_process_group()
 

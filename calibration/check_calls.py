@@ -28,8 +28,13 @@ KEYS = ("gloo", "nccl", "c10d", "all_gather", "reduce_scatter", "allreduce", "al
 
 def model() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                               torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+    return torch.nn.Sequential(
+        torch.nn.Linear(512, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 1024),
+        torch.nn.ReLU(),
+        torch.nn.Linear(1024, 10),
+    )
 
 
 def calls(m: torch.nn.Module, x: torch.Tensor) -> collections.Counter:
@@ -42,8 +47,9 @@ def calls(m: torch.nn.Module, x: torch.Tensor) -> collections.Counter:
         m(x).sum().backward()
         opt.step()
         opt.zero_grad()
-    return collections.Counter((e.name, str(e.input_shapes)[:60]) for e in prof.events()
-                               if any(k in e.name.lower() for k in KEYS))
+    return collections.Counter(
+        (e.name, str(e.input_shapes)[:60]) for e in prof.events() if any(k in e.name.lower() for k in KEYS)
+    )
 
 
 def main() -> None:
@@ -69,8 +75,9 @@ def main() -> None:
         dist.all_reduce(b)
         ag(b, a)
         rs(a, b)
-    found["collectives.py"] = collections.Counter((e.name, str(e.input_shapes)[:60]) for e in prof.events()
-                                                  if any(k in e.name.lower() for k in KEYS))
+    found["collectives.py"] = collections.Counter(
+        (e.name, str(e.input_shapes)[:60]) for e in prof.events() if any(k in e.name.lower() for k in KEYS)
+    )
     if dist.get_rank() == 0:
         print(f"torch {torch.__version__}, backend {dist.get_backend()}")
         for name, c in found.items():

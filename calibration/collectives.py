@@ -53,7 +53,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-
 from _common import agreed_done, base_parser, finish, plan, setup, within_budget  # noqa: E402
 
 STAGE = "collectives"
@@ -117,6 +116,7 @@ def _op(collective: str, elems: int, group, group_ranks: list[int], rank: int, d
             reqs = [dist.isend(x, nxt, group=group), dist.irecv(y, prv, group=group)]
             for r in reqs:
                 r.wait()
+
         return sendrecv
     raise ValueError(collective)
 
@@ -171,15 +171,27 @@ def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--min-bytes", type=int, default=4 * 1024)
     p.add_argument("--max-bytes", type=int, default=256 * 1024 * 1024)
-    p.add_argument("--points-per-octave", type=int, default=2,
-                   help="message sizes per doubling (2: powers of 2 and the geometric midpoints); --quick: 1")
+    p.add_argument(
+        "--points-per-octave",
+        type=int,
+        default=2,
+        help="message sizes per doubling (2: powers of 2 and the geometric midpoints); --quick: 1",
+    )
     p.add_argument("--chunks", type=int, default=2, help="timed chunks per size and pass")
-    p.add_argument("--passes", type=int, default=7,
-                   help="passes over the whole grid (alternately small-first and large-first); the fit takes "
-                        "the 25th percentile of all their chunks; --quick: 3")
+    p.add_argument(
+        "--passes",
+        type=int,
+        default=7,
+        help="passes over the whole grid (alternately small-first and large-first); the fit takes "
+        "the 25th percentile of all their chunks; --quick: 3",
+    )
     p.add_argument("--collectives", default=",".join(COLLECTIVES))
-    p.add_argument("--subgroups", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time groups smaller than a node, all at once (scopes sub<d>; module docstring)")
+    p.add_argument(
+        "--subgroups",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time groups smaller than a node, all at once (scopes sub<d>; module docstring)",
+    )
     args = p.parse_args()
     ctx = setup(args, STAGE)
     per_octave = args.points_per_octave if not args.quick else min(args.points_per_octave, 1)
@@ -235,8 +247,13 @@ def main() -> None:
         # do not line up with message size.
         seq = msg_sizes if k % 2 == 0 else msg_sizes[::-1]
         order += [(k, "self", self_group, [ctx.rank], c, msg_sizes[0]) for c in self_colls]
-        order += [(k, scope, g, ranks, c, s) for s in seq for scope, g, ranks in groups for c in colls
-                  if not scope.startswith("sub") or c in SUBGROUP_COLLECTIVES]
+        order += [
+            (k, scope, g, ranks, c, s)
+            for s in seq
+            for scope, g, ranks in groups
+            for c in colls
+            if not scope.startswith("sub") or c in SUBGROUP_COLLECTIVES
+        ]
     plan(ctx, [key(sc, c, s, k) for k, sc, _, _, c, s in order])
     done = agreed_done(ctx)
     stopped = False
@@ -251,9 +268,18 @@ def main() -> None:
         m = time_op(ctx, op, args.quick, chunks)
         n = len(ranks)
         algbw = actual / m["time_s"]
-        ctx.log.measurement(kk, kind="collective", scope=scope, collective=coll, bytes=actual, group_size=n,
-                            repeat=k, **m, algbw_GB_per_s=algbw / 1e9,
-                            busbw_GB_per_s=algbw * bus_factor(coll, n) / 1e9)
+        ctx.log.measurement(
+            kk,
+            kind="collective",
+            scope=scope,
+            collective=coll,
+            bytes=actual,
+            group_size=n,
+            repeat=k,
+            **m,
+            algbw_GB_per_s=algbw / 1e9,
+            busbw_GB_per_s=algbw * bus_factor(coll, n) / 1e9,
+        )
         del op
     finish(ctx, stopped_by_budget=stopped)
 

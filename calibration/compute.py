@@ -40,7 +40,6 @@ sys.path.insert(1, os.getcwd())
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
 from _common import agreed_done, base_parser, finish, plan, setup, timed, within_budget  # noqa: E402
 
 STAGE = "compute"
@@ -83,10 +82,19 @@ class RowTimer:
         self.sync()
         idx = len(self.rows)
         self.called.setdefault(module, idx)
-        self.rows.append({"name": self.names[module], "type": type(module).__name__,
-                          "t0": time.perf_counter(), "child": 0.0, "fwd": 0.0, "bwd": 0.0,
-                          "seq0": torch._C._autograd._get_sequence_nr(), "seq1": None,
-                          "parent": self.stack[-1] if self.stack else None})
+        self.rows.append(
+            {
+                "name": self.names[module],
+                "type": type(module).__name__,
+                "t0": time.perf_counter(),
+                "child": 0.0,
+                "fwd": 0.0,
+                "bwd": 0.0,
+                "seq0": torch._C._autograd._get_sequence_nr(),
+                "seq1": None,
+                "parent": self.stack[-1] if self.stack else None,
+            }
+        )
         self.stack.append(idx)
 
     def _post(self, module, args, output):
@@ -135,6 +143,7 @@ class RowTimer:
             now = time.perf_counter()
             self.rows[label]["bwd"] += now - self.last  # engine gap before this node
             self.last = now
+
         return pre
 
     def _bwd_post(self, label):
@@ -143,6 +152,7 @@ class RowTimer:
             now = time.perf_counter()
             self.rows[label]["bwd"] += now - self.last
             self.last = now
+
         return post
 
 
@@ -199,9 +209,17 @@ def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int, rows: 
     # Every unhooked step is kept, and the fastest (timeit's rule) named; the fitter rescales
     # the per-row medians to the repeat simdl.calibrate.compute.STEP_ANCHOR picks.
     best = min(range(repeats), key=lambda i: plain_f[i] + plain_b[i])
-    whole = {"model": name, "dataset": dataset, "input_shape": list(shape), "batch": batch,
-             "repeats": repeats, "step_fwd_s": plain_f[best], "step_bwd_s": plain_b[best],
-             "step_fwd_all_s": plain_f, "step_bwd_all_s": plain_b}
+    whole = {
+        "model": name,
+        "dataset": dataset,
+        "input_shape": list(shape),
+        "batch": batch,
+        "repeats": repeats,
+        "step_fwd_s": plain_f[best],
+        "step_bwd_s": plain_b[best],
+        "step_fwd_all_s": plain_f,
+        "step_bwd_all_s": plain_b,
+    }
     if not rows:
         return whole
     timer = RowTimer(model, ctx.sync)
@@ -216,8 +234,12 @@ def measure_model(ctx, name: str, dataset: str, batch: int, repeats: int, rows: 
     types = [r[1] for r in per_rep[0]]
     fwd = [_median([rep[i][2] for rep in per_rep]) for i in range(len(names))]
     bwd = [_median([rep[i][3] for rep in per_rep]) for i in range(len(names))]
-    return {**whole, "hooked_fwd_s": sum(fwd), "hooked_bwd_s": sum(bwd),
-            "rows": {"name": names, "type": types, "fwd_s": fwd, "bwd_s": bwd}}
+    return {
+        **whole,
+        "hooked_fwd_s": sum(fwd),
+        "hooked_bwd_s": sum(bwd),
+        "rows": {"name": names, "type": types, "fwd_s": fwd, "bwd_s": bwd},
+    }
 
 
 def micro_benchmarks(quick: bool, device) -> list[tuple[str, dict, object]]:
@@ -234,21 +256,44 @@ def _cuda_micro(out: list) -> None:
     the launch cost. Operands are random (zeros run faster on tensor cores)."""
     for n in (2048, 4096, 8192):
         a, b = torch.randn(n, n), torch.randn(n, n)
-        out.append((f"gemm/{n}", {"op_class": "gemm", "flops": 2.0 * n ** 3, "bytes": 3.0 * 4 * n * n},
-                    (lambda a=a, b=b: torch.mm(a, b))))
+        out.append(
+            (
+                f"gemm/{n}",
+                {"op_class": "gemm", "flops": 2.0 * n**3, "bytes": 3.0 * 4 * n * n},
+                (lambda a=a, b=b: torch.mm(a, b)),
+            )
+        )
         ah, bh = a.bfloat16(), b.bfloat16()
-        out.append((f"gemm_bf16/{n}", {"op_class": "gemm_bf16", "flops": 2.0 * n ** 3, "bytes": 3.0 * 2 * n * n},
-                    (lambda a=ah, b=bh: torch.mm(a, b))))
-    for (bt, c, hw) in ((32, 128, 56), (32, 256, 28), (64, 512, 14)):
+        out.append(
+            (
+                f"gemm_bf16/{n}",
+                {"op_class": "gemm_bf16", "flops": 2.0 * n**3, "bytes": 3.0 * 2 * n * n},
+                (lambda a=ah, b=bh: torch.mm(a, b)),
+            )
+        )
+    for bt, c, hw in ((32, 128, 56), (32, 256, 28), (64, 512, 14)):
         x = torch.randn(bt, c, hw, hw)
         conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
-        out.append((f"conv3x3/{bt}x{c}x{hw}x{hw}", {"op_class": "conv", "flops": 2.0 * bt * c * c * 9 * hw * hw,
-                                                    "bytes": 4.0 * (2 * bt * c * hw * hw + c * c * 9)},
-                    (lambda x=x, conv=conv: conv(x))))
+        out.append(
+            (
+                f"conv3x3/{bt}x{c}x{hw}x{hw}",
+                {
+                    "op_class": "conv",
+                    "flops": 2.0 * bt * c * c * 9 * hw * hw,
+                    "bytes": 4.0 * (2 * bt * c * hw * hw + c * c * 9),
+                },
+                (lambda x=x, conv=conv: conv(x)),
+            )
+        )
     for numel in (1 << 22, 1 << 25, 1 << 28):
         a, b = torch.randn(numel), torch.randn(numel)
-        out.append((f"add/{numel}", {"op_class": "elementwise", "flops": 0.0, "bytes": 12.0 * numel},
-                    (lambda a=a, b=b: torch.add(a, b))))
+        out.append(
+            (
+                f"add/{numel}",
+                {"op_class": "elementwise", "flops": 0.0, "bytes": 12.0 * numel},
+                (lambda a=a, b=b: torch.add(a, b)),
+            )
+        )
     t = torch.randn(16)
     out.append(("tiny/add16", {"op_class": "launch", "flops": 0.0, "bytes": 0.0}, (lambda t=t: t + 1)))
 
@@ -260,38 +305,62 @@ def _micro(quick: bool, out: list, cuda: bool = False) -> None:
         _cuda_micro(out)
         _stream_micro(quick, out, faults=False)
         return
-    for n in ((256, 512, 1024) if quick else (128, 256, 512, 1024, 2048)):
+    for n in (256, 512, 1024) if quick else (128, 256, 512, 1024, 2048):
         a, b = torch.randn(n, n), torch.randn(n, n)
-        out.append((f"gemm/{n}", {"op_class": "gemm", "flops": 2.0 * n ** 3, "bytes": 3.0 * 4 * n * n},
-                    (lambda a=a, b=b: torch.mm(a, b))))
-    for (bt, c, hw) in (((8, 64, 16), (8, 128, 8)) if quick else ((8, 64, 32), (8, 64, 16), (8, 128, 8), (8, 256, 4))):
+        out.append(
+            (
+                f"gemm/{n}",
+                {"op_class": "gemm", "flops": 2.0 * n**3, "bytes": 3.0 * 4 * n * n},
+                (lambda a=a, b=b: torch.mm(a, b)),
+            )
+        )
+    for bt, c, hw in ((8, 64, 16), (8, 128, 8)) if quick else ((8, 64, 32), (8, 64, 16), (8, 128, 8), (8, 256, 4)):
         x = torch.randn(bt, c, hw, hw)
         conv = torch.nn.Conv2d(c, c, 3, padding=1, bias=False)
         flops = 2.0 * bt * c * c * 9 * hw * hw
         nbytes = 4.0 * (2 * bt * c * hw * hw + c * c * 9)
-        out.append((f"conv3x3/{bt}x{c}x{hw}x{hw}", {"op_class": "conv", "flops": flops, "bytes": nbytes},
-                    (lambda x=x, conv=conv: conv(x))))
-    for numel in ((1 << 16, 1 << 20, 1 << 23) if quick else (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24)):
+        out.append(
+            (
+                f"conv3x3/{bt}x{c}x{hw}x{hw}",
+                {"op_class": "conv", "flops": flops, "bytes": nbytes},
+                (lambda x=x, conv=conv: conv(x)),
+            )
+        )
+    for numel in (1 << 16, 1 << 20, 1 << 23) if quick else (1 << 14, 1 << 16, 1 << 18, 1 << 20, 1 << 22, 1 << 24):
         a, b = torch.randn(numel), torch.randn(numel)
-        out.append((f"add/{numel}", {"op_class": "elementwise", "flops": 0.0, "bytes": 12.0 * numel},
-                     (lambda a=a, b=b: torch.add(a, b))))
-        out.append((f"relu/{numel}", {"op_class": "elementwise", "flops": 0.0, "bytes": 8.0 * numel},
-                     (lambda a=a: torch.relu(a))))
+        out.append(
+            (
+                f"add/{numel}",
+                {"op_class": "elementwise", "flops": 0.0, "bytes": 12.0 * numel},
+                (lambda a=a, b=b: torch.add(a, b)),
+            )
+        )
+        out.append(
+            (
+                f"relu/{numel}",
+                {"op_class": "elementwise", "flops": 0.0, "bytes": 8.0 * numel},
+                (lambda a=a: torch.relu(a)),
+            )
+        )
     t = torch.randn(16)
     out.append(("tiny/add16", {"op_class": "launch", "flops": 0.0, "bytes": 0.0}, (lambda t=t: t + 1)))
     # Tiny convolutions, forward and both backward gradients (3 calls, as a model's conv row
     # costs in the roofline): their time is the fixed cost per convolution call (oneDNN's
     # set-up; 181 us on the Zen 3 EPYC at 2 ranks, calibrate-20261126T130810Z), which the
     # roofline fit may hold fixed (simdl.calibrate.fit.HOLD_CONV_CALL).
-    for (bt, c, hw, k) in ((4, 32, 2, 3), (4, 64, 1, 3), (4, 128, 2, 1), (8, 32, 4, 3)):
+    for bt, c, hw, k in ((4, 32, 2, 3), (4, 64, 1, 3), (4, 128, 2, 1), (8, 32, 4, 3)):
         x = torch.randn(bt, c, hw, hw, requires_grad=True)
         conv = torch.nn.Conv2d(c, c, k, padding=k // 2, bias=False)
         g = torch.randn(bt, c, hw, hw)
         flops = 3 * 2.0 * bt * c * c * k * k * hw * hw
         nbytes = 4.0 * 3 * (2 * bt * c * hw * hw + c * c * k * k)
-        out.append((f"conv_call/{bt}x{c}x{hw}x{hw}/k{k}", {"op_class": "conv_call", "flops": flops, "bytes": nbytes,
-                                                           "calls": 3},
-                    (lambda x=x, conv=conv, g=g: torch.autograd.grad(conv(x), (x, conv.weight), g))))
+        out.append(
+            (
+                f"conv_call/{bt}x{c}x{hw}x{hw}/k{k}",
+                {"op_class": "conv_call", "flops": flops, "bytes": nbytes, "calls": 3},
+                (lambda x=x, conv=conv, g=g: torch.autograd.grad(conv(x), (x, conv.weight), g)),
+            )
+        )
     _stream_micro(quick, out)
 
 
@@ -325,6 +394,7 @@ def _sgd_step(numel: int, tensors: int):
         opt = torch.optim.SGD(params, lr=1e-3, momentum=0.9)
         opt.step()  # creates the momentum buffers
         return opt.step
+
     return _Lazy(make)
 
 
@@ -335,27 +405,42 @@ def _stream_micro(quick: bool, out: list, faults: bool = True) -> None:
     difference is the page-fault cost per byte."""
     # 16 Mi parameters in tensors of different sizes (the same bytes, more or fewer calls),
     # plus a larger set: working sets of 192-384 MiB, far beyond the caches, as a model's are.
-    sgd = ((1 << 22, 4), (1 << 16, 256), (1 << 24, 2)) if quick else \
-        ((1 << 24, 1), (1 << 22, 4), (1 << 20, 16), (1 << 18, 64), (1 << 16, 256), (1 << 14, 1024), (1 << 24, 2))
+    sgd = (
+        ((1 << 22, 4), (1 << 16, 256), (1 << 24, 2))
+        if quick
+        else ((1 << 24, 1), (1 << 22, 4), (1 << 20, 16), (1 << 18, 64), (1 << 16, 256), (1 << 14, 1024), (1 << 24, 2))
+    )
     for numel, tensors in sgd:
         # momentum SGD per tensor: buf.mul_(m).add_(g); p.add_(buf): 8 passes, 3 calls
         # (simdl.strategies.optimizer_step.PASSES / FOREACH_CALLS)
-        out.append((f"stream/sgd_momentum/{numel}x{tensors}",
-                    {"op_class": "stream", "bytes": 8.0 * 4 * numel * tensors, "calls": 3 * tensors},
-                    _sgd_step(numel, tensors)))
-    for numel in ((1 << 24, 1 << 26) if quick else (1 << 23, 1 << 24, 1 << 25, 1 << 26)):
+        out.append(
+            (
+                f"stream/sgd_momentum/{numel}x{tensors}",
+                {"op_class": "stream", "bytes": 8.0 * 4 * numel * tensors, "calls": 3 * tensors},
+                _sgd_step(numel, tensors),
+            )
+        )
+    for numel in (1 << 24, 1 << 26) if quick else (1 << 23, 1 << 24, 1 << 25, 1 << 26):
+
         def make(numel=numel):
             a, b = torch.empty(numel), torch.randn(numel)
             return lambda: a.copy_(b)
-        out.append((f"stream/copy/{numel}", {"op_class": "stream", "bytes": 2.0 * 4 * numel, "calls": 1},
-                    _Lazy(make)))
+
+        out.append((f"stream/copy/{numel}", {"op_class": "stream", "bytes": 2.0 * 4 * numel, "calls": 1}, _Lazy(make)))
     for numel in ((1 << 24,) if quick else (1 << 24, 1 << 25, 1 << 26)) if faults else ():  # 64, 128, 256 MiB
+
         def reuse(numel=numel):
             a = torch.empty(numel)
             return lambda: a.fill_(1.0)
+
         out.append((f"fault/reuse/{numel}", {"op_class": "fault_reuse", "bytes": 4.0 * numel}, _Lazy(reuse)))
-        out.append((f"fault/fresh/{numel}", {"op_class": "fault_fresh", "bytes": 4.0 * numel},
-                    (lambda numel=numel: torch.empty(numel).fill_(1.0))))
+        out.append(
+            (
+                f"fault/fresh/{numel}",
+                {"op_class": "fault_fresh", "bytes": 4.0 * numel},
+                (lambda numel=numel: torch.empty(numel).fill_(1.0)),
+            )
+        )
 
 
 def probe(ctx, spec: str, repeats: int) -> None:
@@ -373,13 +458,21 @@ def probe(ctx, spec: str, repeats: int) -> None:
 def main() -> None:
     p = base_parser(__doc__.splitlines()[0])
     p.add_argument("--models", default=None, help=f"model:dataset:b1,b2;... (default {DEFAULT_MODELS})")
-    p.add_argument("--fit-models", type=int, default=None, metavar="K",
-                   help="the first K entries of --models (the roofline's fit set and held-out model) are "
-                        "measured before the microbenchmarks, the others after them (default: all)")
+    p.add_argument(
+        "--fit-models",
+        type=int,
+        default=None,
+        metavar="K",
+        help="the first K entries of --models (the roofline's fit set and held-out model) are "
+        "measured before the microbenchmarks, the others after them (default: all)",
+    )
     p.add_argument("--repeats", type=int, default=None)
-    p.add_argument("--probe", action="store_true",
-                   help="only the whole unhooked steps of --models, no rows and no microbenchmarks: "
-                        "validate.probe re-measures a point of a profile's compute stage with it")
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="only the whole unhooked steps of --models, no rows and no microbenchmarks: "
+        "validate.probe re-measures a point of a profile's compute stage with it",
+    )
     args = p.parse_args()
     if args.probe and not args.models:
         p.error("--probe needs --models model:dataset:batch[;...], the points to measure again")
@@ -402,8 +495,12 @@ def main() -> None:
     # roofline fit: with the microbenchmarks first, a slow host spent a quick calibration's
     # whole compute share (0.4 x 30 s) on them and measured no model (CI, 2026-11-26).
     launch = [m for m in micro if m[1]["op_class"] in ("launch", "conv_call")]
-    jobs = ([("micro", m) for m in launch] + [("model", r) for r in runs[0]]
-            + [("micro", m) for m in micro if m not in launch] + [("model", r) for r in runs[1]])
+    jobs = (
+        [("micro", m) for m in launch]
+        + [("model", r) for r in runs[0]]
+        + [("micro", m) for m in micro if m not in launch]
+        + [("model", r) for r in runs[1]]
+    )
     keys = [f"micro/{j[0]}" if kind == "micro" else "model/{}/{}/{}".format(*j) for kind, j in jobs]
     plan(ctx, keys)
     done = agreed_done(ctx)
@@ -420,8 +517,9 @@ def main() -> None:
             per = max(1e-7, min(timed(ctx, fn, 1)))
             inner = max(1, int(0.01 / per))
             times = [t / inner for t in timed(ctx, lambda: [fn() for _ in range(inner)], 5 if not ctx.quick else 3)]
-            ctx.log.measurement(k, kind="micro", name=key, **desc, time_s=min(times), times_s=times,
-                                calls_per_sample=inner)
+            ctx.log.measurement(
+                k, kind="micro", name=key, **desc, time_s=min(times), times_s=times, calls_per_sample=inner
+            )
             if isinstance(fn, _Lazy):
                 fn.release()
         else:

@@ -33,7 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
-
 from _common import agreed_done, base_parser, finish, plan, setup, timed, within_budget  # noqa: E402
 
 STAGE = "ps"
@@ -70,10 +69,12 @@ def measure_rpc(ctx, args, done: set[str], repeats: int) -> bool:
 
     if ctx.world < 2:
         return True
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=max(8, 2 * ctx.world), rpc_timeout=600,
-                                           _transports=RPC_TRANSPORTS)
-    rpc.init_rpc("ps" if ctx.rank == 0 else f"worker{ctx.rank}", rank=ctx.rank, world_size=ctx.world,
-                 rpc_backend_options=opts)
+    opts = rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=max(8, 2 * ctx.world), rpc_timeout=600, _transports=RPC_TRANSPORTS
+    )
+    rpc.init_rpc(
+        "ps" if ctx.rank == 0 else f"worker{ctx.rank}", rank=ctx.rank, world_size=ctx.world, rpc_backend_options=opts
+    )
     workers = list(range(1, ctx.world))
     ok = True
 
@@ -103,9 +104,18 @@ def measure_rpc(ctx, args, done: set[str], repeats: int) -> bool:
                             push.append(a)
                             pull.append(b)
             role = "server" if ctx.rank == 0 else "worker"
-            ctx.log.measurement(key, kind="ps_rpc_alone", bytes=nbytes, push_s=push, pull_s=pull,
-                                push_time_s=_median(push), pull_time_s=_median(pull), role=role,
-                                transports=RPC_TRANSPORTS, repeats=repeats)
+            ctx.log.measurement(
+                key,
+                kind="ps_rpc_alone",
+                bytes=nbytes,
+                push_s=push,
+                pull_s=pull,
+                push_time_s=_median(push),
+                pull_time_s=_median(pull),
+                role=role,
+                transports=RPC_TRANSPORTS,
+                repeats=repeats,
+            )
         key = f"rpc_together/{nbytes}"
         if key not in done:
             push, pull = [], []
@@ -124,9 +134,17 @@ def measure_rpc(ctx, args, done: set[str], repeats: int) -> bool:
                     if i:
                         push.append(a)
                         pull.append(b)
-            ctx.log.measurement(key, kind="ps_rpc_together", bytes=nbytes, workers=len(workers), push_s=push,
-                                pull_s=pull, role="server" if ctx.rank == 0 else "worker",
-                                transports=RPC_TRANSPORTS, repeats=repeats)
+            ctx.log.measurement(
+                key,
+                kind="ps_rpc_together",
+                bytes=nbytes,
+                workers=len(workers),
+                push_s=push,
+                pull_s=pull,
+                role="server" if ctx.rank == 0 else "worker",
+                transports=RPC_TRANSPORTS,
+                repeats=repeats,
+            )
         del buf
     dist.barrier()
     rpc.shutdown()
@@ -146,8 +164,9 @@ def main() -> None:
         s *= step
     repeats = 5 if args.quick else 9
     upd_sizes = [s for s in sizes if s >= 1024 * 1024] + [256 * 1024 * 1024]  # up to a 64M-parameter model
-    rpc_keys = [f"rpc_{how}/{s}" for s in _rpc_sizes(args.quick) for how in ("alone", "together")] \
-        if ctx.world > 1 else []
+    rpc_keys = (
+        [f"rpc_{how}/{s}" for s in _rpc_sizes(args.quick) for how in ("alone", "together")] if ctx.world > 1 else []
+    )
     keys = [f"roundtrip/{s}" for s in sizes] + rpc_keys + [f"update/{s}" for s in upd_sizes]
     plan(ctx, keys)
     done = agreed_done(ctx)
@@ -181,8 +200,15 @@ def main() -> None:
             dist.barrier()
         times = per_worker.get(ctx.rank, [])
         med = min(times) if times else None  # fastest: others' load only ever adds time
-        ctx.log.measurement(key, kind="ps_roundtrip", bytes=nbytes, times_s=times, time_s=med,
-                            role="server" if ctx.rank == 0 else "worker", repeats=repeats)
+        ctx.log.measurement(
+            key,
+            kind="ps_roundtrip",
+            bytes=nbytes,
+            times_s=times,
+            time_s=med,
+            role="server" if ctx.rank == 0 else "worker",
+            repeats=repeats,
+        )
     if not stopped:
         stopped = not measure_rpc(ctx, args, done, repeats)
     for nbytes in upd_sizes:
@@ -195,7 +221,11 @@ def main() -> None:
         rec = {}
         if ctx.rank == 0:
             n = nbytes // 4
-            param, grad, mom = torch.randn(n, device=ctx.device), torch.randn(n, device=ctx.device), torch.zeros(n, device=ctx.device)
+            param, grad, mom = (
+                torch.randn(n, device=ctx.device),
+                torch.randn(n, device=ctx.device),
+                torch.zeros(n, device=ctx.device),
+            )
 
             def update():
                 mom.mul_(0.9).add_(grad)
@@ -204,8 +234,12 @@ def main() -> None:
             update()
             times = timed(ctx, update, repeats)
             med = sorted(times)[len(times) // 2]
-            rec = {"times_s": times, "time_s": med, "passes": MOMENTUM_PASSES,
-                   "streamed_bytes": MOMENTUM_PASSES * nbytes}
+            rec = {
+                "times_s": times,
+                "time_s": med,
+                "passes": MOMENTUM_PASSES,
+                "streamed_bytes": MOMENTUM_PASSES * nbytes,
+            }
         dist.barrier()
         ctx.log.measurement(key, kind="ps_update", bytes=nbytes, role="server" if ctx.rank == 0 else "worker", **rec)
     finish(ctx, stopped_by_budget=stopped)

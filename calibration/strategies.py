@@ -55,7 +55,6 @@ sys.path.insert(1, os.getcwd())
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-
 from _common import agreed_done, base_parser, finish, plan, release_host_memory, setup, within_budget  # noqa: E402
 
 STAGE = "strategies"
@@ -64,8 +63,10 @@ PS_VARIANTS = ("ps-sync", "ps-async")
 # Models of the strategy fit: many mid-size FSDP units (convnext_tiny), few (resnet18), many
 # small ones (efficientnet_v2_s), large ones (wide_resnet101_2: 507 MB of gradients), one
 # 403 MB layer (wide_mlp); none of them, nor these batch sizes, is a validation run.
-DEFAULT_MODELS = ("resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;"
-                  "wide_resnet101_2:cifar10:16;wide_mlp:cifar10:16")
+DEFAULT_MODELS = (
+    "resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;"
+    "wide_resnet101_2:cifar10:16;wide_mlp:cifar10:16"
+)
 QUICK_MODELS = "resnet18:cifar10:16;convnext_tiny:cifar10:16"
 
 
@@ -100,9 +101,13 @@ class CallTimer:
     ``calls``: ``[step, collective, bytes, enter_ns, exit_ns]`` per call while ``step`` is
     not None; ``bytes`` is the collective's full buffer (the all-gather's output)."""
 
-    NAMES = {"all_gather_single": "all_gather", "all_gather_into_tensor": "all_gather",
-             "reduce_scatter_single": "reduce_scatter", "reduce_scatter_tensor": "reduce_scatter",
-             "all_reduce": "all_reduce"}
+    NAMES = {
+        "all_gather_single": "all_gather",
+        "all_gather_into_tensor": "all_gather",
+        "reduce_scatter_single": "reduce_scatter",
+        "reduce_scatter_tensor": "reduce_scatter",
+        "all_reduce": "all_reduce",
+    }
 
     def __init__(self):
         self.calls: list[list] = []
@@ -138,6 +143,7 @@ class CallTimer:
                 nbytes = int(t.numel() * t.element_size()) if isinstance(t, torch.Tensor) else 0
                 self.calls.append([self.step, coll, nbytes, t0, t1])
             return out
+
         return timed
 
 
@@ -170,8 +176,12 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
         from torch.distributed.fsdp.wrap import ModuleWrapPolicy
 
-        model = FSDP(model, auto_wrap_policy=ModuleWrapPolicy({torch.nn.Conv2d, torch.nn.Linear}),
-                     device_id=ctx.device if ctx.is_cuda else None, use_orig_params=True)
+        model = FSDP(
+            model,
+            auto_wrap_policy=ModuleWrapPolicy({torch.nn.Conv2d, torch.nn.Linear}),
+            device_id=ctx.device if ctx.is_cuda else None,
+            use_orig_params=True,
+        )
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     x = torch.randn(batch, *shape, device=ctx.device)
     y = torch.randint(0, classes, (batch,), device=ctx.device)
@@ -201,9 +211,17 @@ def spmd_variant(ctx, variant, model, shape, classes, batch, iters, warmup, mode
         groups = profiled_step(ctx, step)
     if variant == "ddp":
         note = "bucket_cap_mb=default (25)"
-    return times, note, timer.calls, {"warmup_times_s": warm, "minor_faults_per_step": faults,
-                                      "page_bytes": resource.getpagesize(),
-                                      "profiled_step": groups}
+    return (
+        times,
+        note,
+        timer.calls,
+        {
+            "warmup_times_s": warm,
+            "minor_faults_per_step": faults,
+            "page_bytes": resource.getpagesize(),
+            "profiled_step": groups,
+        },
+    )
 
 
 PROFILED_STEP = "calibration::profiled_step"
@@ -281,7 +299,7 @@ def ps_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
             off = 0
             for p in params:
                 n = p.numel()
-                p.copy_(flat[off:off + n].view_as(p))
+                p.copy_(flat[off : off + n].view_as(p))
                 off += n
         ctx.sync()
         if i >= warmup:
@@ -329,20 +347,39 @@ def main() -> None:
             if v.startswith("ps"):
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
-                times, note, calls, extra = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup,
-                                                         name)
+                times, note, calls, extra = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup, name)
         except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
             ok, err, times, note, calls, extra = False, f"{type(e).__name__}: {e}"[:300], [], "", [], {}
         if not all_ok(ctx, ok):
-            ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
-                                skipped=True, error=err or "failed on another rank")
+            ctx.log.measurement(
+                key,
+                kind="strategy",
+                variant=v,
+                model=name,
+                dataset=dataset,
+                batch=batch,
+                skipped=True,
+                error=err or "failed on another rank",
+            )
             continue
         med = sorted(times)[len(times) // 2] if times else None
-        ctx.log.measurement(key, kind="strategy", variant=v, model=name, dataset=dataset, batch=batch,
-                            iters=iters, warmup=args.warmup, step_times_s=times, step_s=med,
-                            role=("server" if v.startswith("ps") and ctx.rank == 0 else "worker"),
-                            note=note, **peak_memory(ctx), **extra,
-                            **({"collective_calls": calls, "calls_block": not ctx.is_cuda} if calls else {}))
+        ctx.log.measurement(
+            key,
+            kind="strategy",
+            variant=v,
+            model=name,
+            dataset=dataset,
+            batch=batch,
+            iters=iters,
+            warmup=args.warmup,
+            step_times_s=times,
+            step_s=med,
+            role=("server" if v.startswith("ps") and ctx.rank == 0 else "worker"),
+            note=note,
+            **peak_memory(ctx),
+            **extra,
+            **({"collective_calls": calls, "calls_block": not ctx.is_cuda} if calls else {}),
+        )
         del model
         release_host_memory(ctx)
     finish(ctx, stopped_by_budget=stopped)

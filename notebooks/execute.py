@@ -21,8 +21,13 @@ def execute(path: Path):
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbclient.NotebookClient(
+        nb,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     return nb
 
 

@@ -13,8 +13,18 @@ from .predict import predict
 from .result import Result
 
 __version__ = "0.1.0"
-__all__ = ["predict", "Job", "Result", "SimdlError", "__version__", "sweep", "recommend", "derive_cluster",
-           "list_models", "list_clusters"]
+__all__ = [
+    "predict",
+    "Job",
+    "Result",
+    "SimdlError",
+    "__version__",
+    "sweep",
+    "recommend",
+    "derive_cluster",
+    "list_models",
+    "list_clusters",
+]
 
 
 def __getattr__(name: str):

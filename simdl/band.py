@@ -40,15 +40,21 @@ class StepSpread:
         return math.hypot(self.model, self.jitter)
 
     def describe(self) -> str:
-        return (f"calibration's held-out step error {100 * self.model:.1f} % rms over {self.model_points} steps "
-                f"and step jitter {100 * self.jitter:.1f} %")
+        return (
+            f"calibration's held-out step error {100 * self.model:.1f} % rms over {self.model_points} steps "
+            f"and step jitter {100 * self.jitter:.1f} %"
+        )
 
 
 def step_spread(spec) -> StepSpread | None:
     """The profile's step spread, or None for a profile without held-out step errors (presets)."""
     fit = (spec.calibration or {}).get("strategy_fit") or {}
-    errors = [float(e) for h in (fit.get("held_out") or {}).values()
-              for e in ((h or {}).get("rel_errors") or {}).values() if e is not None and float(e) > -1.0]
+    errors = [
+        float(e)
+        for h in (fit.get("held_out") or {}).values()
+        for e in ((h or {}).get("rel_errors") or {}).values()
+        if e is not None and float(e) > -1.0
+    ]
     if not errors:
         return None
     model = math.sqrt(sum(math.log1p(e) ** 2 for e in errors) / len(errors))
@@ -74,10 +80,14 @@ def no_band_reason(spec) -> str | None:
         return None
     fit = cal.get("strategy_fit") or {}
     if not fit:
-        return ("none: the profile's calibration has no strategy-step fit (its strategies stage was not run, or "
-                "measured too little to fit), so no held-out step error sizes a band")
+        return (
+            "none: the profile's calibration has no strategy-step fit (its strategies stage was not run, or "
+            "measured too little to fit), so no held-out step error sizes a band"
+        )
     models = sorted({str(p.get("model")) for p in fit.get("points") or [] if isinstance(p, dict)})
     if len(models) < 2:
-        return (f"none: the strategy-step fit has {len(models)} model(s){': ' + models[0] if models else ''}; "
-                "a held-out step error needs a model left out of the fit, so at least two")
+        return (
+            f"none: the strategy-step fit has {len(models)} model(s){': ' + models[0] if models else ''}; "
+            "a held-out step error needs a model left out of the fit, so at least two"
+        )
     return "none: the strategy-step fit recorded no held-out step errors, so none sizes a band"

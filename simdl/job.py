@@ -67,8 +67,11 @@ class Job:
 
     def kwargs(self) -> dict[str, Any]:
         """The job as :func:`simdl.predict` keywords."""
-        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)
-               if f.name not in ("options", "engine_options")}
+        out = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name not in ("options", "engine_options")
+        }
         clash = sorted(set(self.options) & set(out) | set(self.engine_options) & (set(out) | set(self.options)))
         if clash:
             raise SimdlError(f"Job: {clash[0]!r} is given twice; accepted: each keyword in one place")
@@ -83,8 +86,9 @@ class Job:
         fields = {k: v for k, v in changes.items() if k in own}
         engine = {k: v for k, v in changes.items() if k not in own and k in sim}
         options = {k: v for k, v in changes.items() if k not in own and k not in sim}
-        return dataclasses.replace(self, **fields, options={**self.options, **options},
-                                   engine_options={**self.engine_options, **engine})
+        return dataclasses.replace(
+            self, **fields, options={**self.options, **options}, engine_options={**self.engine_options, **engine}
+        )
 
 
 def engine_option_names() -> frozenset[str]:
@@ -95,5 +99,10 @@ def engine_option_names() -> frozenset[str]:
     from .sim.engine import simulate
 
     params = inspect.signature(simulate).parameters.values()
-    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY) - {"algorithm", "loader_workers",
-                                                                             "config", "notes", "allocator"}
+    return frozenset(p.name for p in params if p.kind is p.KEYWORD_ONLY) - {
+        "algorithm",
+        "loader_workers",
+        "config",
+        "notes",
+        "allocator",
+    }

@@ -21,8 +21,10 @@ def precision_note(gpu, precision: str) -> str | None:
     own, fp32 = gpu.peak_flops.get(key), gpu.peak_flops.get("fp32")
     if own is None or fp32 is None or own.value > fp32.value:
         return None
-    return (f"--precision {precision} on {gpu.name}: no faster {key} path than fp32 "
-            f"({own.value / 1e12:g} TFLOP/s, {own.kind}: {own.source}); its matmuls are timed at the fp32 rate")
+    return (
+        f"--precision {precision} on {gpu.name}: no faster {key} path than fp32 "
+        f"({own.value / 1e12:g} TFLOP/s, {own.kind}: {own.source}); its matmuls are timed at the fp32 rate"
+    )
 
 
 def offload_note(workload, plan, spec, ranks_per_node: int) -> str | None:
@@ -39,19 +41,27 @@ def offload_note(workload, plan, spec, ranks_per_node: int) -> str | None:
     # Per step the shard goes host -> device before each all-gather (forward, and backward
     # again when resharded) and the reduced gradient shard device -> host.
     copies = (2 * p + p) / pcie if pcie > 0 else 0.0
-    return (f"CPU offload: host memory {format_bytes(host)} per rank, {format_bytes(host * ranks_per_node)} per node "
-            f"(sharded fp32 parameters, gradients, {workload.optimizer_state_copies} optimizer state cop"
-            f"{'y' if workload.optimizer_state_copies == 1 else 'ies'}); the step time does not include the "
-            f"host-device copies (about {copies * 1e3:.3g} ms per step over PCIe at "
-            f"{pcie / 1e9:g} GB/s) nor the optimizer step on the CPU")
+    return (
+        f"CPU offload: host memory {format_bytes(host)} per rank, {format_bytes(host * ranks_per_node)} per node "
+        f"(sharded fp32 parameters, gradients, {workload.optimizer_state_copies} optimizer state cop"
+        f"{'y' if workload.optimizer_state_copies == 1 else 'ies'}); the step time does not include the "
+        f"host-device copies (about {copies * 1e3:.3g} ms per step over PCIe at "
+        f"{pcie / 1e9:g} GB/s) nor the optimizer step on the CPU"
+    )
 
 
 def ssp_bound_zero_note(engine: str) -> str:
     """ps-ssp with bound 0: a barrier as in ps-sync, but not the same server work."""
-    how = ("the SimPy engine lets one worker's update overlap the others' transfers" if engine == "sim" else
-           "the analytic engine applies the N updates in series after the pushes")
-    return ("ps-ssp with staleness bound 0 waits at a barrier like ps-sync, but its server applies each worker's "
-            "gradient as it arrives (N optimizer updates of one gradient each, validate/train.py) where ps-sync "
-            "sums the N gradients and applies one update: its step differs from ps-sync's by that work; " + how +
-            " (measured bound-0 steps on the CPU hosts lie nearer the series form: docs/bad_inputs.md, "
-            "'ps-ssp with bound 0')")
+    how = (
+        "the SimPy engine lets one worker's update overlap the others' transfers"
+        if engine == "sim"
+        else "the analytic engine applies the N updates in series after the pushes"
+    )
+    return (
+        "ps-ssp with staleness bound 0 waits at a barrier like ps-sync, but its server applies each worker's "
+        "gradient as it arrives (N optimizer updates of one gradient each, validate/train.py) where ps-sync "
+        "sums the N gradients and applies one update: its step differs from ps-sync's by that work; "
+        + how
+        + " (measured bound-0 steps on the CPU hosts lie nearer the series form: docs/bad_inputs.md, "
+        "'ps-ssp with bound 0')"
+    )

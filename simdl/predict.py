@@ -92,21 +92,56 @@ def predict(
         return predict(**model.replace(**given_kw, **engine_options).kwargs())
     _check_numbers(engine, epochs, bucket_cap_mb)
     ds, strategy, batch_size, grad_accumulation, precision, optimizer = _deepspeed(
-        deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer)
+        deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer
+    )
     _check_engine_options(engine, engine_options)
-    family, strategy_kw = _strategy_keywords(strategy, engine_options, dict(
-        sharding=sharding, wrap=wrap, staleness_bound=staleness_bound, ps_servers=ps_servers,
-        bucket_cap_mb=bucket_cap_mb, cpu_offload=cpu_offload or None, reshard_root=reshard_root or None,
-        shard_group=shard_group, ps_placement=ps_placement))
-    given = {k for k, v in dict(
-        cluster=cluster, dataset=dataset, batch_size=batch_size, epochs=epochs, optimizer=optimizer,
-        precision=precision, loader_workers=loader_workers, algorithm=algorithm, **strategy_kw).items()
-        if v is not None}
+    family, strategy_kw = _strategy_keywords(
+        strategy,
+        engine_options,
+        dict(
+            sharding=sharding,
+            wrap=wrap,
+            staleness_bound=staleness_bound,
+            ps_servers=ps_servers,
+            bucket_cap_mb=bucket_cap_mb,
+            cpu_offload=cpu_offload or None,
+            reshard_root=reshard_root or None,
+            shard_group=shard_group,
+            ps_placement=ps_placement,
+        ),
+    )
+    given = {
+        k
+        for k, v in dict(
+            cluster=cluster,
+            dataset=dataset,
+            batch_size=batch_size,
+            epochs=epochs,
+            optimizer=optimizer,
+            precision=precision,
+            loader_workers=loader_workers,
+            algorithm=algorithm,
+            **strategy_kw,
+        ).items()
+        if v is not None
+    }
     dataset = dataset or "cifar10"
     if isinstance(gpus, bool) or not isinstance(gpus, int):
         raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
-    workload = _workload(model, dataset, input_shape, num_classes, vocab, train_samples, batch_size, epochs,
-                         optimizer, precision, grad_accumulation, activation_checkpointing)
+    workload = _workload(
+        model,
+        dataset,
+        input_shape,
+        num_classes,
+        vocab,
+        train_samples,
+        batch_size,
+        epochs,
+        optimizer,
+        precision,
+        grad_accumulation,
+        activation_checkpointing,
+    )
     alloc, placement_why = _allocate(cluster, gpus, nodes, family, strategy, strategy_kw)
     loader_workers = _loader_workers(loader_workers)
     config, plan = _plan(workload, alloc, family, strategy, algorithm or "auto", strategy_kw)
@@ -145,9 +180,17 @@ def _deepspeed(path, engine_options: dict, gpus, strategy: str, batch_size, grad
         return None, strategy, batch_size, grad_accumulation, precision, optimizer
     from .strategies.zero_config import apply_ds_config
 
-    return apply_ds_config(path, engine_options, gpus=gpus, strategy=strategy, default_strategy=_DEFAULTS["strategy"],
-                           batch_size=batch_size, grad_accumulation=grad_accumulation, precision=precision,
-                           optimizer=optimizer)
+    return apply_ds_config(
+        path,
+        engine_options,
+        gpus=gpus,
+        strategy=strategy,
+        default_strategy=_DEFAULTS["strategy"],
+        batch_size=batch_size,
+        grad_accumulation=grad_accumulation,
+        precision=precision,
+        optimizer=optimizer,
+    )
 
 
 def _check_engine_options(engine: str, engine_options: dict) -> None:
@@ -204,8 +247,9 @@ def _echo_assumed(echo: dict, family, given: set, placement_why: str | None, all
     """``echo["assumed"]``: each default used, with its reason, for the keys this prediction
     echoes; the PS placement and the GPU kernel model's assumptions where they apply."""
     relevant = set(echo) | {"cluster", "dataset"}
-    reasons = dict(DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items()
-                                       if key.default_reason})
+    reasons = dict(
+        DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items() if key.default_reason}
+    )
     echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
     if placement_why:
         echo["assumed"]["ps_placement"] = placement_why
@@ -233,8 +277,20 @@ def _place(spec, gpus: int, nodes: int | None, family, strategy: str, strategy_k
     return spec, alloc, why
 
 
-def _workload(model, dataset, input_shape, num_classes, vocab, train_samples, batch_size, epochs, optimizer,
-              precision, grad_accumulation, activation_checkpointing):
+def _workload(
+    model,
+    dataset,
+    input_shape,
+    num_classes,
+    vocab,
+    train_samples,
+    batch_size,
+    epochs,
+    optimizer,
+    precision,
+    grad_accumulation,
+    activation_checkpointing,
+):
     """The workload: the model's table for the input, classes and vocabulary (token-id inputs),
     the batch and the training length."""
     from .workload import workload as wl
@@ -243,13 +299,23 @@ def _workload(model, dataset, input_shape, num_classes, vocab, train_samples, ba
     from .workload.library import load_workload
 
     ds = get_dataset(dataset)
-    shape = parse_input_shape(input_shape) if isinstance(input_shape, str) else (tuple(input_shape) if input_shape else None)
-    if num_classes is not None and (isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1):
+    shape = (
+        parse_input_shape(input_shape)
+        if isinstance(input_shape, str)
+        else (tuple(input_shape) if input_shape else None)
+    )
+    if num_classes is not None and (
+        isinstance(num_classes, bool) or not isinstance(num_classes, int) or num_classes < 1
+    ):
         raise SimdlError(f"--classes {num_classes!r} must be an integer >= 1")
     vocab = check_vocab(vocab)
-    table = load_workload(model, dataset=None if (shape or num_classes) else dataset,
-                          input_shape=shape or ds.input_shape, num_classes=num_classes or ds.num_classes,
-                          vocab=vocab)
+    table = load_workload(
+        model,
+        dataset=None if (shape or num_classes) else dataset,
+        input_shape=shape or ds.input_shape,
+        num_classes=num_classes or ds.num_classes,
+        vocab=vocab,
+    )
     return wl.Workload(
         table=table,
         batch_size=wl.DEFAULT_BATCH_SIZE if batch_size is None else batch_size,
@@ -266,8 +332,11 @@ def _plan(workload, alloc, family, strategy: str, algorithm: str, strategy_kw: d
     """The strategy's settings (its registry entry turns the keywords into its options) and its plan."""
     from .strategies import StrategyConfig, build_plan
 
-    knobs = {key.field: key.to_field(strategy_kw[k]) for k, key in family.predict_keys.items()
-             if strategy_kw.get(k) is not None}
+    knobs = {
+        key.field: key.to_field(strategy_kw[k])
+        for k, key in family.predict_keys.items()
+        if strategy_kw.get(k) is not None
+    }
     try:  # a sweep builds the same settings many times; each value's type is part of the key
         config = _config(strategy, algorithm, tuple((k, type(v), v) for k, v in knobs.items()))
     except TypeError:  # an unhashable value: built (and rejected) without the cache
@@ -327,8 +396,10 @@ def _echo_input(echo: dict, workload, dataset: str, vocab: int | None, train_sam
     if not is_image(shape, vocab):
         echo["input"] = describe(shape, vocab)
         if train_samples is None:
-            echo["assumed"]["train_samples"] = (f"{dataset}'s {workload.train_samples} samples per epoch, for "
-                                                "inputs that are not its images: give --samples for your data set")
+            echo["assumed"]["train_samples"] = (
+                f"{dataset}'s {workload.train_samples} samples per epoch, for "
+                "inputs that are not its images: give --samples for your data set"
+            )
 
 
 def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict, allocator=None):
@@ -337,13 +408,28 @@ def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict, a
     if engine == "analytic":
         from .analytic.engine import evaluate
 
-        result = evaluate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
-                          config=echo, allocator=allocator)
+        result = evaluate(
+            workload,
+            alloc,
+            plan,
+            algorithm=echo["algorithm"],
+            loader_workers=echo["loader_workers"],
+            config=echo,
+            allocator=allocator,
+        )
     else:
         from .sim.engine import simulate  # the SimPy engine loads only when asked for
 
-        result = simulate(workload, alloc, plan, algorithm=echo["algorithm"], loader_workers=echo["loader_workers"],
-                          config=echo, allocator=allocator, **engine_options)
+        result = simulate(
+            workload,
+            alloc,
+            plan,
+            algorithm=echo["algorithm"],
+            loader_workers=echo["loader_workers"],
+            config=echo,
+            allocator=allocator,
+            **engine_options,
+        )
     run = None
     if not isinstance(result, Result):  # the sim engine's SimRun (return_run=True): its .result
         run, result = result, result.result
@@ -355,8 +441,11 @@ def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict, a
     return result
 
 
-_DEFAULTS = {name: p.default for name, p in inspect.signature(predict).parameters.items()
-             if p.default is not inspect.Parameter.empty}
+_DEFAULTS = {
+    name: p.default
+    for name, p in inspect.signature(predict).parameters.items()
+    if p.default is not inspect.Parameter.empty
+}
 
 
 def _kernel_assumptions(alloc, workload) -> dict:
@@ -372,11 +461,16 @@ def _kernel_assumptions(alloc, workload) -> dict:
     k, p = rates.kernels, workload.precision
     paths = f"matmul {k.path_of(p, 'matmul')}, conv {k.path_of(p, 'conv')}"
     host = f"{host_op_seconds(k) * 1e6:.0f}us/op"
-    return {"math_path": (paths, k.describe_paths(p)),
-            "host_per_op": (host, f"eager PyTorch: per forward op the measured lone-op floor of {k.kind} kernels "
-                                  f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows); DDP/FSDP "
-                                  "hooks, launches and stream calls counted from PyTorch's source at that price, "
-                                  "5 us per light call assumed (simdl.costs.gpu_framework)")}
+    return {
+        "math_path": (paths, k.describe_paths(p)),
+        "host_per_op": (
+            host,
+            f"eager PyTorch: per forward op the measured lone-op floor of {k.kind} kernels "
+            f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows); DDP/FSDP "
+            "hooks, launches and stream calls counted from PyTorch's source at that price, "
+            "5 us per light call assumed (simdl.costs.gpu_framework)",
+        ),
+    }
 
 
 def _compute_source(alloc, workload) -> str:

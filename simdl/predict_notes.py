@@ -18,8 +18,11 @@ def with_input_notes(result: Result, workload, alloc, plan, echo: dict) -> Resul
     from .notes import offload_note, precision_note, ssp_bound_zero_note
 
     spec = alloc.spec
-    said = (precision_note(spec.gpu, workload.precision), offload_note(workload, plan, spec, alloc.gpus_per_node),
-            ssp_bound_zero_note(echo["engine"]) if getattr(plan, "staleness_bound", None) == 0 else None)
+    said = (
+        precision_note(spec.gpu, workload.precision),
+        offload_note(workload, plan, spec, alloc.gpus_per_node),
+        ssp_bound_zero_note(echo["engine"]) if getattr(plan, "staleness_bound", None) == 0 else None,
+    )
     placement = echo.get("ps_placement")
     added = tuple(n for n in said if n) + (placement_notes(spec, placement) if placement else ())
     return dataclasses.replace(result, notes=tuple(result.notes) + added) if added else result
@@ -36,8 +39,12 @@ def with_epoch_counts(result: Result, workload, plan) -> Result:
     note = short_epoch_note(counts, workload.batch_size, workload.grad_accumulation)
     if note is None:
         return dataclasses.replace(result, config=config)
-    return dataclasses.replace(result, config=config, notes=tuple(result.notes) + (note,),
-                               throughput_samples_per_s=throughput(counts, result.iteration_time_s))
+    return dataclasses.replace(
+        result,
+        config=config,
+        notes=tuple(result.notes) + (note,),
+        throughput_samples_per_s=throughput(counts, result.iteration_time_s),
+    )
 
 
 def with_band(result: Result, spec) -> Result:
@@ -50,8 +57,7 @@ def with_band(result: Result, spec) -> Result:
         why = no_band_reason(spec)  # a calibrated profile says why it has no band
         return dataclasses.replace(result, config=dict(result.config, iteration_time_band=why)) if why else result
     config = dict(result.config, iteration_time_band=f"{100 * LEVEL:.0f} % of runs; from the {spread.describe()}")
-    return dataclasses.replace(result, iteration_time_band_s=band(result.iteration_time_s, spread.sigma),
-                               config=config)
+    return dataclasses.replace(result, iteration_time_band_s=band(result.iteration_time_s, spread.sigma), config=config)
 
 
 def with_noise_note(result: Result, spec) -> Result:

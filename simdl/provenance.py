@@ -77,9 +77,7 @@ def read(
         raise SimdlError(f"{where}: missing key {key!r}")
     entry = mapping[key]
     if not isinstance(entry, Mapping) or "value" not in entry:
-        raise SimdlError(
-            f"{where}: {key} must be a mapping {{value, kind, source}}, got {entry!r}"
-        )
+        raise SimdlError(f"{where}: {key} must be a mapping {{value, kind, source}}, got {entry!r}")
     value = entry["value"]
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise SimdlError(f"{where}: {key}.value must be a number, got {value!r}")

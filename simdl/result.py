@@ -119,9 +119,20 @@ class Result:
 
     def row(self) -> dict[str, Any]:
         """A flat dict for tables and DataFrames (config values prefixed with ``config.``)."""
-        d = {k: v for k, v in self.to_dict().items()
-             if k not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
-                          "iteration_time_band_s", "device_memory_bytes")}
+        d = {
+            k: v
+            for k, v in self.to_dict().items()
+            if k
+            not in (
+                "memory_breakdown_bytes",
+                "staleness",
+                "step_split_s",
+                "config",
+                "notes",
+                "iteration_time_band_s",
+                "device_memory_bytes",
+            )
+        }
         lo, hi = self.iteration_time_band_s or (None, None)
         d["iteration_time_band_low_s"], d["iteration_time_band_high_s"] = lo, hi
         for k, v in self.step_split_s.items():

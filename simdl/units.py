@@ -17,13 +17,24 @@ KiB, MiB, GiB = 1024.0, 1024.0**2, 1024.0**3
 # Suffix of a data-file key -> factor to SI.
 _SUFFIX_FACTORS: dict[str, float] = {
     "bytes": 1.0,
-    "KB": KB, "MB": MB, "GB": GB, "TB": TB,
-    "KiB": KiB, "MiB": MiB, "GiB": GiB,
+    "KB": KB,
+    "MB": MB,
+    "GB": GB,
+    "TB": TB,
+    "KiB": KiB,
+    "MiB": MiB,
+    "GiB": GiB,
     "B_per_s": 1.0,
-    "MB_per_s": MB, "GB_per_s": GB,
+    "MB_per_s": MB,
+    "GB_per_s": GB,
     "Gb_per_s": GB / 8.0,  # gigabits per second (NIC line rates)
-    "s": 1.0, "ms": 1e-3, "us": 1e-6, "ns": 1e-9,
-    "FLOP_per_s": 1.0, "GFLOP_per_s": 1e9, "TFLOP_per_s": 1e12,
+    "s": 1.0,
+    "ms": 1e-3,
+    "us": 1e-6,
+    "ns": 1e-9,
+    "FLOP_per_s": 1.0,
+    "GFLOP_per_s": 1e9,
+    "TFLOP_per_s": 1e12,
     "per_s": 1.0,
     "ns_per_byte": 1e-9,  # seconds per byte (host page-fault cost)
 }
@@ -42,9 +53,7 @@ def to_si(value: float, unit: str, *, where: str = "") -> float:
     try:
         factor = _SUFFIX_FACTORS[unit]
     except KeyError:
-        raise SimdlError(
-            f"{where or 'value'}: unknown unit {unit!r}; accepted: {', '.join(_SUFFIX_FACTORS)}"
-        ) from None
+        raise SimdlError(f"{where or 'value'}: unknown unit {unit!r}; accepted: {', '.join(_SUFFIX_FACTORS)}") from None
     return float(value) * factor
 
 

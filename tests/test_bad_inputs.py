@@ -13,8 +13,13 @@ import pytest
 
 from simdl.cli import main
 
-BOMB = "".join(f"{k}: &{k} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['xxxxxxxx'] * 9)}]\n"
-               for p, k in zip([None, "a", "b", "c", "d", "e", "f", "g"], "abcdefgh")) + "name: *h\n"
+BOMB = (
+    "".join(
+        f"{k}: &{k} [{', '.join([f'*{p}'] * 9) if p else ', '.join(['xxxxxxxx'] * 9)}]\n"
+        for p, k in zip([None, "a", "b", "c", "d", "e", "f", "g"], "abcdefgh")
+    )
+    + "name: *h\n"
+)
 
 FILES = {
     # results files for `simdl report`
@@ -22,7 +27,7 @@ FILES = {
     "list.jsonl": '[{"run_id": "a", "status": "ok"}]\n',
     "doc.jsonl": '[\n  {"run_id": "a", "status": "ok"}\n]\n',
     "torn_mid.jsonl": '{"run_id": "a", "status": "ok", "spec": {"model": "m", "strategy": "ddp"}}\n{"run_id": "b", "st\n'
-                      '{"run_id": "c", "status": "ok", "spec": {"model": "m", "strategy": "ddp"}}\n',
+    '{"run_id": "c", "status": "ok", "spec": {"model": "m", "strategy": "ddp"}}\n',
     "schema.jsonl": '{"schema": "other/2", "run_id": "a", "status": "ok"}\n',
     "nospec.jsonl": '{"run_id": "a", "status": "ok"}\n',
     "number.jsonl": "42\n",
@@ -39,8 +44,8 @@ FILES = {
     "tabs.yaml": "name: x\n\tgpu: a100\n",
     # model factories
     "mymodel.py": "def boom(num_classes=10):\n    raise RuntimeError('factory exploded')\n"
-                  "def needs(width):\n    pass\n"
-                  "def notmod(num_classes=10):\n    return 42\n",
+    "def needs(width):\n    pass\n"
+    "def notmod(num_classes=10):\n    return 42\n",
     "badimport.py": "raise ImportError('broken inside')\n",
     # calibration run directories
     "run_empty/run.json": "",
@@ -64,10 +69,16 @@ CASES = [
     ("argparse prefix once", ["predict", "--gpus", "x"], "simdl predict: error: argument --gpus"),
     ("sweep nan", ["sweep", "--epochs", "nan,1"], "not a finite number"),
     ("iterations huge", [*P, "--engine", "sim", "--iterations", "1000000"], "--iterations 1000000"),
-    ("ps servers beyond cluster", ["predict", "--strategy", "ps-sync", "--cluster", "a10g-ps", "--ps-servers",
-                                   "1000000"], "--ps-servers 1000000"),
-    ("ps servers beyond cluster, sim", ["predict", "--strategy", "ps-sync", "--cluster", "a10g-ps", "--ps-servers",
-                                        "2", "--engine", "sim"], "--ps-servers 2"),
+    (
+        "ps servers beyond cluster",
+        ["predict", "--strategy", "ps-sync", "--cluster", "a10g-ps", "--ps-servers", "1000000"],
+        "--ps-servers 1000000",
+    ),
+    (
+        "ps servers beyond cluster, sim",
+        ["predict", "--strategy", "ps-sync", "--cluster", "a10g-ps", "--ps-servers", "2", "--engine", "sim"],
+        "--ps-servers 2",
+    ),
     # --- small commands
     ("maxbatch batch", ["maxbatch", "--batch-size", "-1"], "--batch-size"),
     ("trace max-links", ["trace", "--max-links", "-1", "-o", "t.json"], "--max-links -1"),
@@ -119,8 +130,11 @@ CASES = [
 ]
 
 TORCH_CASES = [
-    ("factory raises", [*P, "--model", "./mymodel.py:boom"], "'./mymodel.py:boom' (called with keywords num_classes) "
-                                                              "raised RuntimeError: factory exploded"),
+    (
+        "factory raises",
+        [*P, "--model", "./mymodel.py:boom"],
+        "'./mymodel.py:boom' (called with keywords num_classes) raised RuntimeError: factory exploded",
+    ),
     ("factory missing argument", [*P, "--model", "./mymodel.py:needs"], "TypeError: needs() missing 1 required"),
     ("factory not a module", [*P, "--model", "./mymodel.py:notmod"], "returned int, expected a torch.nn.Module"),
     ("factory file missing", [*P, "--model", "./nosuch.py:make"], "no such file './nosuch.py'"),

@@ -48,14 +48,32 @@ def test_spread_adds_held_out_error_and_jitter_in_quadrature():
 
 
 def test_predict_carries_the_band_of_a_calibrated_profile_and_none_for_a_preset(capsys):
-    assert main(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster", lab("cpu-xeon-emr-b"),
-                 "--json"]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                "vgg16",
+                "--strategy",
+                "ddp",
+                "--gpus",
+                "2",
+                "--cluster",
+                lab("cpu-xeon-emr-b"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     lo, hi = d["iteration_time_band_s"]
     sigma = step_spread(load_cluster(lab("cpu-xeon-emr-b"))).sigma
     assert (lo, hi) == pytest.approx(band(d["iteration_time_s"], sigma))
     assert "held-out step error" in d["config"]["iteration_time_band"]
-    assert main(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster", lab("cpu-xeon-emr-b")]) == 0
+    assert (
+        main(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster", lab("cpu-xeon-emr-b")])
+        == 0
+    )
     assert "    band: " in capsys.readouterr().out
     assert main(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -68,11 +86,28 @@ def test_the_simulators_run_keeps_its_type_with_the_band_and_note(tmp_path, caps
     import simdl
     from simdl.sim.engine import SimRun
 
-    run = simdl.predict(model="resnet18", strategy="ddp", gpus=2, cluster=lab("cpu-xeon-emr-b"), engine="sim",
-                        return_run=True)
+    run = simdl.predict(
+        model="resnet18", strategy="ddp", gpus=2, cluster=lab("cpu-xeon-emr-b"), engine="sim", return_run=True
+    )
     assert isinstance(run, SimRun) and run.result.iteration_time_band_s is not None
     assert any("wander" in n for n in run.result.notes)
     out = tmp_path / "t.json"
-    assert main(["trace", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "--cluster", lab("cpu-xeon-emr-b"),
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "--model",
+                "resnet18",
+                "--strategy",
+                "fsdp",
+                "--gpus",
+                "2",
+                "--cluster",
+                lab("cpu-xeon-emr-b"),
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert out.is_file() and "wrote" in capsys.readouterr().out

@@ -64,8 +64,9 @@ def test_sweep_rows_and_csv_are_flat_as_result_row():
 def test_sweep_csv_cells_are_scalars(tmp_path):
     from simdl.explore.sweep import run_points, write_rows
 
-    rows = run_points([{"model": "resnet18", "strategy": s, "gpus": 2} for s in ("ddp", "fsdp-full")],
-                      jobs=1, progress=False)
+    rows = run_points(
+        [{"model": "resnet18", "strategy": s, "gpus": 2} for s in ("ddp", "fsdp-full")], jobs=1, progress=False
+    )
     path = tmp_path / "s.csv"
     write_rows(rows, str(path))
     with open(path, newline="") as fh:

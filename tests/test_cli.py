@@ -18,8 +18,17 @@ def lab(name: str) -> str:
 
 
 REQUIRED_JSON = {
-    "iteration_time_s", "epoch_time_s", "total_time_s", "throughput_samples_per_s", "peak_memory_bytes",
-    "memory_breakdown_bytes", "fits_in_memory", "gpu_utilization", "comm_bytes_per_iteration", "staleness", "config",
+    "iteration_time_s",
+    "epoch_time_s",
+    "total_time_s",
+    "throughput_samples_per_s",
+    "peak_memory_bytes",
+    "memory_breakdown_bytes",
+    "fits_in_memory",
+    "gpu_utilization",
+    "comm_bytes_per_iteration",
+    "staleness",
+    "config",
 }
 
 
@@ -40,8 +49,20 @@ def test_predict_json_has_every_documented_key(capsys):
     assert d["staleness"]["held_pulls"] is None
     assert 0 <= d["gpu_utilization"] <= 1
     cfg = d["config"]
-    for key in ("model", "strategy", "gpus", "nodes", "cluster", "dataset", "batch_size", "epochs", "optimizer",
-                "precision", "sharding", "wrap"):
+    for key in (
+        "model",
+        "strategy",
+        "gpus",
+        "nodes",
+        "cluster",
+        "dataset",
+        "batch_size",
+        "epochs",
+        "optimizer",
+        "precision",
+        "sharding",
+        "wrap",
+    ):
         assert key in cfg
     assert "batch_size" in cfg["assumed"] and "cluster" in cfg["assumed"]
 
@@ -50,13 +71,32 @@ def test_a_noisy_machines_profile_says_so_in_the_prediction(capsys):
     """cpu-xeon-emr-b's VM measured compute jitter 0.130 (above simdl.calibrate.jitter.NOISY_SIGMA);
     cpu-xeon-emr's 0.013: only the first prediction carries the note, with either engine."""
     for engine in ("analytic", "sim"):
-        code, out, err = run(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster",
-                              lab("cpu-xeon-emr-b"), "--engine", engine, "--json"], capsys)
+        code, out, err = run(
+            [
+                "predict",
+                "--model",
+                "vgg16",
+                "--strategy",
+                "ddp",
+                "--gpus",
+                "2",
+                "--cluster",
+                lab("cpu-xeon-emr-b"),
+                "--engine",
+                engine,
+                "--json",
+            ],
+            capsys,
+        )
         assert code == 0, err
-        assert any(n.startswith("cluster cpu-xeon-emr-b: this machine's steps wander: compute jitter 0.130")
-                   for n in json.loads(out)["notes"])
-    code, out, err = run(["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster",
-                          lab("cpu-xeon-emr"), "--json"], capsys)
+        assert any(
+            n.startswith("cluster cpu-xeon-emr-b: this machine's steps wander: compute jitter 0.130")
+            for n in json.loads(out)["notes"]
+        )
+    code, out, err = run(
+        ["predict", "--model", "vgg16", "--strategy", "ddp", "--gpus", "2", "--cluster", lab("cpu-xeon-emr"), "--json"],
+        capsys,
+    )
     assert code == 0, err
     assert not any("wander" in n for n in json.loads(out)["notes"])
 
@@ -104,8 +144,9 @@ def test_malformed_cluster_files_are_one_line_errors(tmp_path, capsys):
     bad.write_text("name: x\ngpu: [unclosed\n")
     code, _, err = run(["predict", "--cluster", str(bad)], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    from simdl.cluster.spec import load_cluster
     import yaml
+
+    from simdl.cluster.spec import load_cluster
 
     good = yaml.safe_load(open(load_cluster("dgx-a100").source_path))
     good["intra_node"]["bandwidth_GB_per_s"]["value"] = -5

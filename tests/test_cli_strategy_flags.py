@@ -37,12 +37,15 @@ def test_float_and_choice_options(capsys):
     assert d["config"]["gradient_clipping"] == 1.0 and d["config"]["offload_optimizer"] == "cpu"
 
 
-@pytest.mark.parametrize("args, named", [
-    (["--overlap-comm", "maybe"], "'maybe' is not true or false"),
-    (["--reduce-bucket-size", "1.5"], "'1.5' is not an integer"),
-    (["--offload-optimizer", "gpu"], "'gpu' is not one of none, cpu"),
-    (["--gradient-clipping", "nan"], "'nan' is not a finite number"),
-])
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--overlap-comm", "maybe"], "'maybe' is not true or false"),
+        (["--reduce-bucket-size", "1.5"], "'1.5' is not an integer"),
+        (["--offload-optimizer", "gpu"], "'gpu' is not one of none, cpu"),
+        (["--gradient-clipping", "nan"], "'nan' is not a finite number"),
+    ],
+)
 def test_bad_values_are_one_line_exit_2(args, named, capsys):
     code, _, err = predict(["--strategy", "zero2", *args], capsys)
     assert code == 2

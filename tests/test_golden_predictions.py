@@ -34,65 +34,86 @@ REL = 1e-12
 CASES: dict[str, dict] = {
     "readme_vgg16_fsdp_4": dict(model="vgg16", strategy="fsdp", gpus=4),
     "readme_resnet50_ddp_16_dgx": dict(model="resnet50", strategy="ddp", gpus=16, cluster="dgx-a100"),
-    "readme_densenet121_psasync_a10g_mnist": dict(model="densenet121", strategy="ps-async", gpus=4,
-                                                   cluster="a10g-ps", dataset="mnist"),
+    "readme_densenet121_psasync_a10g_mnist": dict(
+        model="densenet121", strategy="ps-async", gpus=4, cluster="a10g-ps", dataset="mnist"
+    ),
     "readme_convnext_large_fsdp_grad_op": dict(model="convnext_large", strategy="fsdp", gpus=4, sharding="grad_op"),
-    "readme_resnet50_psasync_sim_straggler": dict(model="resnet50", strategy="ps-async", gpus=4, cluster="a10g-ps",
-                                                   engine="sim", straggler=["rank=0,factor=1.5"],
-                                                   jitter="lognormal:0.1"),
-    "readme_convnext_large_grad_op_ckpt": dict(model="convnext_large", strategy="fsdp", sharding="grad_op",
-                                               activation_checkpointing=True),
+    "readme_resnet50_psasync_sim_straggler": dict(
+        model="resnet50",
+        strategy="ps-async",
+        gpus=4,
+        cluster="a10g-ps",
+        engine="sim",
+        straggler=["rank=0,factor=1.5"],
+        jitter="lognormal:0.1",
+    ),
+    "readme_convnext_large_grad_op_ckpt": dict(
+        model="convnext_large", strategy="fsdp", sharding="grad_op", activation_checkpointing=True
+    ),
     # DDP
     "ddp_resnet18_a100_2": dict(model="resnet18", strategy="ddp", gpus=2),
     "ddp_vgg16_bucket50_dgx_16": dict(model="vgg16", strategy="ddp", gpus=16, cluster="dgx-a100", bucket_cap_mb=50),
-    "ddp_vit_2node_8_bf16": dict(model="vit_b_16", strategy="ddp", gpus=8, cluster="a100-40gb-2node",
-                                 precision="bf16", dataset="imagenet"),
+    "ddp_vit_2node_8_bf16": dict(
+        model="vit_b_16", strategy="ddp", gpus=8, cluster="a100-40gb-2node", precision="bf16", dataset="imagenet"
+    ),
     "ddp_resnet50_tree_h100": dict(model="resnet50", strategy="ddp", gpus=8, cluster="h100-hgx", algorithm="tree"),
-    "ddp_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="ddp", gpus=2, cluster=LAB_ZEN4,
-                                      engine="sim"),
+    "ddp_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="ddp", gpus=2, cluster=LAB_ZEN4, engine="sim"),
     "ddp_resnet18_cpu_zen4": dict(model="resnet18", strategy="ddp", gpus=2, cluster=LAB_ZEN4),
     # FSDP
     "fsdp_full_resnet50_dgx_16": dict(model="resnet50", strategy="fsdp", gpus=16, cluster="dgx-a100"),
     "fsdp_none_vgg16_v100": dict(model="vgg16", strategy="fsdp", sharding="none", gpus=8, cluster="v100-dgx1"),
-    "fsdp_hybrid_vit_2node": dict(model="vit_b_16", strategy="fsdp", sharding="hybrid", gpus=8,
-                                  cluster="a100-40gb-2node"),
-    "fsdp_hybrid_shard2_vit_2node": dict(model="vit_b_16", strategy="fsdp", sharding="hybrid", gpus=8,
-                                         cluster="a100-40gb-2node", shard_group=2),
-    "fsdp_full_wrap_size_reshard_root": dict(model="resnet50", strategy="fsdp", gpus=4, wrap="size:1000000",
-                                             reshard_root=True),
+    "fsdp_hybrid_vit_2node": dict(
+        model="vit_b_16", strategy="fsdp", sharding="hybrid", gpus=8, cluster="a100-40gb-2node"
+    ),
+    "fsdp_hybrid_shard2_vit_2node": dict(
+        model="vit_b_16", strategy="fsdp", sharding="hybrid", gpus=8, cluster="a100-40gb-2node", shard_group=2
+    ),
+    "fsdp_full_wrap_size_reshard_root": dict(
+        model="resnet50", strategy="fsdp", gpus=4, wrap="size:1000000", reshard_root=True
+    ),
     "fsdp_full_wrap_none": dict(model="resnet18", strategy="fsdp", gpus=4, wrap="none"),
     "fsdp_full_cpu_offload": dict(model="vgg16", strategy="fsdp", gpus=4, cpu_offload=True),
-    "fsdp_grad_op_ga2_adam": dict(model="resnet50", strategy="fsdp", sharding="grad_op", gpus=4,
-                                  grad_accumulation=2, optimizer="adam"),
+    "fsdp_grad_op_ga2_adam": dict(
+        model="resnet50", strategy="fsdp", sharding="grad_op", gpus=4, grad_accumulation=2, optimizer="adam"
+    ),
     "fsdp_full_resnet18_cpu_zen4": dict(model="resnet18", strategy="fsdp", gpus=2, cluster=LAB_ZEN4),
-    "fsdp_full_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="fsdp", gpus=2, cluster=LAB_ZEN4,
-                                            engine="sim"),
-    "fsdp_grad_op_resnet18_cpu_local": dict(model="resnet18", strategy="fsdp", sharding="grad_op", gpus=2,
-                                            cluster="cpu-local"),
+    "fsdp_full_resnet18_cpu_zen4_sim": dict(model="resnet18", strategy="fsdp", gpus=2, cluster=LAB_ZEN4, engine="sim"),
+    "fsdp_grad_op_resnet18_cpu_local": dict(
+        model="resnet18", strategy="fsdp", sharding="grad_op", gpus=2, cluster="cpu-local"
+    ),
     "fsdp_full_sim_resnet18": dict(model="resnet18", strategy="fsdp", gpus=4, engine="sim"),
-    "fsdp_hybrid_sim_2node": dict(model="resnet18", strategy="fsdp", sharding="hybrid", gpus=8,
-                                  cluster="a100-40gb-2node", engine="sim"),
+    "fsdp_hybrid_sim_2node": dict(
+        model="resnet18", strategy="fsdp", sharding="hybrid", gpus=8, cluster="a100-40gb-2node", engine="sim"
+    ),
     "ddp_sim_dgx_16": dict(model="resnet50", strategy="ddp", gpus=16, cluster="dgx-a100", engine="sim"),
     # Parameter server
     "ps_sync_resnet18_a10g": dict(model="resnet18", strategy="ps-sync", gpus=4, cluster="a10g-ps"),
-    "ps_sync_2servers_colocated_dgx": dict(model="resnet50", strategy="ps-sync", gpus=16, cluster="dgx-a100",
-                                           ps_servers=2, ps_placement="colocated"),
+    "ps_sync_2servers_colocated_dgx": dict(
+        model="resnet50", strategy="ps-sync", gpus=16, cluster="dgx-a100", ps_servers=2, ps_placement="colocated"
+    ),
     "ps_async_resnet18_a10g": dict(model="resnet18", strategy="ps-async", gpus=4, cluster="a10g-ps"),
     "ps_ssp_resnet18_a10g": dict(model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps"),
     "ps_ssp0_resnet18_a10g": dict(model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps", staleness_bound=0),
     "ps_sync_sim_a10g": dict(model="resnet18", strategy="ps-sync", gpus=4, cluster="a10g-ps", engine="sim"),
     "ps_async_sim_a10g": dict(model="resnet18", strategy="ps-async", gpus=4, cluster="a10g-ps", engine="sim"),
-    "ps_ssp_sim_a10g": dict(model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps", engine="sim",
-                            staleness_bound=2),
+    "ps_ssp_sim_a10g": dict(
+        model="resnet18", strategy="ps-ssp", gpus=4, cluster="a10g-ps", engine="sim", staleness_bound=2
+    ),
     "ps_sync_cpu_local_x4": dict(model="resnet18", strategy="ps-sync", gpus=3, cluster=LAB_LOCAL_X4),
-    "ps_async_cpu_local_x4_sim": dict(model="resnet18", strategy="ps-async", gpus=3, cluster=LAB_LOCAL_X4,
-                                      engine="sim"),
+    "ps_async_cpu_local_x4_sim": dict(
+        model="resnet18", strategy="ps-async", gpus=3, cluster=LAB_LOCAL_X4, engine="sim"
+    ),
 }
 
-SWEEP = dict(model="resnet18", strategy=["ddp", "fsdp-full", "fsdp-none", "ps-sync"], gpus=[2, 4],
-             cluster="a10g-ps", executor="serial", progress=False)
-RECOMMEND = dict(model="resnet18", cluster="a100-40gb-2node", gpus=8, batch_sizes=[32], precisions=["fp32"],
-                 jobs=1)
+SWEEP = dict(
+    model="resnet18",
+    strategy=["ddp", "fsdp-full", "fsdp-none", "ps-sync"],
+    gpus=[2, 4],
+    cluster="a10g-ps",
+    executor="serial",
+    progress=False,
+)
+RECOMMEND = dict(model="resnet18", cluster="a100-40gb-2node", gpus=8, batch_sizes=[32], precisions=["fp32"], jobs=1)
 
 
 def _jsonable(x):

@@ -24,6 +24,7 @@ def _strict_json(text: str):
 
 # ------------------------------------------------------------------ epochs and samples
 
+
 def test_an_epoch_shorter_than_a_step_counts_the_samples_it_holds():
     """2048 ranks x batch 64 on CIFAR-10's 50,000 samples: DistributedSampler gives each rank
     ceil(50000 / 2048) = 25 samples, so one step of 51,200 samples per epoch, not 131,072."""
@@ -43,8 +44,9 @@ def test_a_normal_epoch_keeps_the_full_step_throughput_and_the_sampler_count():
     assert not any("shorter than one step" in n for n in r.notes)
 
 
-@pytest.mark.parametrize("n, world, batch, accum", [(50000, 2048, 64, 1), (1001, 4, 32, 1), (997, 3, 7, 5),
-                                                     (10, 16, 2, 2), (12, 3, 4, 1)])
+@pytest.mark.parametrize(
+    "n, world, batch, accum", [(50000, 2048, 64, 1), (1001, 4, 32, 1), (997, 3, 7, 5), (10, 16, 2, 2), (12, 3, 4, 1)]
+)
 def test_steps_per_epoch_are_what_a_sampler_and_loader_yield(n, world, batch, accum):
     from simdl.workload.epoch import epoch_counts
 
@@ -58,6 +60,7 @@ def test_steps_per_epoch_are_what_a_sampler_and_loader_yield(n, world, batch, ac
 
 
 # ------------------------------------------------------------------ non-finite numbers
+
 
 def test_json_output_never_holds_nan():
     from simdl.jsonout import dumps
@@ -76,6 +79,7 @@ def test_json_output_never_holds_nan():
 
 
 # ------------------------------------------------------------------ parameter servers
+
 
 def test_ps_servers_beyond_the_clusters_nodes_are_refused_by_both_engines_before_they_run():
     for engine in ("analytic", "sim"):
@@ -149,15 +153,19 @@ def test_ssp_bound_zero_says_why_it_differs_from_ps_sync_in_both_engines():
 
 # ------------------------------------------------------------------ precision and offload
 
+
 def test_a_precision_without_a_faster_path_says_so():
     r = simdl.predict("resnet50", "ddp", 8, cluster="v100-dgx1", precision="tf32")
     fp32 = simdl.predict("resnet50", "ddp", 8, cluster="v100-dgx1")
     assert any(n.startswith("--precision tf32 on V100-SXM2: no faster tf32 path than fp32") for n in r.notes)
     assert r.compute_time_s == pytest.approx(fp32.compute_time_s)
-    assert any("--precision bf16 on V100-SXM2" in n
-               for n in simdl.predict("resnet50", "ddp", 8, cluster="v100-dgx1", precision="bf16").notes)
-    assert not any("no faster" in n for n in simdl.predict("resnet50", "ddp", 8, cluster="dgx-a100",
-                                                             precision="tf32").notes)
+    assert any(
+        "--precision bf16 on V100-SXM2" in n
+        for n in simdl.predict("resnet50", "ddp", 8, cluster="v100-dgx1", precision="bf16").notes
+    )
+    assert not any(
+        "no faster" in n for n in simdl.predict("resnet50", "ddp", 8, cluster="dgx-a100", precision="tf32").notes
+    )
 
 
 def test_cpu_offload_reports_host_memory_and_what_the_step_leaves_out():
@@ -175,6 +183,7 @@ def test_cpu_offload_reports_host_memory_and_what_the_step_leaves_out():
 
 # ------------------------------------------------------------------ band, help, version
 
+
 def test_a_calibrated_profile_without_a_band_says_why():
     from simdl.cluster import load_cluster
 
@@ -186,7 +195,10 @@ def test_a_calibrated_profile_without_a_band_says_why():
     one = dict(spec.calibration, strategy_fit={"points": [{"model": "resnet18"}], "held_out": {}})
     r = simdl.predict("resnet18", "ddp", 2, cluster=dataclasses.replace(spec, calibration=one))
     assert "1 model(s): resnet18" in r.config["iteration_time_band"]
-    assert simdl.predict("resnet18", "ddp", 2, cluster="lab/profiles/cpu-xeon-emr-x4.yaml").iteration_time_band_s is not None
+    assert (
+        simdl.predict("resnet18", "ddp", 2, cluster="lab/profiles/cpu-xeon-emr-x4.yaml").iteration_time_band_s
+        is not None
+    )
 
 
 def test_version_and_grouped_help(capsys):
@@ -197,14 +209,17 @@ def test_version_and_grouped_help(capsys):
     heads = [h for h in ("workload:", "strategy:", "cluster:", "engine:", "output:") if h in out.splitlines()]
     assert heads == ["workload:", "strategy:", "cluster:", "engine:", "output:"]
     assert out.count("  simdl predict --model") == 2  # two examples
-    assert "--strategy {ddp,fsdp,ps-sync,ps-async,ps-ssp,zero0,zero1,zero2,zero3}" in out and "--ps-placement {dedicated,colocated}" in out
+    assert (
+        "--strategy {ddp,fsdp,ps-sync,ps-async,ps-ssp,zero0,zero1,zero2,zero3}" in out
+        and "--ps-placement {dedicated,colocated}" in out
+    )
 
 
 def test_validate_is_packaged_so_python_m_validate_run_works_anywhere():
     """pyproject's package list holds validate, so an installed simdl has validate.run."""
-    import tomllib
     from pathlib import Path
 
+    import tomllib
     from setuptools import find_packages
 
     root = Path(__file__).resolve().parent.parent
@@ -219,8 +234,10 @@ def test_a_model_file_is_traced_again_when_it_changes(tmp_path, monkeypatch):
     folder's net.py, is never answered with the table of a different model."""
     monkeypatch.setenv("SIMDL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
-    src = ("def make(num_classes=10):\n    from torch import nn\n"
-           "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, {h}), nn.Linear({h}, num_classes))\n")
+    src = (
+        "def make(num_classes=10):\n    from torch import nn\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, {h}), nn.Linear({h}, num_classes))\n"
+    )
     (tmp_path / "net.py").write_text(src.format(h=64))
     small = simdl.predict("./net.py:make", "ddp", 2)
     (tmp_path / "net.py").write_text(src.format(h=4096))

@@ -30,7 +30,8 @@ def test_tracked_files_stay_under_15_mb():
     biggest = sorted(files, key=lambda p: p.stat().st_size)[-3:]
     assert total <= MAX_TRACKED_BYTES, (
         f"tracked files hold {total / 1e6:.1f} MB (limit {MAX_TRACKED_BYTES / 1e6:.0f} MB); largest: "
-        + ", ".join(f"{p.relative_to(ROOT)} {p.stat().st_size / 1e6:.1f} MB" for p in biggest))
+        + ", ".join(f"{p.relative_to(ROOT)} {p.stat().st_size / 1e6:.1f} MB" for p in biggest)
+    )
 
 
 def test_no_file_in_the_package_embeds_an_absolute_path():

@@ -48,8 +48,11 @@ def _local(dataset: str, root: Path, train_n: int, test_n: int):
         x = (x - torch.tensor(mean).view(-1, 1, 1)) / torch.tensor(std).view(-1, 1, 1)
         return x.contiguous(), torch.as_tensor(ds.targets[:n]).long()
 
-    return (*to_tensor(train, train_n), *to_tensor(test, test_n),
-            f"{dataset} from {root} (torchvision, download=False)")
+    return (
+        *to_tensor(train, train_n),
+        *to_tensor(test, test_n),
+        f"{dataset} from {root} (torchvision, download=False)",
+    )
 
 
 def _digits(dataset: str, train_n: int, test_n: int):
@@ -75,8 +78,13 @@ def _digits(dataset: str, train_n: int, test_n: int):
         note = f" (cycled: {len(tr)} train / {len(te)} test images available)"
     tr = tr.repeat(-(-train_n // len(tr)))[:train_n]
     te = te.repeat(-(-test_n // len(te)))[:test_n]
-    return (x[tr].contiguous(), y[tr], x[te].contiguous(), y[te],
-            f"scikit-learn digits (1,797 real 8x8 digits) resized to {h}x{w}x{c}{note}")
+    return (
+        x[tr].contiguous(),
+        y[tr],
+        x[te].contiguous(),
+        y[te],
+        f"scikit-learn digits (1,797 real 8x8 digits) resized to {h}x{w}x{c}{note}",
+    )
 
 
 def _generated(dataset: str, train_n: int, test_n: int, classes: int = 10):
@@ -84,13 +92,16 @@ def _generated(dataset: str, train_n: int, test_n: int, classes: int = 10):
 
     g = torch.Generator().manual_seed(0)
     shape = SHAPES[dataset]
-    return (torch.randn((train_n, *shape), generator=g), torch.randint(0, classes, (train_n,), generator=g),
-            torch.randn((test_n, *shape), generator=g), torch.randint(0, classes, (test_n,), generator=g),
-            f"generated {dataset}-shaped data (N(0,1) pixels, uniform labels): accuracy is chance")
+    return (
+        torch.randn((train_n, *shape), generator=g),
+        torch.randint(0, classes, (train_n,), generator=g),
+        torch.randn((test_n, *shape), generator=g),
+        torch.randint(0, classes, (test_n,), generator=g),
+        f"generated {dataset}-shaped data (N(0,1) pixels, uniform labels): accuracy is chance",
+    )
 
 
-def load(dataset: str, kind: str, train_n: int, test_n: int, model_shape: tuple[int, ...],
-         root: str | None = None):
+def load(dataset: str, kind: str, train_n: int, test_n: int, model_shape: tuple[int, ...], root: str | None = None):
     """(train_x, train_y, test_x, test_y, description), padded to ``model_shape``."""
     import torch.nn.functional as F
 

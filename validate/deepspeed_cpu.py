@@ -37,8 +37,19 @@ from typing import Any, Callable
 
 from simdl.errors import SimdlError
 
-from .run import (DEFAULT_CLUSTER, Launched, _rank_failure, _slowest_per_step, append_result, finished_ids,
-                  host_info, profile_digest, read_results, resolve_profile, summarise_result)
+from .run import (
+    DEFAULT_CLUSTER,
+    Launched,
+    _rank_failure,
+    _slowest_per_step,
+    append_result,
+    finished_ids,
+    host_info,
+    profile_digest,
+    read_results,
+    resolve_profile,
+    summarise_result,
+)
 
 SCHEMA = "simdl-deepspeed-validation/1"
 STAGES = (0, 1, 2, 3)
@@ -64,18 +75,29 @@ class ZeroRun:
         zero: dict[str, Any] = {"stage": self.stage}
         if self.stage:
             zero.update(reduce_bucket_size=self.bucket_elements, allgather_bucket_size=self.bucket_elements)
-        return {"train_micro_batch_size_per_gpu": self.batch_size, "gradient_accumulation_steps": 1,
-                "steps_per_print": 10 ** 6, "zero_optimization": zero}
+        return {
+            "train_micro_batch_size_per_gpu": self.batch_size,
+            "gradient_accumulation_steps": 1,
+            "steps_per_print": 10**6,
+            "zero_optimization": zero,
+        }
 
     def worker_spec(self) -> dict[str, Any]:
-        return {"model": self.model, "dataset": self.dataset, "steps": self.steps,
-                "warmup_steps": self.warmup_steps, "ds_config": self.ds_config()}
+        return {
+            "model": self.model,
+            "dataset": self.dataset,
+            "steps": self.steps,
+            "warmup_steps": self.warmup_steps,
+            "ds_config": self.ds_config(),
+        }
 
     @property
     def run_id(self) -> str:
         text = json.dumps(asdict(self), sort_keys=True)
-        return f"zero{self.stage}-{self.model}-b{self.batch_size}-r{self.ranks}-" + hashlib.sha1(
-            text.encode()).hexdigest()[:8]
+        return (
+            f"zero{self.stage}-{self.model}-b{self.batch_size}-r{self.ranks}-"
+            + hashlib.sha1(text.encode()).hexdigest()[:8]
+        )
 
 
 def matrix(models, stages, batches, ranks: int, steps: int, warmup: int) -> list[ZeroRun]:
@@ -83,8 +105,10 @@ def matrix(models, stages, batches, ranks: int, steps: int, warmup: int) -> list
         if s not in STAGES:
             raise SimdlError(f"--stages: {s} is not a ZeRO stage; accepted: {', '.join(map(str, STAGES))}")
     if steps < warmup + 5:
-        raise SimdlError(f"--steps {steps}: the worker needs warm-up ({warmup}) + 3 profiled + at least 2 timed "
-                         f"steps; accepted: {warmup + 5} or more")
+        raise SimdlError(
+            f"--steps {steps}: the worker needs warm-up ({warmup}) + 3 profiled + at least 2 timed "
+            f"steps; accepted: {warmup + 5} or more"
+        )
     return [ZeroRun(m, s, ranks, b, steps=steps, warmup_steps=warmup) for m in models for b in batches for s in stages]
 
 
@@ -95,8 +119,16 @@ def predict_run(run: ZeroRun, cluster_path: str) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:
         cfg = Path(tmp) / "ds_config.json"
         cfg.write_text(json.dumps(run.ds_config()))
-        kw = dict(model=run.model, gpus=run.ranks, cluster=cluster_path, dataset=run.dataset, optimizer="adam",
-                  precision="fp32", loader_workers=0, train_samples=run.batch_size * run.ranks * run.steps)
+        kw = dict(
+            model=run.model,
+            gpus=run.ranks,
+            cluster=cluster_path,
+            dataset=run.dataset,
+            optimizer="adam",
+            precision="fp32",
+            loader_workers=0,
+            train_samples=run.batch_size * run.ranks * run.steps,
+        )
         try:
             r = simdl.predict(**kw, deepspeed_config=str(cfg))
         except SimdlError as e:
@@ -115,8 +147,19 @@ def launch(run: ZeroRun, workdir: Path, python: str, timeout_s: float) -> Launch
     workdir.mkdir(parents=True, exist_ok=True)
     spec = workdir / "spec.json"
     spec.write_text(json.dumps(run.worker_spec(), indent=1))
-    cmd = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={run.ranks}",
-           "-m", WORKER, "--spec", str(spec), "--out", str(workdir)]
+    cmd = [
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={run.ranks}",
+        "-m",
+        WORKER,
+        "--spec",
+        str(spec),
+        "--out",
+        str(workdir),
+    ]
     env = dict(os.environ, DS_ACCELERATOR="cpu", LOCAL_SIZE=str(run.ranks))
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, stated: one thread per rank process
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
@@ -147,28 +190,39 @@ def merge_ranks(run: ZeroRun, workdir: Path) -> dict[str, Any]:
     steady = _slowest_per_step(r["steady_step_times_s"] for r in ranks)
     if not steady:
         raise RuntimeError("no steady steps were timed")
-    return {"step_time_s": {"median": statistics.median(steady), "n": len(steady)},
-            "steady_step_times_s": steady,
-            "peak_allocated_bytes": max(r["peak_allocated_bytes"] for r in ranks),
-            "peak_allocated_bytes_per_rank": [r["peak_allocated_bytes"] for r in ranks],
-            "peak_rss_bytes": max(r["peak_rss_bytes"] for r in ranks),
-            "losses": ranks[0]["losses"], "optimizer_class": ranks[0]["optimizer_class"],
-            "deepspeed_version": ranks[0]["deepspeed_version"], "torch_version": ranks[0]["torch_version"],
-            "backend": ranks[0]["backend"]}
+    return {
+        "step_time_s": {"median": statistics.median(steady), "n": len(steady)},
+        "steady_step_times_s": steady,
+        "peak_allocated_bytes": max(r["peak_allocated_bytes"] for r in ranks),
+        "peak_allocated_bytes_per_rank": [r["peak_allocated_bytes"] for r in ranks],
+        "peak_rss_bytes": max(r["peak_rss_bytes"] for r in ranks),
+        "losses": ranks[0]["losses"],
+        "optimizer_class": ranks[0]["optimizer_class"],
+        "deepspeed_version": ranks[0]["deepspeed_version"],
+        "torch_version": ranks[0]["torch_version"],
+        "backend": ranks[0]["backend"],
+    }
 
 
 def check_deepspeed(python: str) -> str:
     """DeepSpeed's version under ``python``; a one-line SimdlError when it does not import."""
     try:
-        p = subprocess.run([python, "-c", "import deepspeed; print(deepspeed.__version__)"], capture_output=True,
-                           text=True, timeout=300, env=dict(os.environ, DS_ACCELERATOR="cpu"))
+        p = subprocess.run(
+            [python, "-c", "import deepspeed; print(deepspeed.__version__)"],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, DS_ACCELERATOR="cpu"),
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
-        raise SimdlError(f"--python {python}: cannot run it ({type(e).__name__}); give an interpreter "
-                         f"where {INSTALL} was done") from None
+        raise SimdlError(
+            f"--python {python}: cannot run it ({type(e).__name__}); give an interpreter where {INSTALL} was done"
+        ) from None
     if p.returncode != 0:
         last = (p.stderr.strip().splitlines() or ["no output"])[-1]
-        raise SimdlError(f"--python {python}: 'import deepspeed' fails ({last}); {INSTALL}, or pass --python "
-                         "of a venv that has it")
+        raise SimdlError(
+            f"--python {python}: 'import deepspeed' fails ({last}); {INSTALL}, or pass --python of a venv that has it"
+        )
     return p.stdout.strip().splitlines()[-1]
 
 
@@ -176,18 +230,28 @@ def _error(prediction: dict, measured: dict) -> dict[str, float]:
     a = prediction.get("analytic", {})
     if "error" in a:
         return {}
-    return {"peak_allocated": a["peak_tensor_bytes"] / measured["peak_allocated_bytes"] - 1.0,
-            "step_time": a["iteration_time_s"] / measured["step_time_s"]["median"] - 1.0}
+    return {
+        "peak_allocated": a["peak_tensor_bytes"] / measured["peak_allocated_bytes"] - 1.0,
+        "step_time": a["iteration_time_s"] / measured["step_time_s"]["median"] - 1.0,
+    }
 
 
-def run_one(run: ZeroRun, cluster: str, root: Path, python: str, timeout_s: float,
-            launcher: Callable[..., Launched] = launch) -> dict[str, Any]:
+def run_one(
+    run: ZeroRun, cluster: str, root: Path, python: str, timeout_s: float, launcher: Callable[..., Launched] = launch
+) -> dict[str, Any]:
     profile = str(resolve_profile(cluster))
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    record: dict[str, Any] = {"schema": SCHEMA, "run_id": run.run_id, "started": started, "run": asdict(run),
-                              "ds_config": run.ds_config(), "cluster_profile": profile,
-                              "cluster_profile_sha256": profile_digest(profile), "host": host_info(),
-                              "prediction": predict_run(run, profile)}  # before the run: it cannot see it
+    record: dict[str, Any] = {
+        "schema": SCHEMA,
+        "run_id": run.run_id,
+        "started": started,
+        "run": asdict(run),
+        "ds_config": run.ds_config(),
+        "cluster_profile": profile,
+        "cluster_profile_sha256": profile_digest(profile),
+        "host": host_info(),
+        "prediction": predict_run(run, profile),
+    }  # before the run: it cannot see it
     workdir = root / run.run_id
     for old in [*workdir.glob("rank*.json"), *workdir.glob("rank*.error.txt")]:  # a retried run's last try
         old.unlink()
@@ -197,8 +261,12 @@ def run_one(run: ZeroRun, cluster: str, root: Path, python: str, timeout_s: floa
         command = launched.command.replace(python, "python", 1).replace(f"{root.parent}/", "")
         record["launch"] = dict(launched._asdict(), command=command)
         if launched.returncode != 0:
-            raise RuntimeError(launched.stopped or _rank_error(workdir) or _rank_failure(workdir / "log.txt")
-                               or f"exit status {launched.returncode}")
+            raise RuntimeError(
+                launched.stopped
+                or _rank_error(workdir)
+                or _rank_failure(workdir / "log.txt")
+                or f"exit status {launched.returncode}"
+            )
         record["measured"] = merge_ranks(run, workdir)
         record["error"] = _error(record["prediction"], record["measured"])
         record["status"] = "ok"
@@ -207,8 +275,17 @@ def run_one(run: ZeroRun, cluster: str, root: Path, python: str, timeout_s: floa
     return record
 
 
-def run_matrix(runs: list[ZeroRun], out: Path, *, cluster: str, python: str, timeout_s: float, resume: bool,
-               retry_failed: bool = False, launcher: Callable[..., Launched] = launch) -> list[dict]:
+def run_matrix(
+    runs: list[ZeroRun],
+    out: Path,
+    *,
+    cluster: str,
+    python: str,
+    timeout_s: float,
+    resume: bool,
+    retry_failed: bool = False,
+    launcher: Callable[..., Launched] = launch,
+) -> list[dict]:
     """Run, record and return every run not already finished in ``out`` (with ``resume``)."""
     done = finished_ids(read_results(out), retry_failed) if resume else set()
     if not resume and out.exists() and out.stat().st_size:
@@ -234,10 +311,12 @@ def summary_line(rec: dict) -> str:
     a, m, e = rec["prediction"]["analytic"], rec["measured"], rec["error"]
     if not e:
         return f"{head}: measured {m['peak_allocated_bytes'] / 2**20:.1f} MiB; simdl: {a['error']}"
-    return (f"{head}: peak allocated simdl {a['peak_tensor_bytes'] / 2**20:.1f} MiB vs measured "
-            f"{m['peak_allocated_bytes'] / 2**20:.1f} MiB ({e['peak_allocated']:+.1%}); step simdl "
-            f"{a['iteration_time_s'] * 1e3:.0f} ms vs measured {m['step_time_s']['median'] * 1e3:.0f} ms "
-            f"({e['step_time']:+.1%})")
+    return (
+        f"{head}: peak allocated simdl {a['peak_tensor_bytes'] / 2**20:.1f} MiB vs measured "
+        f"{m['peak_allocated_bytes'] / 2**20:.1f} MiB ({e['peak_allocated']:+.1%}); step simdl "
+        f"{a['iteration_time_s'] * 1e3:.0f} ms vs measured {m['step_time_s']['median'] * 1e3:.0f} ms "
+        f"({e['step_time']:+.1%})"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -263,8 +342,15 @@ def main(argv: list[str] | None = None) -> int:
         runs = matrix(a.models, a.stages, a.batch, a.ranks, a.steps, a.warmup)
         version = check_deepspeed(a.python)
         print(f"deepspeed {version} under {a.python}; {len(runs)} runs -> {a.out}", flush=True)
-        run_matrix(runs, Path(a.out), cluster=a.cluster, python=a.python, timeout_s=a.timeout, resume=a.resume,
-                   retry_failed=a.retry_failed)
+        run_matrix(
+            runs,
+            Path(a.out),
+            cluster=a.cluster,
+            python=a.python,
+            timeout_s=a.timeout,
+            resume=a.resume,
+            retry_failed=a.retry_failed,
+        )
     except SimdlError as e:
         print(f"python -m validate.deepspeed_cpu: error: {e}", file=sys.stderr)
         return 2

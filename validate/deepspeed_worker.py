@@ -41,9 +41,15 @@ def _rank_record(spec: dict, deepspeed) -> dict:
     from .train import _loader, _null, _profiler
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    rec: dict = {"rank": rank, "world": world, "device": "cpu", "backend": dist.get_backend(),
-                 "deepspeed_version": deepspeed.__version__, "torch_version": torch.__version__,
-                 "stage": spec["ds_config"]["zero_optimization"]["stage"]}
+    rec: dict = {
+        "rank": rank,
+        "world": world,
+        "device": "cpu",
+        "backend": dist.get_backend(),
+        "deepspeed_version": deepspeed.__version__,
+        "torch_version": torch.__version__,
+        "stage": spec["ds_config"]["zero_optimization"]["stage"],
+    }
     from simdl.workload.zoo import build_adapted
 
     shape = tuple(vdata.SHAPES[spec["dataset"]])
@@ -64,8 +70,9 @@ def _rank_record(spec: dict, deepspeed) -> dict:
     last_profiled = warmup + measure.MEMORY_STEPS - 1
     losses, profiling, profiled_s = [], True, None
     for step, (x, y) in enumerate(loader):
-        mark = (measure.MEASURED_STEP if step == warmup else
-                measure.MEMORY_STEP if warmup < step <= last_profiled else None)
+        mark = (
+            measure.MEASURED_STEP if step == warmup else measure.MEMORY_STEP if warmup < step <= last_profiled else None
+        )
         timer.start()
         with record_function(mark) if mark else _null():
             loss = F.cross_entropy(engine(x), y)
@@ -82,9 +89,16 @@ def _rank_record(spec: dict, deepspeed) -> dict:
     if profiled_s is None:
         raise RuntimeError(f"run too short: {len(timer.times)} steps, the profiled step is step {warmup}")
     ru = resource.getrusage(resource.RUSAGE_SELF)
-    rec.update(step_times_s=timer.times, steady_step_times_s=timer.times[last_profiled + 1:],
-               profiled_step_s=profiled_s, losses=losses, peak_rss_bytes=measure.peak_rss_bytes(),
-               cpu_user_s=ru.ru_utime, cpu_system_s=ru.ru_stime, **_analyse(prof, world))
+    rec.update(
+        step_times_s=timer.times,
+        steady_step_times_s=timer.times[last_profiled + 1 :],
+        profiled_step_s=profiled_s,
+        losses=losses,
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        cpu_user_s=ru.ru_utime,
+        cpu_system_s=ru.ru_stime,
+        **_analyse(prof, world),
+    )
     rec.pop("memory_timeline", None)
     return rec
 

@@ -122,11 +122,40 @@ def _exp1(models, ranks_list, batch, epochs, train, test, width=None, max_steps=
         for ranks in ranks_list:
             nodes = (nodes_for or {}).get(ranks, 1)
             shardings = FSDP_SHARDINGS + (("hybrid",) if nodes > 1 else ())
-            runs.append(RunSpec("exp1", model, "cifar10", "ddp", ranks, batch, epochs, train, test,
-                                width=w, nodes=nodes, max_steps_per_epoch=max_steps))
+            runs.append(
+                RunSpec(
+                    "exp1",
+                    model,
+                    "cifar10",
+                    "ddp",
+                    ranks,
+                    batch,
+                    epochs,
+                    train,
+                    test,
+                    width=w,
+                    nodes=nodes,
+                    max_steps_per_epoch=max_steps,
+                )
+            )
             for s in shardings:
-                runs.append(RunSpec("exp1", model, "cifar10", "fsdp", ranks, batch, epochs, train, test,
-                                    sharding=s, width=w, nodes=nodes, max_steps_per_epoch=max_steps))
+                runs.append(
+                    RunSpec(
+                        "exp1",
+                        model,
+                        "cifar10",
+                        "fsdp",
+                        ranks,
+                        batch,
+                        epochs,
+                        train,
+                        test,
+                        sharding=s,
+                        width=w,
+                        nodes=nodes,
+                        max_steps_per_epoch=max_steps,
+                    )
+                )
     return runs
 
 
@@ -136,24 +165,56 @@ def _exp2(models, workers, batch, epochs, train, test, modes, width=None, epochs
         w = (width or {}).get(model, 1)
         for mode in modes:
             strategy, bound = (mode, 0) if not mode.startswith("ps-ssp") else ("ps-ssp", int(mode.split("=")[1]))
-            runs.append(RunSpec("exp2", model, "mnist", strategy, workers, batch,
-                                (epochs_for or {}).get(model, epochs), train, test,
-                                staleness_bound=bound, width=w, data="accuracy"))
+            runs.append(
+                RunSpec(
+                    "exp2",
+                    model,
+                    "mnist",
+                    strategy,
+                    workers,
+                    batch,
+                    (epochs_for or {}).get(model, epochs),
+                    train,
+                    test,
+                    staleness_bound=bound,
+                    width=w,
+                    data="accuracy",
+                )
+            )
     return runs
 
 
 def _vit(models, ranks, batches, shardings, epochs, train, test, nodes=1, width=1, max_steps=0):
-    return [RunSpec("vit", m, "cifar10", "fsdp", ranks, b, epochs, train, test, sharding=s, nodes=nodes,
-                    width=width, max_steps_per_epoch=max_steps)
-            for m in models for s in shardings for b in batches]
+    return [
+        RunSpec(
+            "vit",
+            m,
+            "cifar10",
+            "fsdp",
+            ranks,
+            b,
+            epochs,
+            train,
+            test,
+            sharding=s,
+            nodes=nodes,
+            width=width,
+            max_steps_per_epoch=max_steps,
+        )
+        for m in models
+        for s in shardings
+        for b in batches
+    ]
 
 
 def _hybrid_one_host(models, ranks, batch, epochs, train, test):
     """Experiment 1's hybrid sharding where there is one host: FSDP2's 2-D mesh of
     (ranks / 2) replicas x 2 shards on one node, the mesh the study's HYBRID_SHARD makes
     across nodes, with the replicas' all-reduce over the host's own transport."""
-    return [RunSpec("exp1", m, "cifar10", "fsdp", ranks, batch, epochs, train, test, sharding="hybrid",
-                    shard_group=2) for m in models]
+    return [
+        RunSpec("exp1", m, "cifar10", "fsdp", ranks, batch, epochs, train, test, sharding="hybrid", shard_group=2)
+        for m in models
+    ]
 
 
 def experiments(profile: str) -> list[RunSpec]:
@@ -180,14 +241,16 @@ def experiments(profile: str) -> list[RunSpec]:
         # SSP twice: the bound of 2 never held a pull of four like workers (0 of 96 per run,
         # 2026-11-27 event logs), so it runs as async; a bound of 0 holds most pulls, and
         # checks the simulated waits where they cost time.
-        runs += _exp2(EXP2_MODELS, 4, 32, 3, 1024, 256, ("ps-sync", "ps-async", "ps-ssp=2", "ps-ssp=0"),
-                      epochs_for={"vgg16": 1})
+        runs += _exp2(
+            EXP2_MODELS, 4, 32, 3, 1024, 256, ("ps-sync", "ps-async", "ps-ssp=2", "ps-ssp=0"), epochs_for={"vgg16": 1}
+        )
         return runs
     if profile == "paper":
         runs = _exp1(EXP1_MODELS, (2, 4), 32, 10, 50_000, 10_000)
         runs += _exp2(EXP2_MODELS, 4, 32, 100, 60_000, 10_000, ("ps-sync", "ps-async", "ps-ssp=3"))
-        runs += _vit(("vit_b_32", "vit_b_16"), 8, (32, 64, 128), ("full", "hybrid", "none"), 10,
-                     50_000, 10_000, nodes=2)
+        runs += _vit(
+            ("vit_b_32", "vit_b_16"), 8, (32, 64, 128), ("full", "hybrid", "none"), 10, 50_000, 10_000, nodes=2
+        )
         return runs
     raise ValueError(f"unknown profile {profile!r}; accepted: {', '.join(PROFILES)}")
 

@@ -27,9 +27,27 @@ COMPUTE_SHARE = 0.40
 
 def command(models: str, budget_s: float, run_root: Path, output: Path, gpu_file: str | None) -> list[str]:
     measure_s = max(budget_s - OVERHEAD_S, 5.0)
-    cmd = [sys.executable, "-m", "simdl", "calibrate", "--nproc-per-node", "1", "--quick", "--stages", "compute",
-           "--compute-models", models, "--time-budget", f"{measure_s / COMPUTE_SHARE:.1f}",
-           "--run-root", str(run_root), "-o", str(output), "--wait-quiet", "-1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "simdl",
+        "calibrate",
+        "--nproc-per-node",
+        "1",
+        "--quick",
+        "--stages",
+        "compute",
+        "--compute-models",
+        models,
+        "--time-budget",
+        f"{measure_s / COMPUTE_SHARE:.1f}",
+        "--run-root",
+        str(run_root),
+        "-o",
+        str(output),
+        "--wait-quiet",
+        "-1",
+    ]
     return cmd + (["--gpu", gpu_file] if gpu_file else [])
 
 
@@ -49,8 +67,13 @@ def run(out: Path, work: Path, models: str, budget_s: float, gpu_file: str | Non
     t0 = time.time()
     log_path = work / "calibrate.log"
     with open(log_path, "w") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            cmd,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         try:
             code = proc.wait(timeout=budget_s)
             status["status"] = "ok" if code == 0 else f"failed (exit {code})"
@@ -71,6 +94,7 @@ def _write(out: Path, status: dict) -> dict:
     from .gpu_worker import update_run_info
 
     update_run_info(out, calibration=status)
-    print(f"calibration: {status['status']}" + (f" ({status.get('reason')})" if status.get("reason") else ""),
-          flush=True)
+    print(
+        f"calibration: {status['status']}" + (f" ({status.get('reason')})" if status.get("reason") else ""), flush=True
+    )
     return status

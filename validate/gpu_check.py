@@ -43,15 +43,39 @@ import subprocess  # noqa: E402
 import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-MODELS = ("resnet18", "resnet50", "vgg16", "densenet121", "efficientnet_v2_s", "convnext_tiny", "vit_b_16",
-          "mobilenet_v3_large")
+MODELS = (
+    "resnet18",
+    "resnet50",
+    "vgg16",
+    "densenet121",
+    "efficientnet_v2_s",
+    "convnext_tiny",
+    "vit_b_16",
+    "mobilenet_v3_large",
+)
 # Settings per device: what an H200-class GPU covers in the default budget, and the tiny CPU form.
-GPU = {"models": MODELS, "sizes": (224, 32), "batches": (32, 128), "precisions": ("fp32", "bf16"),
-       "warmup": 3, "steps": 10, "config_cap_s": 30.0, "calibrate_s": 110.0,
-       "calibrate_models": "resnet18:cifar10:32,128;vgg16:cifar10:32,128"}
-CPU = {"models": ("mnist_cnn", "resnet18"), "sizes": (32,), "batches": (2, 4),
-       "precisions": ("fp32", "bf16"), "warmup": 1, "steps": 2, "config_cap_s": 20.0, "calibrate_s": 30.0,
-       "calibrate_models": "mnist_cnn:mnist:4,8;resnet18:cifar10:2,4"}
+GPU = {
+    "models": MODELS,
+    "sizes": (224, 32),
+    "batches": (32, 128),
+    "precisions": ("fp32", "bf16"),
+    "warmup": 3,
+    "steps": 10,
+    "config_cap_s": 30.0,
+    "calibrate_s": 110.0,
+    "calibrate_models": "resnet18:cifar10:32,128;vgg16:cifar10:32,128",
+}
+CPU = {
+    "models": ("mnist_cnn", "resnet18"),
+    "sizes": (32,),
+    "batches": (2, 4),
+    "precisions": ("fp32", "bf16"),
+    "warmup": 1,
+    "steps": 2,
+    "config_cap_s": 20.0,
+    "calibrate_s": 30.0,
+    "calibrate_models": "mnist_cnn:mnist:4,8;resnet18:cifar10:2,4",
+}
 MIN_CONFIG_S = 2.0  # a configuration is not started with less than this left
 KILL_GRACE_S = 15.0  # past a configuration's deadline before its worker is killed
 
@@ -63,8 +87,9 @@ def gpu_name_from_driver() -> str | None:
     if exe is None:
         return _nvml_name()
     try:
-        out = subprocess.run([exe, "--id=0", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=20)
+        out = subprocess.run(
+            [exe, "--id=0", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     name = out.stdout.strip().splitlines()[0].strip() if out.returncode == 0 and out.stdout.strip() else ""
@@ -91,9 +116,17 @@ def plan_configs(s: dict) -> list[dict]:
         for batch in s["batches"]:
             for precision in s["precisions"]:
                 for model in s["models"]:
-                    out.append({"run_id": f"gpu/{model}/{size}px/b{batch}/{precision}", "model": model, "size": size,
-                                "dataset": DATASET_OF_SIZE[size], "batch": batch, "precision": precision,
-                                "steps": s["warmup"] + s["steps"] + 1})
+                    out.append(
+                        {
+                            "run_id": f"gpu/{model}/{size}px/b{batch}/{precision}",
+                            "model": model,
+                            "size": size,
+                            "dataset": DATASET_OF_SIZE[size],
+                            "batch": batch,
+                            "precision": precision,
+                            "steps": s["warmup"] + s["steps"] + 1,
+                        }
+                    )
     return out
 
 
@@ -109,9 +142,19 @@ def write_predictions(configs: list[dict], cluster, preset: str, out: Path, engi
         if cfg["run_id"] in have:
             continue
         pred = predict_config(cfg, cluster, engines)
-        append_result(out / "predictions.jsonl", {"type": "prediction", "run_id": cfg["run_id"], "t": time.time(),
-                                                  "cluster": cluster.name, "gpu": cluster.gpu.name, **profile,
-                                                  "config": cfg, "predicted": pred})
+        append_result(
+            out / "predictions.jsonl",
+            {
+                "type": "prediction",
+                "run_id": cfg["run_id"],
+                "t": time.time(),
+                "cluster": cluster.name,
+                "gpu": cluster.gpu.name,
+                **profile,
+                "config": cfg,
+                "predicted": pred,
+            },
+        )
 
 
 def _stopped(cfg: dict, out: Path, why: str) -> None:
@@ -140,23 +183,44 @@ def _not_ok(configs: list[dict], out: Path) -> list[dict]:
     return [c for c in configs if c["run_id"] not in ok]
 
 
-def measure_all(configs: list[dict], s: dict, out: Path, work: Path, deadline: float, force_cpu: bool,
-                expect_cuda: bool, kill_grace_s: float = KILL_GRACE_S) -> None:
+def measure_all(
+    configs: list[dict],
+    s: dict,
+    out: Path,
+    work: Path,
+    deadline: float,
+    force_cpu: bool,
+    expect_cuda: bool,
+    kill_grace_s: float = KILL_GRACE_S,
+) -> None:
     """Run workers until every configuration has a record or the measuring time is over."""
     from simdl.calibrate.processes import kill_tree
 
     starts, shown = 0, set()
     while _pending(configs, out) and time.time() + MIN_CONFIG_S < deadline and starts < len(configs):
         starts += 1
-        plan = {"configs": _pending(configs, out), "out": str(out), "work": str(work), "deadline": deadline,
-                "config_cap_s": s["config_cap_s"], "min_config_s": MIN_CONFIG_S, "warmup": s["warmup"],
-                "steps": s["steps"], "force_cpu": force_cpu, "expect_cuda": expect_cuda}
+        plan = {
+            "configs": _pending(configs, out),
+            "out": str(out),
+            "work": str(work),
+            "deadline": deadline,
+            "config_cap_s": s["config_cap_s"],
+            "min_config_s": MIN_CONFIG_S,
+            "warmup": s["warmup"],
+            "steps": s["steps"],
+            "force_cpu": force_cpu,
+            "expect_cuda": expect_cuda,
+        }
         (work / "plan.json").write_text(json.dumps(plan))
         (work / "progress.json").unlink(missing_ok=True)
         log = open(work / "worker.log", "a")
-        proc = subprocess.Popen([sys.executable, "-m", "validate.gpu_worker", str(work / "plan.json")],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "validate.gpu_worker", str(work / "plan.json")],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(os.environ, PYTHONUNBUFFERED="1"),
+        )
         killed = _watch(proc, work, deadline, kill_grace_s, out, shown)
         if killed:
             kill_tree(proc, grace_s=2.0)
@@ -167,18 +231,23 @@ def measure_all(configs: list[dict], s: dict, out: Path, work: Path, deadline: f
         prog = killed or _progress(work)
         current = next((c for c in _pending(configs, out) if prog and c["run_id"] == prog["run_id"]), None)
         if current is not None:
-            why = (f"stopped: its step did not return; the worker was killed {kill_grace_s:.0f} s after the "
-                   f"configuration's deadline" if killed else
-                   f"failed: the worker exited with code {proc.returncode} (see its log): {_tail(work)}")
+            why = (
+                f"stopped: its step did not return; the worker was killed {kill_grace_s:.0f} s after the "
+                f"configuration's deadline"
+                if killed
+                else f"failed: the worker exited with code {proc.returncode} (see its log): {_tail(work)}"
+            )
             _stopped(current, out, why)
         elif proc.returncode not in (0, None) and not killed:
             for cfg in _pending(configs, out):
-                _stopped(cfg, out, f"failed: the worker exited with code {proc.returncode} before measuring: "
-                                   f"{_tail(work)}")
+                _stopped(
+                    cfg, out, f"failed: the worker exited with code {proc.returncode} before measuring: {_tail(work)}"
+                )
             return
     for cfg in _pending(configs, out):
-        _stopped(cfg, out, f"stopped: not started, the measuring time (to {deadline - START:.0f} s of the budget) "
-                           "ran out")
+        _stopped(
+            cfg, out, f"stopped: not started, the measuring time (to {deadline - START:.0f} s of the budget) ran out"
+        )
     _show_new(out, shown)
     from .gpu_worker import update_run_info
 
@@ -212,8 +281,11 @@ def _show_new(out: Path, shown: set) -> None:
         shown.add(key)
         p = ((r.get("predicted") or {}).get("analytic") or {}).get("iteration_time_s")
         m = ((r.get("measured") or {}).get("step_time_s") or {}).get("median")
-        what = (f"step {1e3 * m:.2f} ms, predicted {1e3 * p:.2f} ms ({100 * (p - m) / m:+.0f} %)" if p and m
-                else str(r.get("error", ""))[:120])
+        what = (
+            f"step {1e3 * m:.2f} ms, predicted {1e3 * p:.2f} ms ({100 * (p - m) / m:+.0f} %)"
+            if p and m
+            else str(r.get("error", ""))[:120]
+        )
         print(f"[{time.time() - START:6.1f} s] {r['run_id']}: {r['status']}, {what}", flush=True)
 
 
@@ -247,8 +319,12 @@ def parse_args(argv):
     p.add_argument("--steps", type=int, default=None, help="timed steps per configuration")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps per configuration")
     p.add_argument("--config-cap-s", type=float, default=None, help="seconds one configuration may take")
-    p.add_argument("--kill-grace-s", type=float, default=KILL_GRACE_S,
-                   help=f"seconds past a configuration's deadline before its worker is killed (default {KILL_GRACE_S:.0f})")
+    p.add_argument(
+        "--kill-grace-s",
+        type=float,
+        default=KILL_GRACE_S,
+        help=f"seconds past a configuration's deadline before its worker is killed (default {KILL_GRACE_S:.0f})",
+    )
     p.add_argument("--calibrate-s", type=float, default=None, help="seconds for the calibration (0: skip it)")
     p.add_argument("--cluster", default=None, help="cluster preset to predict with (default: from the device)")
     p.add_argument("--engines", default="analytic", help="comma-separated: analytic, sim (sim needs simpy)")
@@ -274,9 +350,11 @@ def settings(a) -> dict:
         if getattr(a, key) is not None:
             s[key] = getattr(a, key)
     if s["steps"] < 1 or s["warmup"] < 0 or s["config_cap_s"] <= 0 or s["calibrate_s"] < 0 or a.budget_s <= 0:
-        raise SimdlError(f"--steps {s['steps']} / --warmup {s['warmup']} / --config-cap-s {s['config_cap_s']} / "
-                         f"--calibrate-s {s['calibrate_s']} / --budget-s {a.budget_s}: accepted: steps >= 1, "
-                         "warm-up >= 0, a cap and a budget > 0, calibration >= 0 (0: skip it)")
+        raise SimdlError(
+            f"--steps {s['steps']} / --warmup {s['warmup']} / --config-cap-s {s['config_cap_s']} / "
+            f"--calibrate-s {s['calibrate_s']} / --budget-s {a.budget_s}: accepted: steps >= 1, "
+            "warm-up >= 0, a cap and a budget > 0, calibration >= 0 (0: skip it)"
+        )
     engines = [e for e in a.engines.split(",") if e]
     if not engines or any(e not in ("analytic", "sim") for e in engines):
         raise SimdlError(f"--engines {a.engines!r}: accepted: analytic, sim (comma-separated)")
@@ -311,23 +389,30 @@ def _main(a) -> int:
     configs = plan_configs(s)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
-    print(f"device: {gpu or 'cpu (tiny settings)'}; preset {preset}; {len(configs)} configurations; "
-          f"budget {a.budget_s:.0f} s", flush=True)
+    print(
+        f"device: {gpu or 'cpu (tiny settings)'}; preset {preset}; {len(configs)} configurations; "
+        f"budget {a.budget_s:.0f} s",
+        flush=True,
+    )
     write_predictions(configs, cluster, preset, out, tuple(e for e in a.engines.split(",") if e))
     print(f"predictions written at {time.time() - START:.1f} s", flush=True)
     calib_s = s["calibrate_s"]
     if a.resume:  # measured ones stay; stopped and failed ones are measured again
         configs = _not_ok(configs, out)
-    measure_all(configs, s, out, work, budget_end - calib_s, force_cpu=a.cpu, expect_cuda=not a.cpu,
-                kill_grace_s=a.kill_grace_s)
+    measure_all(
+        configs, s, out, work, budget_end - calib_s, force_cpu=a.cpu, expect_cuda=not a.cpu, kill_grace_s=a.kill_grace_s
+    )
     print(f"measurements done at {time.time() - START:.1f} s", flush=True)
     if calib_s > 0:
-        gpu_calibrate.run(out, work, s["calibrate_models"], min(calib_s, budget_end - time.time()),
-                          gpu_file=cluster.gpu.name)
+        gpu_calibrate.run(
+            out, work, s["calibrate_models"], min(calib_s, budget_end - time.time()), gpu_file=cluster.gpu.name
+        )
     text = gpu_summary.write(out)
     print(text)
-    print(f"gpu_check took {time.time() - START:.1f} s of its {a.budget_s:.0f} s budget "
-          f"(CPU {time.process_time():.1f} s in this process)")
+    print(
+        f"gpu_check took {time.time() - START:.1f} s of its {a.budget_s:.0f} s budget "
+        f"(CPU {time.process_time():.1f} s in this process)"
+    )
     return 0
 
 

@@ -16,8 +16,17 @@ import shutil
 import subprocess
 from typing import Any
 
-SMI_FIELDS = ("memory.used", "memory.total", "clocks.sm", "clocks.mem", "clocks.max.sm", "clocks.max.mem",
-              "power.draw", "temperature.gpu", "driver_version")
+SMI_FIELDS = (
+    "memory.used",
+    "memory.total",
+    "clocks.sm",
+    "clocks.mem",
+    "clocks.max.sm",
+    "clocks.max.mem",
+    "power.draw",
+    "temperature.gpu",
+    "driver_version",
+)
 
 
 def pick_device(force_cpu: bool = False):
@@ -48,18 +57,31 @@ def environment(device) -> dict[str, Any]:
 
     from simdl.cluster.host import cpu_model
 
-    env: dict[str, Any] = {"torch": torch.__version__, "torchvision": torchvision.__version__,
-                           "python": platform.python_version(), "device": device_name(device),
-                           "cuda": torch.version.cuda, "cudnn": None, "hostname": platform.node(),
-                           "cpu_cores": os.cpu_count(), "cpu_model": cpu_model()}
+    env: dict[str, Any] = {
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "python": platform.python_version(),
+        "device": device_name(device),
+        "cuda": torch.version.cuda,
+        "cudnn": None,
+        "hostname": platform.node(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_model": cpu_model(),
+    }
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        env.update(cudnn=torch.backends.cudnn.version(), capability=list(torch.cuda.get_device_capability(device)),
-                   multiprocessors=props.multi_processor_count, total_memory_bytes=props.total_memory,
-                   flags={"cudnn.benchmark": torch.backends.cudnn.benchmark,
-                          "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
-                          "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
-                          "float32_matmul_precision": torch.get_float32_matmul_precision()})
+        env.update(
+            cudnn=torch.backends.cudnn.version(),
+            capability=list(torch.cuda.get_device_capability(device)),
+            multiprocessors=props.multi_processor_count,
+            total_memory_bytes=props.total_memory,
+            flags={
+                "cudnn.benchmark": torch.backends.cudnn.benchmark,
+                "cudnn.allow_tf32": torch.backends.cudnn.allow_tf32,
+                "cuda.matmul.allow_tf32": torch.backends.cuda.matmul.allow_tf32,
+                "float32_matmul_precision": torch.get_float32_matmul_precision(),
+            },
+        )
         env["nvml"] = state(device)
     else:
         env["threads"] = torch.get_num_threads()
@@ -85,10 +107,15 @@ def _pynvml(index: int) -> dict[str, Any] | None:
         mem = pynvml.nvmlDeviceGetMemoryInfo(h)
         clock = pynvml.nvmlDeviceGetClockInfo
         max_clock = pynvml.nvmlDeviceGetMaxClockInfo
-        out = {"source": "pynvml", "used_bytes": int(mem.used), "total_bytes": int(mem.total),
-               "sm_clock_MHz": clock(h, pynvml.NVML_CLOCK_SM), "mem_clock_MHz": clock(h, pynvml.NVML_CLOCK_MEM),
-               "max_sm_clock_MHz": max_clock(h, pynvml.NVML_CLOCK_SM),
-               "max_mem_clock_MHz": max_clock(h, pynvml.NVML_CLOCK_MEM)}
+        out = {
+            "source": "pynvml",
+            "used_bytes": int(mem.used),
+            "total_bytes": int(mem.total),
+            "sm_clock_MHz": clock(h, pynvml.NVML_CLOCK_SM),
+            "mem_clock_MHz": clock(h, pynvml.NVML_CLOCK_MEM),
+            "max_sm_clock_MHz": max_clock(h, pynvml.NVML_CLOCK_SM),
+            "max_mem_clock_MHz": max_clock(h, pynvml.NVML_CLOCK_MEM),
+        }
         try:
             out["power_W"] = pynvml.nvmlDeviceGetPowerUsage(h) / 1e3
             out["temperature_C"] = pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU)
@@ -104,9 +131,12 @@ def _smi(index: int) -> dict[str, Any] | None:
     if exe is None:
         return {"source": None, "error": "neither pynvml nor nvidia-smi is available"}
     try:
-        text = subprocess.run([exe, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}",
-                               "--format=csv,noheader,nounits"], capture_output=True, text=True,
-                              timeout=10).stdout.strip()
+        text = subprocess.run(
+            [exe, f"--id={index}", f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
     except (OSError, subprocess.TimeoutExpired) as e:
         return {"source": "nvidia-smi", "error": f"{type(e).__name__}: {e}"}
     vals = [v.strip() for v in text.split(",")]
@@ -120,10 +150,17 @@ def _smi(index: int) -> dict[str, Any] | None:
         except ValueError:
             return None
 
-    mib = 2 ** 20
+    mib = 2**20
     used, total = num("memory.used"), num("memory.total")
-    return {"source": "nvidia-smi", "used_bytes": None if used is None else int(used * mib),
-            "total_bytes": None if total is None else int(total * mib), "sm_clock_MHz": num("clocks.sm"),
-            "mem_clock_MHz": num("clocks.mem"), "max_sm_clock_MHz": num("clocks.max.sm"),
-            "max_mem_clock_MHz": num("clocks.max.mem"), "power_W": num("power.draw"),
-            "temperature_C": num("temperature.gpu"), "driver": raw["driver_version"]}
+    return {
+        "source": "nvidia-smi",
+        "used_bytes": None if used is None else int(used * mib),
+        "total_bytes": None if total is None else int(total * mib),
+        "sm_clock_MHz": num("clocks.sm"),
+        "mem_clock_MHz": num("clocks.mem"),
+        "max_sm_clock_MHz": num("clocks.max.sm"),
+        "max_mem_clock_MHz": num("clocks.max.mem"),
+        "power_W": num("power.draw"),
+        "temperature_C": num("temperature.gpu"),
+        "driver": raw["driver_version"],
+    }

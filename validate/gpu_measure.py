@@ -129,16 +129,17 @@ def profile_step(model, opt, x, y, cfg: dict, device) -> dict:
         for name, op in _launching_ops(events).items():
             if name in agg:
                 agg[name][2] = op
-        source = ("CUDA kernels and memory operations (torch.profiler, ProfilerActivity.CUDA), seconds each, "
-                  "with the op that launched most of each kernel's time")
+        source = (
+            "CUDA kernels and memory operations (torch.profiler, ProfilerActivity.CUDA), seconds each, "
+            "with the op that launched most of each kernel's time"
+        )
     else:
         for e in prof.key_averages():
             if e.self_cpu_time_total > 0:
                 agg[e.key] = [e.count, e.self_cpu_time_total / 1e6, e.key]
         source = "CPU ops' self time (torch.profiler key_averages, self_cpu_time_total)"
     kernels = sorted(([n, c, s, op] for n, (c, s, op) in agg.items()), key=lambda k: -k[2])
-    return {"kernels": kernels, "source": source, "profiled_step_s": wall,
-            "kernel_time_s": sum(k[2] for k in kernels)}
+    return {"kernels": kernels, "source": source, "profiled_step_s": wall, "kernel_time_s": sum(k[2] for k in kernels)}
 
 
 def _launching_ops(events) -> dict[str, str]:
@@ -180,11 +181,19 @@ def measure(cfg: dict, device, deadline: float, warmup: int, steps: int) -> tupl
         clock.mark()
     times = clock.step_times()
     out["steady_step_times_s"] = times
-    out["step_time_s"] = {"median": statistics.median(times), "mean": statistics.fmean(times),
-                          "min": min(times), "max": max(times), "n": len(times)}
+    out["step_time_s"] = {
+        "median": statistics.median(times),
+        "mean": statistics.fmean(times),
+        "min": min(times),
+        "max": max(times),
+        "n": len(times),
+    }
     out["steps_per_rank"] = warmup + steps + 1
-    out["timing"] = ("CUDA events at step boundaries, torch.cuda.synchronize at the end" if cuda
-                     else "time.perf_counter at step boundaries")
+    out["timing"] = (
+        "CUDA events at step boundaries, torch.cuda.synchronize at the end"
+        if cuda
+        else "time.perf_counter at step boundaries"
+    )
     if cuda:
         out["peak_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         out["max_memory_reserved_bytes"] = torch.cuda.max_memory_reserved(device)

@@ -21,15 +21,23 @@ from simdl.errors import SimdlError
 # Substring of torch.cuda.get_device_name() -> cluster preset; the first match wins, so the
 # more specific names come first ('NVIDIA H100 PCIe' before any 'H100').
 GPU_PRESETS = (
-    ("H200", "h200"), ("H100 PCIe", "h100-pcie"), ("H100", "h100-hgx"),
-    ("A100-SXM4-80GB", "dgx-a100"), ("A100 80GB PCIe", "a100-80gb-pcie"), ("A100-PCIE-80GB", "a100-80gb-pcie"),
-    ("A100-SXM4-40GB", "a100-40gb-2node"), ("A10G", "a10g-ps"), ("V100", "v100-dgx1"),
+    ("H200", "h200"),
+    ("H100 PCIe", "h100-pcie"),
+    ("H100", "h100-hgx"),
+    ("A100-SXM4-80GB", "dgx-a100"),
+    ("A100 80GB PCIe", "a100-80gb-pcie"),
+    ("A100-PCIE-80GB", "a100-80gb-pcie"),
+    ("A100-SXM4-40GB", "a100-40gb-2node"),
+    ("A10G", "a10g-ps"),
+    ("V100", "v100-dgx1"),
 )
 # The image size of each input: the dataset whose shipped workload table simdl predicts with.
 DATASET_OF_SIZE = {224: "imagenet", 32: "cifar10"}
 OPTIMIZER = "momentum"  # torch.optim.SGD(momentum=0.9), what validate.gpu_measure steps
-NO_LOADER = ("validate/gpu_check.py: one batch is made on the device before the timed steps and fed "
-             "to every step; no DataLoader runs")
+NO_LOADER = (
+    "validate/gpu_check.py: one batch is made on the device before the timed steps and fed "
+    "to every step; no DataLoader runs"
+)
 
 
 def preset_for_device(device_name: str) -> str:
@@ -41,8 +49,10 @@ def preset_for_device(device_name: str) -> str:
     for needle, preset in GPU_PRESETS:
         if needle.lower() in device_name.lower():
             return preset
-    raise SimdlError(f"no cluster preset for GPU {device_name!r}; accepted: a name containing one of "
-                     f"{', '.join(n for n, _ in GPU_PRESETS)} (or give --cluster PRESET)")
+    raise SimdlError(
+        f"no cluster preset for GPU {device_name!r}; accepted: a name containing one of "
+        f"{', '.join(n for n, _ in GPU_PRESETS)} (or give --cluster PRESET)"
+    )
 
 
 def cluster_without_loader(preset: str):
@@ -59,20 +69,25 @@ def _memory_fields(r) -> dict[str, Any]:
     """Allocator peaks and the device total from the Result; where the Result has no allocator
     figure (simdl models the caching allocator on CUDA devices only), null with the reason
     (never a stand-in number)."""
-    out: dict[str, Any] = {"max_memory_allocated_bytes": r.max_memory_allocated_bytes,
-                           "max_memory_reserved_bytes": r.max_memory_reserved_bytes}
+    out: dict[str, Any] = {
+        "max_memory_allocated_bytes": r.max_memory_allocated_bytes,
+        "max_memory_reserved_bytes": r.max_memory_reserved_bytes,
+    }
     reasons = {}
     if out["max_memory_allocated_bytes"] is None:
-        reasons["max_memory_allocated_bytes"] = ("no caching-allocator model on this device (not CUDA); "
-                                                 "peak_tensor_bytes (live tensors) is compared instead")
+        reasons["max_memory_allocated_bytes"] = (
+            "no caching-allocator model on this device (not CUDA); peak_tensor_bytes (live tensors) is compared instead"
+        )
     if out["max_memory_reserved_bytes"] is None:
         reasons["max_memory_reserved_bytes"] = "no caching-allocator model on this device (not CUDA)"
     cuda = out["max_memory_reserved_bytes"] is not None
     out["device_total_bytes"] = r.peak_memory_bytes
-    reasons["device_total_bytes"] = ("Result.peak_memory_bytes: the device total as nvidia-smi shows it (max "
-                                     "reserved + CUDA context + NCCL buffers)" if cuda
-                                     else "Result.peak_memory_bytes: simdl's process total (tensors + context + "
-                                          "workspace + fragmentation), not a model of nvidia-smi's figure")
+    reasons["device_total_bytes"] = (
+        "Result.peak_memory_bytes: the device total as nvidia-smi shows it (max reserved + CUDA context + NCCL buffers)"
+        if cuda
+        else "Result.peak_memory_bytes: simdl's process total (tensors + context + "
+        "workspace + fragmentation), not a model of nvidia-smi's figure"
+    )
     out["memory_field_notes"] = reasons
     return out
 
@@ -106,9 +121,19 @@ def predict_config(cfg: dict, cluster, engines=("analytic",)) -> dict:
     import simdl
     from validate.run import summarise_result
 
-    kw = dict(model=cfg["model"], strategy="ddp", gpus=1, cluster=cluster, dataset=cfg["dataset"],
-              batch_size=cfg["batch"], train_samples=cfg["batch"] * cfg["steps"], epochs=1,
-              optimizer=OPTIMIZER, precision=cfg["precision"], loader_workers=1)
+    kw = dict(
+        model=cfg["model"],
+        strategy="ddp",
+        gpus=1,
+        cluster=cluster,
+        dataset=cfg["dataset"],
+        batch_size=cfg["batch"],
+        train_samples=cfg["batch"] * cfg["steps"],
+        epochs=1,
+        optimizer=OPTIMIZER,
+        precision=cfg["precision"],
+        loader_workers=1,
+    )
     out: dict[str, Any] = {"kwargs": {k: (v if k != "cluster" else cluster.name) for k, v in kw.items()}}
     for engine in engines:
         t = time.perf_counter()
@@ -121,8 +146,10 @@ def predict_config(cfg: dict, cluster, engines=("analytic",)) -> dict:
                 # The row times should be the step's forward and backward compute; say so where not.
                 compute = (r.step_split_s or {}).get("compute")
                 if compute and abs(sum(per.values()) - compute) > 0.01 * compute:
-                    out[engine]["by_op_class_note"] = (f"rows sum to {sum(per.values()):.4g} s, the step's compute "
-                                                       f"is {compute:.4g} s: the engine priced rows otherwise")
+                    out[engine]["by_op_class_note"] = (
+                        f"rows sum to {sum(per.values()):.4g} s, the step's compute "
+                        f"is {compute:.4g} s: the engine priced rows otherwise"
+                    )
         except Exception as e:  # noqa: BLE001 -- recorded; the measurement still runs
             out[engine] = {"error": f"{type(e).__name__}: {e}"}
     return out

@@ -37,35 +37,71 @@ def read_predictions(path: Path) -> dict[str, dict]:
 
 def append_kernels(path: Path, run_id: str, prof: dict) -> None:
     """One gzip member per configuration: a killed run leaves every finished one readable."""
-    line = json.dumps({"run_id": run_id, "source": prof["source"], "profiled_step_s": prof["profiled_step_s"],
-                       "kernels": prof["kernels"]}) + "\n"
+    line = (
+        json.dumps(
+            {
+                "run_id": run_id,
+                "source": prof["source"],
+                "profiled_step_s": prof["profiled_step_s"],
+                "kernels": prof["kernels"],
+            }
+        )
+        + "\n"
+    )
     with open(path, "ab") as f:
         f.write(gzip.compress(line.encode()))
 
 
 def record(cfg: dict, pred: dict | None, status: str, measured: dict | None, env: dict, **extra) -> dict:
-    return {"schema": "simdl-validation/1", "kind": "gpu_check", "profile": "gpu1", "run_id": cfg["run_id"],
-            "status": status, "spec": spec_of(cfg), "model_name": cfg["model"],
-            "label": f"{cfg['precision']} {cfg['size']}px",
-            "predicted": (pred or {}).get("predicted", {}), "predicted_at": (pred or {}).get("t"),
-            "cluster": (pred or {}).get("cluster"), "cluster_profile": (pred or {}).get("cluster_profile"),
-            "cluster_profile_sha256": (pred or {}).get("cluster_profile_sha256"),
-            "measured": measured or {}, "host": env_host(env),
-            "recorded_at": time.time(), **extra}
+    return {
+        "schema": "simdl-validation/1",
+        "kind": "gpu_check",
+        "profile": "gpu1",
+        "run_id": cfg["run_id"],
+        "status": status,
+        "spec": spec_of(cfg),
+        "model_name": cfg["model"],
+        "label": f"{cfg['precision']} {cfg['size']}px",
+        "predicted": (pred or {}).get("predicted", {}),
+        "predicted_at": (pred or {}).get("t"),
+        "cluster": (pred or {}).get("cluster"),
+        "cluster_profile": (pred or {}).get("cluster_profile"),
+        "cluster_profile_sha256": (pred or {}).get("cluster_profile_sha256"),
+        "measured": measured or {},
+        "host": env_host(env),
+        "recorded_at": time.time(),
+        **extra,
+    }
 
 
 def spec_of(cfg: dict) -> dict:
-    return {"experiment": "gpu", "model": cfg["model"], "strategy": "single", "ranks": 1, "nodes": 1,
-            "batch_size": cfg["batch"], "dataset": cfg["dataset"], "image_size": cfg["size"],
-            "precision": cfg["precision"], "optimizer": "momentum"}
+    return {
+        "experiment": "gpu",
+        "model": cfg["model"],
+        "strategy": "single",
+        "ranks": 1,
+        "nodes": 1,
+        "batch_size": cfg["batch"],
+        "dataset": cfg["dataset"],
+        "image_size": cfg["size"],
+        "precision": cfg["precision"],
+        "optimizer": "momentum",
+    }
 
 
 def env_host(env: dict) -> dict:
     """The host fields validate.run records (the report's setup section reads them)."""
-    return {"hostname": env.get("hostname"), "cpu_cores": env.get("cpu_cores"), "cpu_model": env.get("cpu_model"),
-            "torch": env.get("torch"), "python": env.get("python"), "device": env.get("device"),
-            "cuda": bool(env.get("device")) and env.get("device") != "cpu", "cuda_version": env.get("cuda"),
-            "cudnn": env.get("cudnn")}
+    return {
+        "hostname": env.get("hostname"),
+        "cpu_cores": env.get("cpu_cores"),
+        "cpu_model": env.get("cpu_model"),
+        "torch": env.get("torch"),
+        "python": env.get("python"),
+        "device": env.get("device"),
+        "cuda": bool(env.get("device")) and env.get("device") != "cpu",
+        "cuda_version": env.get("cuda"),
+        "cudnn": env.get("cudnn"),
+    }
 
 
 def run(plan: dict) -> int:
@@ -95,11 +131,26 @@ def run(plan: dict) -> int:
             append_kernels(out / "kernels.jsonl.gz", rid, prof)
             rec = record(cfg, preds.get(rid), "ok", measured, env, **extra)
         except Stopped as e:
-            rec = record(cfg, preds.get(rid), "stopped", None, env, **extra,
-                         error=f"stopped: its {deadline - now:.0f} s ran out after {e.done}")
+            rec = record(
+                cfg,
+                preds.get(rid),
+                "stopped",
+                None,
+                env,
+                **extra,
+                error=f"stopped: its {deadline - now:.0f} s ran out after {e.done}",
+            )
         except Exception as e:  # noqa: BLE001 -- recorded; the next configuration goes on
-            rec = record(cfg, preds.get(rid), "failed", None, env, **extra,
-                         error=f"{type(e).__name__}: {str(e)[:400]}", traceback=traceback.format_exc()[-2000:])
+            rec = record(
+                cfg,
+                preds.get(rid),
+                "failed",
+                None,
+                env,
+                **extra,
+                error=f"{type(e).__name__}: {str(e)[:400]}",
+                traceback=traceback.format_exc()[-2000:],
+            )
         rec["wall_s"] = time.time() - now
         append_result(out / "results.jsonl", rec)
         _release(device)

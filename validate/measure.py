@@ -45,14 +45,26 @@ import numpy as np
 
 # The union of intervals, as the engines measure a stream's busy time.
 from simdl.analytic.schedule import busy_time
+
 # Where the profiled step's busy time went, by group: the groups calibration's strategy stage
 # measures too.
 from simdl.calibrate.step_groups import busy_groups, last_range, thread_spans
+
 # One set of summary rules for each run and for the report's pooled repeats.
 from simdl.report.metrics import percentile, staleness_summary, step_stats  # noqa: F401
 
-DTYPE_BYTES = {"float": 4, "double": 8, "c10::Half": 2, "c10::BFloat16": 2, "long int": 8, "int": 4,
-               "unsigned char": 1, "signed char": 1, "bool": 1, "short int": 2}
+DTYPE_BYTES = {
+    "float": 4,
+    "double": 8,
+    "c10::Half": 2,
+    "c10::BFloat16": 2,
+    "long int": 8,
+    "int": 4,
+    "unsigned char": 1,
+    "signed char": 1,
+    "bool": 1,
+    "short int": 2,
+}
 
 # Backend op (the profiler's record of the work gloo / NCCL actually ran, with tensor
 # shapes; the c10d:: dispatcher ops do not record TensorList shapes) -> (collective,
@@ -74,7 +86,7 @@ _COLLECTIVES = {
 def _backend_collective(name: str):
     for prefix in ("gloo:", "nccl:"):
         if name.startswith(prefix):
-            return _COLLECTIVES.get(name[len(prefix):])
+            return _COLLECTIVES.get(name[len(prefix) :])
     return None
 
 
@@ -181,8 +193,9 @@ def _tensor_bytes(shape: Any, dtype: str) -> float:
     return float(_numel(shape) * DTYPE_BYTES.get(dtype, 4))
 
 
-def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | None = None,
-                    timeline_points: int = 400) -> dict[str, Any]:
+def analyse_profile(
+    kineto_events: list[Any], world: int, allocs: list[Any] | None = None, timeline_points: int = 400
+) -> dict[str, Any]:
     """Peak allocator bytes, busy fraction, collective bytes and a memory timeline of the
     profiled step (marked by a ``validate::measured_step`` record_function; further
     ``validate::memory_step`` ranges count for the memory peak only).
@@ -200,8 +213,10 @@ def analyse_profile(kineto_events: list[Any], world: int, allocs: list[Any] | No
     # the model was built).
     mem_t, live = live_curve(allocs or [])
     at_start, peak = peak_between(mem_t, live, t0, t1)
-    steps = [peak] + [peak_between(mem_t, live, e.start_ns(), e.start_ns() + e.duration_ns())[1]
-                      for e in sorted((e for e in events if e.name() == MEMORY_STEP), key=lambda e: e.start_ns())]
+    steps = [peak] + [
+        peak_between(mem_t, live, e.start_ns(), e.start_ns() + e.duration_ns())[1]
+        for e in sorted((e for e in events if e.name() == MEMORY_STEP), key=lambda e: e.start_ns())
+    ]
     k0, k1 = np.searchsorted(mem_t, t0, side="left"), np.searchsorted(mem_t, t1, side="right")
     curve = [(0.0, at_start)] + [((t - t0) / 1e9, float(b)) for t, b in zip(mem_t[k0:k1], live[k0:k1])]
     curve.append(((t1 - t0) / 1e9, float(live[k1 - 1]) if k1 > 0 else at_start))
@@ -244,7 +259,7 @@ def _thin(curve: list[tuple[float, float]], n: int) -> list[list[float]]:
     out = []
     size = len(curve) / n
     for i in range(n):
-        chunk = curve[int(i * size): max(int((i + 1) * size), int(i * size) + 1)]
+        chunk = curve[int(i * size) : max(int((i + 1) * size), int(i * size) + 1)]
         t, b = max(chunk, key=lambda p: p[1])
         out.append([round(t, 6), b])
     return out

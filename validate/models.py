@@ -93,6 +93,7 @@ def _vgg16(k: int) -> Callable[..., Any]:
                 nn.init.normal_(m.weight, 0, 0.01)
                 nn.init.constant_(m.bias, 0)
         return model
+
     return build
 
 
@@ -101,10 +102,15 @@ def _convnext_large(k: int) -> Callable[..., Any]:
         from torchvision.models.convnext import CNBlockConfig, ConvNeXt
 
         d = [max(x // k, 1) for x in (192, 384, 768, 1536)]
-        setting = [CNBlockConfig(d[0], d[1], 3), CNBlockConfig(d[1], d[2], 3),
-                   CNBlockConfig(d[2], d[3], 27), CNBlockConfig(d[3], None, 3)]
+        setting = [
+            CNBlockConfig(d[0], d[1], 3),
+            CNBlockConfig(d[1], d[2], 3),
+            CNBlockConfig(d[2], d[3], 27),
+            CNBlockConfig(d[3], None, 3),
+        ]
         # torchvision convnext_large: stochastic_depth_prob=0.5
         return ConvNeXt(setting, stochastic_depth_prob=0.5, num_classes=num_classes)
+
     return build
 
 
@@ -114,8 +120,16 @@ def _vit_b_32(k: int) -> Callable[..., Any]:
 
         heads = max(12 // k, 1)
         hidden = max(768 // k // heads, 1) * heads
-        return VisionTransformer(image_size=input_shape[1], patch_size=32, num_layers=12, num_heads=heads,
-                                 hidden_dim=hidden, mlp_dim=max(3072 // k, 1), num_classes=num_classes)
+        return VisionTransformer(
+            image_size=input_shape[1],
+            patch_size=32,
+            num_layers=12,
+            num_heads=heads,
+            hidden_dim=hidden,
+            mlp_dim=max(3072 // k, 1),
+            num_classes=num_classes,
+        )
+
     return build
 
 

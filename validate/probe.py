@@ -72,8 +72,14 @@ def probe_point(cluster_path: str, run: RunSpec) -> dict:
     if not others:
         return {"skipped": f"{Path(spec.compute_profile).name} measured {name} only at the run's batch size"}
     b, s = min(others, key=lambda bs: (abs(math.log(bs[0] / run.batch_size)), bs[0]))
-    return {"model": name, "dataset": run.dataset, "batch": int(b), "calibrated_step_s": float(s),
-            "ranks": int(prof.get("ranks_sharing_device", 1)), "compute_profile": spec.compute_profile}
+    return {
+        "model": name,
+        "dataset": run.dataset,
+        "batch": int(b),
+        "calibrated_step_s": float(s),
+        "ranks": int(prof.get("ranks_sharing_device", 1)),
+        "compute_profile": spec.compute_profile,
+    }
 
 
 def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
@@ -85,9 +91,23 @@ def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("rank*.jsonl"):
         old.unlink()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={point['ranks']}",
-           str(SCRIPT), "--out", str(out), "--budget", str(timeout_s), "--probe", "--repeats", str(REPEATS),
-           "--models", f"{point['model']}:{point['dataset']}:{point['batch']}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={point['ranks']}",
+        str(SCRIPT),
+        "--out",
+        str(out),
+        "--budget",
+        str(timeout_s),
+        "--probe",
+        "--repeats",
+        str(REPEATS),
+        "--models",
+        f"{point['model']}:{point['dataset']}:{point['batch']}",
+    ]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")
     root = str(SCRIPT.parent.parent)
@@ -102,8 +122,11 @@ def measure(point: dict, out: Path, timeout_s: float = 600.0) -> dict:
         if recs:
             per_rank.append(sum(anchored_step(recs[-1])))
     if rc != 0 or len(per_rank) != point["ranks"]:
-        return {"error": f"probe exited with {rc}, {len(per_rank)} of {point['ranks']} ranks measured; "
-                         f"see {out / 'log.txt'}", "wall_s": wall}
+        return {
+            "error": f"probe exited with {rc}, {len(per_rank)} of {point['ranks']} ranks measured; "
+            f"see {out / 'log.txt'}",
+            "wall_s": wall,
+        }
     return {"step_s": statistics.fmean(per_rank), "per_rank_s": per_rank, "wall_s": wall}
 
 

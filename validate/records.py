@@ -52,7 +52,11 @@ ABSOLUTE_PATH = re.compile(r"(?<![\w.])/(?:work|tmp|root|home)/")
 def rewrite_paths(text: str) -> str:
     """``text`` with checkout roots (this one's included) removed and former CPU presets named
     in lab/profiles/."""
-    return CHECKOUT_ROOT.sub("", text.replace(f"{ROOT}/", "")).replace(FORMER_PRESET, LAB_PROFILE).replace(FORMER_VARIANT, LAB_VARIANT)
+    return (
+        CHECKOUT_ROOT.sub("", text.replace(f"{ROOT}/", ""))
+        .replace(FORMER_PRESET, LAB_PROFILE)
+        .replace(FORMER_VARIANT, LAB_VARIANT)
+    )
 
 
 def _numbers(value: Any) -> Any:
@@ -122,10 +126,16 @@ def describe(path: Path, commit: str, file_id: str | None = None) -> dict[str, A
     recs = _records(path)
     days = sorted({str(r.get("started", ""))[:10] for r in recs if r.get("started")})
     profiles = sorted({Path(str(r["cluster_profile"])).stem for r in recs if r.get("cluster_profile")})
-    return {"id": file_id or path.name.split(".")[0], "file": path.relative_to(ROOT).as_posix(),
-            "date": f"{days[0]}..{days[-1]}" if len(days) > 1 else (days[0] if days else ""),
-            "host": _host(recs), "profile": profiles, "commit": commit, "runs": len(recs),
-            "sha256": sha256_file(path)}
+    return {
+        "id": file_id or path.name.split(".")[0],
+        "file": path.relative_to(ROOT).as_posix(),
+        "date": f"{days[0]}..{days[-1]}" if len(days) > 1 else (days[0] if days else ""),
+        "host": _host(recs),
+        "profile": profiles,
+        "commit": commit,
+        "runs": len(recs),
+        "sha256": sha256_file(path),
+    }
 
 
 def describe_events(folder: Path, commit: str) -> dict[str, Any]:
@@ -135,9 +145,16 @@ def describe_events(folder: Path, commit: str) -> dict[str, Any]:
     runs = sorted({p.parent.name for p in folder.rglob("rank*.json")})
     sweep = RECORDS / f"{folder.name}.jsonl.xz"
     known = describe(sweep, commit) if sweep.exists() else {"date": "", "host": "", "profile": []}
-    return {"id": f"events/{folder.name}", "file": folder.relative_to(ROOT).as_posix() + "/",
-            "date": known["date"], "host": known["host"], "profile": known["profile"], "commit": commit,
-            "runs": len(runs), "sha256": sha256_folder(folder)}
+    return {
+        "id": f"events/{folder.name}",
+        "file": folder.relative_to(ROOT).as_posix() + "/",
+        "date": known["date"],
+        "host": known["host"],
+        "profile": known["profile"],
+        "commit": commit,
+        "runs": len(runs),
+        "sha256": sha256_folder(folder),
+    }
 
 
 def read_index(path: Path = INDEX) -> list[dict[str, Any]]:
@@ -196,8 +213,9 @@ def write_fixture(path: Path, dest: Path) -> None:
 
 
 def _head_commit() -> str:
-    out = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
-                         capture_output=True, text=True, check=False)
+    out = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    )
     return out.stdout.strip() or "not recorded"
 
 

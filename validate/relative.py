@@ -41,21 +41,27 @@ def pooled(paths: list[str], engine: str = "analytic") -> tuple[dict[tuple, list
 
 
 def format_pooled(by_kind: dict[tuple, list[float]], by_file: dict[str, list[float]]) -> str:
-    lines = ["| experiment, model, ranks, batch | strategy / reference | sweeps | median error | erred upwards | errors |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "| experiment, model, ranks, batch | strategy / reference | sweeps | median error | erred upwards | errors |",
+        "|---|---|---|---|---|---|",
+    ]
     for k, errs in sorted(by_kind.items()):
         up = sum(e > 0 for e in errs)
-        lines.append(f"| {k[0]}, {k[1]}, {k[2]}, {k[3]} | {k[4]} / {k[5]} | {len(errs)} | "
-                     f"{100 * statistics.median(errs):+.1f}% | {up}/{len(errs)} | "
-                     f"{' '.join(f'{100 * e:+.0f}' for e in errs)} |")
+        lines.append(
+            f"| {k[0]}, {k[1]}, {k[2]}, {k[3]} | {k[4]} / {k[5]} | {len(errs)} | "
+            f"{100 * statistics.median(errs):+.1f}% | {up}/{len(errs)} | "
+            f"{' '.join(f'{100 * e:+.0f}' for e in errs)} |"
+        )
     every = [abs(e) for errs in by_kind.values() for e in errs]
     lines += ["", "| file | pairs | ratio MAPE | max |", "|---|---|---|---|"]
     for path, errs in by_file.items():
         a = [abs(e) for e in errs]
         lines.append(f"| `{path}` | {len(a)} | {100 * sum(a) / len(a):.1f}% | {100 * max(a):.1f}% |")
     if every:
-        lines += ["", f"All {len(every)} pairs: ratio MAPE {100 * sum(every) / len(every):.1f}%, "
-                      f"max {100 * max(every):.1f}%."]
+        lines += [
+            "",
+            f"All {len(every)} pairs: ratio MAPE {100 * sum(every) / len(every):.1f}%, max {100 * max(every):.1f}%.",
+        ]
     return "\n".join(lines)
 
 
@@ -66,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     missing = [p for p in args.results if not Path(p).is_file()]
     if missing:
-        print(f"error: results file {missing[0]!r} not found; give validation results files (JSON lines)",
-              file=sys.stderr)
+        print(
+            f"error: results file {missing[0]!r} not found; give validation results files (JSON lines)", file=sys.stderr
+        )
         return 2
     try:
         by_kind, by_file = pooled(args.results, args.engine)
@@ -75,8 +82,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if not by_kind:
-        print("error: no pairs: no file has a model run under two strategies (a reference: ddp, fsdp-none or "
-              "ps-sync) in the same sweep", file=sys.stderr)
+        print(
+            "error: no pairs: no file has a model run under two strategies (a reference: ddp, fsdp-none or "
+            "ps-sync) in the same sweep",
+            file=sys.stderr,
+        )
         return 2
     print(format_pooled(by_kind, by_file))
     return 0

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from .experiments import RunSpec
-from .run import profile_digest, append_result, predict_run, profile_for_ranks, read_results
+from .run import append_result, predict_run, profile_digest, profile_for_ranks, read_results
 
 
 def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analytic", "sim")) -> list[dict]:
@@ -26,9 +26,13 @@ def repredict(records: list[dict], cluster: str, workdir: Path, engines=("analyt
         run = RunSpec.from_dict(rec["spec"])
         path, note = profile_for_ranks(cluster, run.ranks, workdir)
         new = dict(rec)
-        new.update(predicted=predict_run(run, path, engines), cluster_profile=path,
-                   cluster_profile_sha256=profile_digest(path), cluster_profile_note=note,
-                   repredicted_from=rec.get("cluster_profile"))
+        new.update(
+            predicted=predict_run(run, path, engines),
+            cluster_profile=path,
+            cluster_profile_sha256=profile_digest(path),
+            cluster_profile_note=note,
+            repredicted_from=rec.get("cluster_profile"),
+        )
         # The processor the run was measured on (model name and caches, recorded since
         # 2026-11-25; older runs do not say, and are not labelled) against the one the profile
         # was calibrated on.

@@ -128,17 +128,23 @@ def profile_for_ranks(cluster: str, ranks: int, workdir: Path) -> tuple[str, str
         return str(path), ""
     calibrated = _sibling_with_ranks(Path(path), spec, ranks)
     if calibrated is not None:
-        return str(calibrated), (f"profile {spec.name} has {spec.gpus_per_node} device slots; "
-                                 f"{calibrated.name} was calibrated on the same host with {ranks} ranks")
+        return str(calibrated), (
+            f"profile {spec.name} has {spec.gpus_per_node} device slots; "
+            f"{calibrated.name} was calibrated on the same host with {ranks} ranks"
+        )
     d = spec.to_dict()
     d["name"] = f"{spec.name}-x{ranks}"
     d["gpus_per_node"] = ranks
-    d["description"] = (f"{spec.description} -- {ranks} rank processes on the same device "
-                        f"(oversubscribed; derived by validate.run from {path})")
+    d["description"] = (
+        f"{spec.description} -- {ranks} rank processes on the same device "
+        f"(oversubscribed; derived by validate.run from {path})"
+    )
     out = workdir / "profiles" / f"{spec.name}-x{ranks}.yaml"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(f"# Derived from {path} by validate.run: gpus_per_node {spec.gpus_per_node} -> {ranks}.\n"
-                   + yaml.safe_dump(d, sort_keys=False))
+    out.write_text(
+        f"# Derived from {path} by validate.run: gpus_per_node {spec.gpus_per_node} -> {ranks}.\n"
+        + yaml.safe_dump(d, sort_keys=False)
+    )
     return str(out), f"profile {spec.name} has {spec.gpus_per_node} device slots; derived {out.name} with {ranks}"
 
 
@@ -193,9 +199,19 @@ def prediction_kwargs(run: RunSpec, cluster_path: str) -> dict:
     train = run.train_images
     if run.max_steps_per_epoch:
         train = min(train, run.max_steps_per_epoch * run.batch_size * run.ranks)
-    kw: dict[str, Any] = dict(model=run.model_name, strategy=run.strategy, gpus=run.ranks, nodes=run.nodes,
-                              cluster=cluster_path, train_samples=train, batch_size=run.batch_size,
-                              epochs=run.epochs, optimizer=run.optimizer, precision="fp32", loader_workers=0)
+    kw: dict[str, Any] = dict(
+        model=run.model_name,
+        strategy=run.strategy,
+        gpus=run.ranks,
+        nodes=run.nodes,
+        cluster=cluster_path,
+        train_samples=train,
+        batch_size=run.batch_size,
+        epochs=run.epochs,
+        optimizer=run.optimizer,
+        precision="fp32",
+        loader_workers=0,
+    )
     if run.width == 1:
         kw["dataset"] = run.dataset
     else:  # a reduced model: its own table, traced from its factory
@@ -215,17 +231,31 @@ def prediction_kwargs(run: RunSpec, cluster_path: str) -> dict:
 
 def summarise_result(r) -> dict:
     d = {
-        "iteration_time_s": r.iteration_time_s, "epoch_time_s": r.epoch_time_s, "total_time_s": r.total_time_s,
-        "iterations_per_epoch": r.iterations_per_epoch, "peak_tensor_bytes": r.peak_tensor_bytes,
-        "peak_memory_bytes": r.peak_memory_bytes, "memory_breakdown_bytes": r.memory_breakdown_bytes,
-        "gpu_utilization": r.gpu_utilization, "compute_time_s": r.compute_time_s, "comm_time_s": r.comm_time_s,
-        "exposed_comm_time_s": r.exposed_comm_time_s, "comm_bytes_per_iteration": r.comm_bytes_per_iteration,
+        "iteration_time_s": r.iteration_time_s,
+        "epoch_time_s": r.epoch_time_s,
+        "total_time_s": r.total_time_s,
+        "iterations_per_epoch": r.iterations_per_epoch,
+        "peak_tensor_bytes": r.peak_tensor_bytes,
+        "peak_memory_bytes": r.peak_memory_bytes,
+        "memory_breakdown_bytes": r.memory_breakdown_bytes,
+        "gpu_utilization": r.gpu_utilization,
+        "compute_time_s": r.compute_time_s,
+        "comm_time_s": r.comm_time_s,
+        "exposed_comm_time_s": r.exposed_comm_time_s,
+        "comm_bytes_per_iteration": r.comm_bytes_per_iteration,
         "step_split_s": r.step_split_s,
         "iteration_time_band_s": list(r.iteration_time_band_s) if r.iteration_time_band_s else None,
-        "staleness": {"mean": r.staleness.mean, "p50": r.staleness.p50, "p99": r.staleness.p99,
-                      "max": r.staleness.max,
-                      **({"held_pulls": r.staleness.held_pulls, "held_wait_s": r.staleness.held_wait_s}
-                         if r.staleness.held_pulls is not None else {})},
+        "staleness": {
+            "mean": r.staleness.mean,
+            "p50": r.staleness.p50,
+            "p99": r.staleness.p99,
+            "max": r.staleness.max,
+            **(
+                {"held_pulls": r.staleness.held_pulls, "held_wait_s": r.staleness.held_wait_s}
+                if r.staleness.held_pulls is not None
+                else {}
+            ),
+        },
         "notes": list(r.notes),
         "assumed": r.config.get("assumed", {}),
         "compute_source": r.config.get("compute_source", ""),
@@ -253,8 +283,10 @@ def _sim_extras(sim_run, result, points: int = 400) -> dict:
             curve = [[float(times[i]) - t0, float(total[i])] for i in range(len(times))]
             if len(curve) > points:
                 step = len(curve) / points
-                curve = [max(curve[int(i * step): max(int((i + 1) * step), int(i * step) + 1)], key=lambda p: p[1])
-                         for i in range(points)]
+                curve = [
+                    max(curve[int(i * step) : max(int((i + 1) * step), int(i * step) + 1)], key=lambda p: p[1])
+                    for i in range(points)
+                ]
             out["memory_timeline"] = curve
     return out
 
@@ -299,15 +331,25 @@ class Launched(NamedTuple):
     cpu: dict | None = None  # what other processes took of the CPU meanwhile (simdl.calibrate.host_load)
 
 
-def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None,
-           min_available: int = 0) -> Launched:
+def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None, min_available: int = 0) -> Launched:
     workdir.mkdir(parents=True, exist_ok=True)
     for old in workdir.glob("rank*.json"):
         old.unlink()
     spec = workdir / "spec.json"
     spec.write_text(json.dumps(run.to_dict(), indent=1))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={run.processes}",
-           "-m", "validate.train", "--spec", str(spec), "--out", str(workdir)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={run.processes}",
+        "-m",
+        "validate.train",
+        "--spec",
+        str(spec),
+        "--out",
+        str(workdir),
+    ]
     env = dict(os.environ)
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, stated: one thread per rank process
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
@@ -325,8 +367,14 @@ def launch(run: RunSpec, workdir: Path, timeout_s: float, data_dir: str | None,
         share = meter.stop()
         if w.stopped:
             log.write(f"\npython -m validate.run: stopped the run: {w.stopped}\n")
-    return Launched(w.returncode, " ".join(cmd), time.perf_counter() - t, w.stopped, w.min_available_bytes,
-                    share.to_dict() if share else None)
+    return Launched(
+        w.returncode,
+        " ".join(cmd),
+        time.perf_counter() - t,
+        w.stopped,
+        w.min_available_bytes,
+        share.to_dict() if share else None,
+    )
 
 
 _ROOT_CAUSE = re.compile(r"Root Cause.*?rank\s*:\s*(\d+).*?exitcode\s*:\s*(-?\d+)[^\n]*?(?:\((SIG\w+)\))?\n", re.S)
@@ -374,8 +422,9 @@ def profiling_overhead(run: RunSpec, m: dict) -> float | None:
         return None
     w = run.warmup_steps
     if run.is_ps:
-        return max(max(s[w] - statistics.median(s[w + 1:]), 0.0) + stop
-                   for s, stop in zip(steps, stops) if len(s) > w + 1)
+        return max(
+            max(s[w] - statistics.median(s[w + 1 :]), 0.0) + stop for s, stop in zip(steps, stops) if len(s) > w + 1
+        )
     base = statistics.median(m["steady_step_times_s"])
     window = range(w, min(w + measure.MEMORY_STEPS, len(steps)))
     return sum(max(steps[i] - base, 0.0) for i in window) + max(stops)
@@ -417,13 +466,24 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         "steady_step_times_s": steady,
         # every step from the first, warm-up and profiled ones included (PS: per worker; SPMD:
         # the slowest rank per step): what the training time is made of; absent before 2026-11-29
-        **({"all_step_times_s": ([r["step_times_s"] for r in trainers] if run.is_ps else
-                                 _slowest_per_step(r["step_times_s"] for r in trainers))}
-           if all(r.get("step_times_s") for r in trainers) else {}),
+        **(
+            {
+                "all_step_times_s": (
+                    [r["step_times_s"] for r in trainers]
+                    if run.is_ps
+                    else _slowest_per_step(r["step_times_s"] for r in trainers)
+                )
+            }
+            if all(r.get("step_times_s") for r in trainers)
+            else {}
+        ),
         # how long each rank's torch.profiler took to stop after the profiled steps (outside
         # every timed step; inside the training time)
-        **({"profiler_stop_s": [r["profiler_stop_s"] for r in trainers]}
-           if all(r.get("profiler_stop_s") is not None for r in trainers) else {}),
+        **(
+            {"profiler_stop_s": [r["profiler_stop_s"] for r in trainers]}
+            if all(r.get("profiler_stop_s") is not None for r in trainers)
+            else {}
+        ),
         "epoch_times_s": epochs,
         "total_time_s": max(r["train_time_s"] for r in trainers),
         "steps_per_rank": first["steps"],
@@ -434,18 +494,34 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
         "peak_rss_bytes": max(r["peak_rss_bytes"] for r in trainers),
         # minor page faults (bytes) per steady step, median per rank (validate/measure.py);
         # absent from runs made before 2026-11-26T17:00Z
-        **({"page_fault_bytes_per_step_per_rank": [float(statistics.median(r["steady_fault_bytes"]))
-                                                   for r in trainers]}
-           if all(r.get("steady_fault_bytes") for r in trainers) else {}),
+        **(
+            {
+                "page_fault_bytes_per_step_per_rank": [
+                    float(statistics.median(r["steady_fault_bytes"])) for r in trainers
+                ]
+            }
+            if all(r.get("steady_fault_bytes") for r in trainers)
+            else {}
+        ),
         "busy_fraction": sum(r["busy_fraction"] for r in trainers) / len(trainers),
         # the profiled step's busy time by group (validate/measure.py busy_groups), mean of the
         # ranks; absent from runs made before 2026-11-25
-        **({"busy_by_group_s": {k: sum(r["busy_by_group_s"][k] for r in trainers) / len(trainers)
-                                for k in trainers[0]["busy_by_group_s"]}}
-           if all(r.get("busy_by_group_s") for r in trainers) else {}),
+        **(
+            {
+                "busy_by_group_s": {
+                    k: sum(r["busy_by_group_s"][k] for r in trainers) / len(trainers)
+                    for k in trainers[0]["busy_by_group_s"]
+                }
+            }
+            if all(r.get("busy_by_group_s") for r in trainers)
+            else {}
+        ),
         # the profiled step's length (the groups' denominator; the profiler slows the step)
-        **({"profiled_step_s": sum(r["profiled_range_s"] for r in trainers) / len(trainers)}
-           if all(r.get("profiled_range_s") for r in trainers) else {}),
+        **(
+            {"profiled_step_s": sum(r["profiled_range_s"] for r in trainers) / len(trainers)}
+            if all(r.get("profiled_range_s") for r in trainers)
+            else {}
+        ),
         "comm_payload_bytes_per_step": first["comm_payload_bytes_per_step"],
         "comm_sent_bytes_per_step": sum(r["comm_sent_bytes_per_step"] for r in trainers) / len(trainers),
         "collectives_per_step": first["collectives_per_step"],
@@ -469,8 +545,12 @@ def merge_ranks(run: RunSpec, workdir: Path) -> dict:
             # How often the staleness bound held a pull back, and the mean wait per pull
             # (held or not): the sim engine's Result.staleness.held_pulls / held_wait_s.
             held = server[0]["held_pulls"]
-            m["ssp_held_pulls"] = {"held": len(held), "pulls": pulls, "fraction": len(held) / pulls,
-                                   "mean_wait_s": sum(r - a for *_, a, r in held) / pulls}
+            m["ssp_held_pulls"] = {
+                "held": len(held),
+                "pulls": pulls,
+                "fraction": len(held) / pulls,
+                "mean_wait_s": sum(r - a for *_, a, r in held) / pulls,
+            }
         m["server_updates"] = server[0]["updates"]
         m["server_update_time_s"] = server[0]["update_time_s"]
         m["server_peak_rss_bytes"] = server[0]["peak_rss_bytes"]
@@ -483,10 +563,18 @@ def host_info() -> dict:
     from simdl.cluster.host import allocator_env, cpu_fingerprint
 
     fp = cpu_fingerprint()
-    return {"hostname": platform.node(), "cpu_cores": CORES, "torch": torch.__version__,
-            "python": platform.python_version(), "machine": platform.machine(),
-            "cuda": torch.cuda.is_available(), "cpu_model": fp["cpu_model"], "cpu_caches": fp["caches"],
-            "cpu_identity": fp["identity"], "allocator_env": allocator_env()}
+    return {
+        "hostname": platform.node(),
+        "cpu_cores": CORES,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cuda": torch.cuda.is_available(),
+        "cpu_model": fp["cpu_model"],
+        "cpu_caches": fp["caches"],
+        "cpu_identity": fp["identity"],
+        "allocator_env": allocator_env(),
+    }
 
 
 def _profile_reasons(profiles: dict[int, tuple[str, str, str]], check) -> list[str]:
@@ -531,10 +619,22 @@ def sweep_profiles(cluster: str, ranks: Iterable[int], root: Path) -> dict[int, 
     return out
 
 
-def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: float, data_dir: str | None,
-            engines=ENGINES, sweep_command: str = "", profiles: dict[int, tuple[str, str, str]] | None = None,
-            host_mismatch: str = "", probe: bool = False, min_available: int = 0,
-            wait_quiet_s: float = -1.0, allocator_mismatch: str = "") -> dict:
+def run_one(
+    run: RunSpec,
+    profile: str,
+    cluster: str,
+    root: Path,
+    timeout_s: float,
+    data_dir: str | None,
+    engines=ENGINES,
+    sweep_command: str = "",
+    profiles: dict[int, tuple[str, str, str]] | None = None,
+    host_mismatch: str = "",
+    probe: bool = False,
+    min_available: int = 0,
+    wait_quiet_s: float = -1.0,
+    allocator_mismatch: str = "",
+) -> dict:
     workdir = root / run.run_id
     if profiles is None:
         profiles = sweep_profiles(cluster, [run.ranks], root)
@@ -543,17 +643,31 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
     if now != sha:
         # A profile edited (or recalibrated) while the sweep runs: predicting this run with it
         # would mix two profiles in one sweep, and a half-written file may not load.
-        return {"schema": SCHEMA, "run_id": run.run_id, "profile": profile, "sweep_command": sweep_command,
-                "spec": run.to_dict(), "status": "failed", "cluster_profile": cluster_path,
-                "error": f"cluster profile {cluster_path} changed during the sweep (sha256 {sha} at the start, "
-                         f"{now} now); rerun with --resume --retry-failed",
-                "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")}
+        return {
+            "schema": SCHEMA,
+            "run_id": run.run_id,
+            "profile": profile,
+            "sweep_command": sweep_command,
+            "spec": run.to_dict(),
+            "status": "failed",
+            "cluster_profile": cluster_path,
+            "error": f"cluster profile {cluster_path} changed during the sweep (sha256 {sha} at the start, "
+            f"{now} now); rerun with --resume --retry-failed",
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
     rec: dict[str, Any] = {
-        "schema": SCHEMA, "run_id": run.run_id, "profile": profile, "sweep_command": sweep_command,
+        "schema": SCHEMA,
+        "run_id": run.run_id,
+        "profile": profile,
+        "sweep_command": sweep_command,
         "spec": run.to_dict(),
-        "label": run.label, "model_name": run.model_name, "oversubscribed": run.oversubscribed,
-        "processes": run.processes, "cores": CORES,
-        "cluster_profile": cluster_path, "cluster_profile_sha256": sha,
+        "label": run.label,
+        "model_name": run.model_name,
+        "oversubscribed": run.oversubscribed,
+        "processes": run.processes,
+        "cores": CORES,
+        "cluster_profile": cluster_path,
+        "cluster_profile_sha256": sha,
         "cluster_profile_note": profile_note,
         **({"host_mismatch": host_mismatch} if host_mismatch else {}),
         **({"allocator_mismatch": allocator_mismatch} if allocator_mismatch else {}),
@@ -570,11 +684,20 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
     ran = launch(run, workdir, timeout_s, data_dir, min_available)
     rc = ran.returncode
     if point:
-        rec["machine_probe"] = point if "skipped" in point else \
-            machine_probe.speed(point, before, machine_probe.measure(point, workdir / "probe-after"))
-    rec.update(command=ran.command, wall_s=ran.wall_s, returncode=rc, workdir=str(workdir),
-               host_min_available_bytes=ran.min_available_bytes, host_cpu=ran.cpu,
-               host_memory_floor_bytes=min_available or None)
+        rec["machine_probe"] = (
+            point
+            if "skipped" in point
+            else machine_probe.speed(point, before, machine_probe.measure(point, workdir / "probe-after"))
+        )
+    rec.update(
+        command=ran.command,
+        wall_s=ran.wall_s,
+        returncode=rc,
+        workdir=str(workdir),
+        host_min_available_bytes=ran.min_available_bytes,
+        host_cpu=ran.cpu,
+        host_memory_floor_bytes=min_available or None,
+    )
     try:
         rec["measured"] = merge_ranks(run, workdir)
         rec["status"] = "ok"
@@ -584,13 +707,19 @@ def run_one(run: RunSpec, profile: str, cluster: str, root: Path, timeout_s: flo
             # gloo's destroy_process_group, interpreter exit). Kept, and labelled; the report
             # counts them.
             why = f" ({ran.stopped})" if ran.stopped else ""
-            rec["teardown_error"] = f"torchrun exited with {rc}{why} after every rank wrote its results" \
-                                    f"{_rank_failure(workdir / 'log.txt')}; see {workdir / 'log.txt'}"
+            rec["teardown_error"] = (
+                f"torchrun exited with {rc}{why} after every rank wrote its results"
+                f"{_rank_failure(workdir / 'log.txt')}; see {workdir / 'log.txt'}"
+            )
     except Exception as e:  # noqa: BLE001 -- a failed run is recorded, the sweep goes on
         rec["status"] = "failed"
         # The runner's own stop comes first: it is why the ranks' records are missing.
-        rec["error"] = (f"stopped: {ran.stopped}; " if ran.stopped else "") + f"{e}" \
-            + _rank_failure(workdir / "log.txt") + f"; see {workdir / 'log.txt'}"
+        rec["error"] = (
+            (f"stopped: {ran.stopped}; " if ran.stopped else "")
+            + f"{e}"
+            + _rank_failure(workdir / "log.txt")
+            + f"; see {workdir / 'log.txt'}"
+        )
     rec["finished"] = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     rec["host"] = host_info()
     return rec
@@ -602,39 +731,63 @@ def main(argv=None) -> int:
     p.add_argument("-o", "--output", required=True, help="results JSONL (runs/validate/<name>/results.jsonl)")
     p.add_argument("--resume", action="store_true", help="skip runs already in the output file")
     p.add_argument("--retry-failed", action="store_true", help="with --resume: redo runs recorded as failed")
-    p.add_argument("--cluster", default=None,
-                   help="cluster profile (preset name or YAML path) to predict with; default: the shipped "
-                        f"CPU profile calibrated on this host's processor, else {DEFAULT_CLUSTER}")
+    p.add_argument(
+        "--cluster",
+        default=None,
+        help="cluster profile (preset name or YAML path) to predict with; default: the shipped "
+        f"CPU profile calibrated on this host's processor, else {DEFAULT_CLUSTER}",
+    )
     p.add_argument("--only", default=None, help="run only runs whose id contains this text")
     p.add_argument("--limit", type=int, default=0, help="at most this many runs")
     p.add_argument("--timeout", type=float, default=3600.0, help="seconds per run before it is killed")
-    p.add_argument("--min-free-mib", type=float, default=None,
-                   help="stop a run when the host's MemAvailable falls below this many MiB (validate/watch.py: "
-                        "no swap here, a run that outgrows RAM thrashes for many minutes); default "
-                        "max(512, 3 %% of RAM); 0: no floor")
-    p.add_argument("--wait-quiet", type=float, default=120.0, metavar="SECONDS",
-                   help="before each run, wait up to this long while other processes keep more than a quarter "
-                        "of a core busy (simdl/calibrate/host_load.py); the run then starts anyway and its record "
-                        "says how busy the machine was before and during it; default 120, 0: measure without "
-                        "waiting, -1: do not measure")
+    p.add_argument(
+        "--min-free-mib",
+        type=float,
+        default=None,
+        help="stop a run when the host's MemAvailable falls below this many MiB (validate/watch.py: "
+        "no swap here, a run that outgrows RAM thrashes for many minutes); default "
+        "max(512, 3 %% of RAM); 0: no floor",
+    )
+    p.add_argument(
+        "--wait-quiet",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
+        help="before each run, wait up to this long while other processes keep more than a quarter "
+        "of a core busy (simdl/calibrate/host_load.py); the run then starts anyway and its record "
+        "says how busy the machine was before and during it; default 120, 0: measure without "
+        "waiting, -1: do not measure",
+    )
     p.add_argument("--data-dir", default=None, help="directory with CIFAR-10/MNIST (torchvision layout)")
     p.add_argument("--engines", default=",".join(ENGINES), help="prediction engines, comma-separated")
-    p.add_argument("--allow-other-host", action="store_true",
-                   help="predict with a CPU profile calibrated on another processor (the runs are "
-                        "labelled; default for --profile smoke, which checks the plumbing only)")
-    p.add_argument("--probe", action="store_true",
-                   help="before and after each run, re-measure a point of the profile's compute stage "
-                        "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per run). "
-                        "Off by default: its ratio did not explain the runs' errors (lab/CAMPAIGN.md, \"A third blind sweep\")")
+    p.add_argument(
+        "--allow-other-host",
+        action="store_true",
+        help="predict with a CPU profile calibrated on another processor (the runs are "
+        "labelled; default for --profile smoke, which checks the plumbing only)",
+    )
+    p.add_argument(
+        "--probe",
+        action="store_true",
+        help="before and after each run, re-measure a point of the profile's compute stage "
+        "(validate/probe.py: the machine's speed against its profile; about 2 x 15-40 s per run). "
+        'Off by default: its ratio did not explain the runs\' errors (lab/CAMPAIGN.md, "A third blind sweep")',
+    )
     p.add_argument("--list", action="store_true", help="print the matrix and exit")
     a = p.parse_args(argv)
     if a.min_free_mib is not None and not (0 <= a.min_free_mib < float("inf")):
-        print(f"python -m validate.run: error: --min-free-mib {a.min_free_mib:g} must be a finite number of MiB >= 0 "
-              "(0: no floor)", file=sys.stderr)
+        print(
+            f"python -m validate.run: error: --min-free-mib {a.min_free_mib:g} must be a finite number of MiB >= 0 "
+            "(0: no floor)",
+            file=sys.stderr,
+        )
         return 2
     if not (-1 <= a.wait_quiet < float("inf")) or -1 < a.wait_quiet < 0:
-        print(f"python -m validate.run: error: --wait-quiet {a.wait_quiet:g} must be a finite number of seconds "
-              ">= 0, or -1 (do not measure)", file=sys.stderr)
+        print(
+            f"python -m validate.run: error: --wait-quiet {a.wait_quiet:g} must be a finite number of seconds "
+            ">= 0, or -1 (do not measure)",
+            file=sys.stderr,
+        )
         return 2
     floor = watch.default_floor() if a.min_free_mib is None else int(a.min_free_mib * watch.MiB)
     if a.cluster is None:
@@ -652,8 +805,11 @@ def main(argv=None) -> int:
         return 0
     out = Path(a.output)
     if out.name.endswith(COMPRESSED_SUFFIXES):
-        print(f"python -m validate.run: error: -o {out}: a sweep appends to a plain .jsonl file (accepted: "
-              "a path ending in .jsonl); pack it when done: python -m validate.records add", file=sys.stderr)
+        print(
+            f"python -m validate.run: error: -o {out}: a sweep appends to a plain .jsonl file (accepted: "
+            "a path ending in .jsonl); pack it when done: python -m validate.records add",
+            file=sys.stderr,
+        )
         return 2
     existing = read_results(out)
     if existing and not a.resume:
@@ -664,9 +820,15 @@ def main(argv=None) -> int:
     engines = tuple(e for e in a.engines.split(",") if e)
     todo = [r for r in runs if r.run_id not in done]
     sweep = "python -m validate.run " + " ".join(argv if argv is not None else sys.argv[1:])
-    print(f"profile {a.profile}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run"
-          + (f"; a run is stopped if the host's available memory falls below {floor / watch.MiB:.0f} MiB"
-             if floor else ""), flush=True)
+    print(
+        f"profile {a.profile}: {len(runs)} runs, {len(runs) - len(todo)} already done, {len(todo)} to run"
+        + (
+            f"; a run is stopped if the host's available memory falls below {floor / watch.MiB:.0f} MiB"
+            if floor
+            else ""
+        ),
+        flush=True,
+    )
     from simdl.errors import SimdlError
 
     try:
@@ -676,21 +838,41 @@ def main(argv=None) -> int:
         return 2
     other = "; ".join(profile_host_mismatches(profiles))
     if other and not (a.allow_other_host or a.profile == "smoke"):
-        print(f"python -m validate.run: error: {other}: calibrate this host first (simdl calibrate "
-              "--nproc-per-node 2 -o my_host.yaml, then --cluster my_host.yaml), or pass --allow-other-host "
-              "to predict with it anyway (the runs are labelled)", file=sys.stderr)
+        print(
+            f"python -m validate.run: error: {other}: calibrate this host first (simdl calibrate "
+            "--nproc-per-node 2 -o my_host.yaml, then --cluster my_host.yaml), or pass --allow-other-host "
+            "to predict with it anyway (the runs are labelled)",
+            file=sys.stderr,
+        )
         return 2
     if other:
         print(f"warning: {other}; the runs are labelled host_mismatch", file=sys.stderr, flush=True)
     malloc = "; ".join(profile_allocator_mismatches(profiles))
     if malloc:
-        print(f"warning: {malloc}; the runs are labelled allocator_mismatch (calibrate under the "
-              "ranks' malloc settings to predict them)", file=sys.stderr, flush=True)
+        print(
+            f"warning: {malloc}; the runs are labelled allocator_mismatch (calibrate under the "
+            "ranks' malloc settings to predict them)",
+            file=sys.stderr,
+            flush=True,
+        )
     for i, run in enumerate(todo, 1):
         t = time.perf_counter()
-        rec = run_one(run, a.profile, a.cluster, root, a.timeout, a.data_dir, engines, sweep, profiles,
-                      host_mismatch=other, probe=a.probe, min_available=floor, wait_quiet_s=a.wait_quiet,
-                      allocator_mismatch=malloc)
+        rec = run_one(
+            run,
+            a.profile,
+            a.cluster,
+            root,
+            a.timeout,
+            a.data_dir,
+            engines,
+            sweep,
+            profiles,
+            host_mismatch=other,
+            probe=a.probe,
+            min_available=floor,
+            wait_quiet_s=a.wait_quiet,
+            allocator_mismatch=malloc,
+        )
         append_result(out, rec)
         msg = rec.get("error", "")
         if rec["status"] == "ok":
@@ -704,8 +886,7 @@ def main(argv=None) -> int:
                 msg += f"; warning: {busy}"
             if rec.get("teardown_error"):
                 msg += f"; warning: {rec['teardown_error']}"
-        print(f"[{i}/{len(todo)}] {run.run_id}: {rec['status']} in {time.perf_counter() - t:.0f} s  {msg}",
-              flush=True)
+        print(f"[{i}/{len(todo)}] {run.run_id}: {rec['status']} in {time.perf_counter() - t:.0f} s  {msg}", flush=True)
     return 0
 
 

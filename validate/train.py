@@ -144,8 +144,9 @@ def run_spmd(run: RunSpec, out: Path) -> None:
         torch.cuda.set_device(device)
     rec: dict = {"rank": rank, "world": world, "device": str(device), "backend": backend}
     _, note, shape = build_model_meta(run)
-    trx, tr_y, tex, te_y, desc = vdata.load(run.dataset, run.data, run.train_images, run.test_images, shape,
-                                            os.environ.get("SIMDL_DATA_DIR"))
+    trx, tr_y, tex, te_y, desc = vdata.load(
+        run.dataset, run.data, run.train_images, run.test_images, shape, os.environ.get("SIMDL_DATA_DIR")
+    )
     rec.update(data=desc, input_shape=list(shape), adaptation=note)
     loader, sampler = _loader(trx, tr_y, run.batch_size, rank, world, shuffle=True)
 
@@ -210,11 +211,20 @@ def run_spmd(run: RunSpec, out: Path) -> None:
     steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
     acc = _evaluate_spmd(run, model, tex, te_y, device, rank, world)
     faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
-    rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
-               steady_fault_bytes=faults,
-               train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
-               test_accuracy=acc, final_loss=losses[-1] if losses else None,
-               peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
+    rec.update(
+        step_times_s=timer.times,
+        steady_step_times_s=steady,
+        steps=step,
+        epoch_times_s=epoch_times,
+        steady_fault_bytes=faults,
+        train_time_s=train_s,
+        profiled_step=profiled[0],
+        profiled_step_s=profiled[1],
+        test_accuracy=acc,
+        final_loss=losses[-1] if losses else None,
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        **analysis,
+    )
     _write(out, rank, rec)
     dist.barrier()
     dist.destroy_process_group()
@@ -387,8 +397,7 @@ class ParameterServer:
                 fut = self.round_future
                 # Where a sync round's server time goes: each push's share of the sum, then
                 # (the last push) the mean and the update. version: the one the round produces.
-                self.push_events.append((worker, arrived, taken, time.perf_counter() - self.t0,
-                                         self.version + 1))
+                self.push_events.append((worker, arrived, taken, time.perf_counter() - self.t0, self.version + 1))
                 if self.round_count == self.n:
                     self.staleness += [self.version - v for v in self.round_versions]
                     t_mean = time.perf_counter() - self.t0
@@ -449,11 +458,17 @@ def _rpc_final():
 def run_ps(run: RunSpec, out: Path) -> None:
     rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
     workers = world - 1
-    opts = rpc.TensorPipeRpcBackendOptions(num_worker_threads=max(8, 2 * world), rpc_timeout=3600,
-                                           _transports=RPC_TRANSPORTS)
+    opts = rpc.TensorPipeRpcBackendOptions(
+        num_worker_threads=max(8, 2 * world), rpc_timeout=3600, _transports=RPC_TRANSPORTS
+    )
     name = "ps" if rank == 0 else f"worker{rank}"
-    rec: dict = {"rank": rank, "world": world, "role": "server" if rank == 0 else "worker",
-                 "device": "cpu", "transport": f"torch.distributed.rpc (TensorPipe, {'/'.join(RPC_TRANSPORTS)})"}
+    rec: dict = {
+        "rank": rank,
+        "world": world,
+        "role": "server" if rank == 0 else "worker",
+        "device": "cpu",
+        "transport": f"torch.distributed.rpc (TensorPipe, {'/'.join(RPC_TRANSPORTS)})",
+    }
     global _SERVER
     if rank == 0:
         _SERVER = ParameterServer(run, workers)
@@ -466,23 +481,35 @@ def run_ps(run: RunSpec, out: Path) -> None:
         # steps and the server applied while every worker was still training (at the start
         # every worker pulls version 0; at the end the last workers race fewer peers), from
         # snapshots pulled once every worker's profiler had stopped.
-        steady = [v for v, (_, clock, ended, after_profiling) in zip(s.staleness, s.update_log)
-                  if clock >= run.warmup_steps and not ended and after_profiling]
-        rec.update(staleness=measure.staleness_summary(s.staleness), staleness_values=s.staleness,
-                   staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
-                   staleness_log=[list(u) for u in s.update_log],
-                   push_events=[list(e) for e in s.push_events], pull_events=[list(e) for e in s.pull_events],
-                   events_t0=s.t0, held_pulls=[list(h) for h in s.held],
-                   round_events=[list(e) for e in s.round_events], sum_cpu_s=s.sum_cpu_s,
-                   updates=s.version, update_time_s=measure.step_stats(s.update_s),
-                   server_wall_s=time.perf_counter() - t, peak_rss_bytes=measure.peak_rss_bytes())
+        steady = [
+            v
+            for v, (_, clock, ended, after_profiling) in zip(s.staleness, s.update_log)
+            if clock >= run.warmup_steps and not ended and after_profiling
+        ]
+        rec.update(
+            staleness=measure.staleness_summary(s.staleness),
+            staleness_values=s.staleness,
+            staleness_steady=measure.staleness_summary(steady) if s.update_log else None,
+            staleness_log=[list(u) for u in s.update_log],
+            push_events=[list(e) for e in s.push_events],
+            pull_events=[list(e) for e in s.pull_events],
+            events_t0=s.t0,
+            held_pulls=[list(h) for h in s.held],
+            round_events=[list(e) for e in s.round_events],
+            sum_cpu_s=s.sum_cpu_s,
+            updates=s.version,
+            update_time_s=measure.step_stats(s.update_s),
+            server_wall_s=time.perf_counter() - t,
+            peak_rss_bytes=measure.peak_rss_bytes(),
+        )
         _write(out, rank, rec)
         return
     w = rank - 1
     device = torch.device("cpu")
     _, note, shape = build_model_meta(run)
-    trx, tr_y, tex, te_y, desc = vdata.load(run.dataset, run.data, run.train_images, run.test_images, shape,
-                                            os.environ.get("SIMDL_DATA_DIR"))
+    trx, tr_y, tex, te_y, desc = vdata.load(
+        run.dataset, run.data, run.train_images, run.test_images, shape, os.environ.get("SIMDL_DATA_DIR")
+    )
     rec.update(data=desc, input_shape=list(shape), adaptation=note)
     loader, sampler = _loader(trx, tr_y, run.batch_size, w, workers, shuffle=True)
     prof = _profiler(device)
@@ -513,7 +540,7 @@ def run_ps(run: RunSpec, out: Path) -> None:
             in_window = profiling and run.warmup_steps < step <= last_profiled
             mark = measure.MEASURED_STEP if is_profiled else measure.MEMORY_STEP if in_window else None
             timer.start()
-            with (record_function(mark) if mark else _null()):
+            with record_function(mark) if mark else _null():
                 t_pull = time.perf_counter()
                 values, version = rpc.rpc_sync("ps", _rpc_pull, args=(w, clock))
                 t_pulled = time.perf_counter()
@@ -549,8 +576,11 @@ def run_ps(run: RunSpec, out: Path) -> None:
     if profiled is None:
         raise RuntimeError(f"run too short: {step} steps, the profiled step is step {run.warmup_steps}")
     analysis = _analyse(prof, 1)
-    analysis.update(comm_payload_bytes_per_step=(pushed + pulled) / max(step, 1),
-                    comm_sent_bytes_per_step=pushed / max(step, 1), collectives_per_step=2)
+    analysis.update(
+        comm_payload_bytes_per_step=(pushed + pulled) / max(step, 1),
+        comm_sent_bytes_per_step=pushed / max(step, 1),
+        collectives_per_step=2,
+    )
     acc = None
     if rank == 1:  # final accuracy with the server's final parameters
         values, _ = rpc.rpc_sync("ps", _rpc_final)
@@ -560,10 +590,21 @@ def run_ps(run: RunSpec, out: Path) -> None:
         acc = _evaluate_local(run, model, tex, te_y)
     steady = [t for i, t in enumerate(timer.times) if i > last_profiled]
     faults = [b for i, b in enumerate(timer.fault_bytes) if i > last_profiled]
-    rec.update(step_times_s=timer.times, steady_step_times_s=steady, steps=step, epoch_times_s=epoch_times,
-               steady_fault_bytes=faults, rpc_times=[list(t) for t in rpc_times],
-               train_time_s=train_s, profiled_step=profiled[0], profiled_step_s=profiled[1],
-               test_accuracy=acc, param_bytes=param_bytes, peak_rss_bytes=measure.peak_rss_bytes(), **analysis)
+    rec.update(
+        step_times_s=timer.times,
+        steady_step_times_s=steady,
+        steps=step,
+        epoch_times_s=epoch_times,
+        steady_fault_bytes=faults,
+        rpc_times=[list(t) for t in rpc_times],
+        train_time_s=train_s,
+        profiled_step=profiled[0],
+        profiled_step_s=profiled[1],
+        test_accuracy=acc,
+        param_bytes=param_bytes,
+        peak_rss_bytes=measure.peak_rss_bytes(),
+        **analysis,
+    )
     _write(out, rank, rec)
     rpc.shutdown()
 
@@ -573,7 +614,7 @@ def _evaluate_local(run, model, tex, te_y) -> float:
     model.eval()
     correct = 0
     for i in range(0, len(te_y), run.batch_size):
-        correct += int((model(tex[i:i + run.batch_size]).argmax(1) == te_y[i:i + run.batch_size]).sum())
+        correct += int((model(tex[i : i + run.batch_size]).argmax(1) == te_y[i : i + run.batch_size]).sum())
     model.train()
     return correct / max(len(te_y), 1)
 

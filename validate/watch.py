@@ -65,8 +65,17 @@ class Watched:
     min_available_bytes: int | None  # the lowest MemAvailable seen while it ran (None: not readable)
 
 
-def run_watched(cmd: list[str], *, stdout, env: Mapping[str, str] | None, timeout_s: float, min_available: int,
-                poll_s: float = 0.5, available: Callable[[], int | None] = mem_available, cwd=None) -> Watched:
+def run_watched(
+    cmd: list[str],
+    *,
+    stdout,
+    env: Mapping[str, str] | None,
+    timeout_s: float,
+    min_available: int,
+    poll_s: float = 0.5,
+    available: Callable[[], int | None] = mem_available,
+    cwd=None,
+) -> Watched:
     """Run ``cmd`` in a new session; kill the session's processes on ``timeout_s`` or when
     ``available()`` drops below ``min_available`` bytes (0: no floor)."""
     p = subprocess.Popen(cmd, stdout=stdout, stderr=subprocess.STDOUT, env=env, cwd=cwd, start_new_session=True)
@@ -83,8 +92,10 @@ def run_watched(cmd: list[str], *, stdout, env: Mapping[str, str] | None, timeou
         if free is not None:
             lowest = free if lowest is None else min(lowest, free)
         if min_available and free is not None and free < min_available:
-            stopped = (f"host memory: MemAvailable fell to {free / MiB:.0f} MiB, below the floor of "
-                       f"{min_available / MiB:.0f} MiB (--min-free-mib); the run does not fit this machine")
+            stopped = (
+                f"host memory: MemAvailable fell to {free / MiB:.0f} MiB, below the floor of "
+                f"{min_available / MiB:.0f} MiB (--min-free-mib); the run does not fit this machine"
+            )
         elif time.monotonic() > deadline:
             stopped = f"timeout after {timeout_s:.0f} s (--timeout)"
         if stopped:

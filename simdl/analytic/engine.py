@@ -12,18 +12,24 @@ from contextvars import ContextVar
 
 from ..cluster import Cluster
 from ..cluster.linkfree import LinkFreeMemo, link_free_key
-from ..costs.ps import (async_staleness, ps_aggregate_bytes, ps_host_floor, ps_snapshot_time,  # noqa: F401
-                        ps_transfer_extras, ps_transfer_times, ps_update_time, shared_host_bound)
+from ..costs.ps import (  # noqa: F401
+    async_staleness,
+    ps_aggregate_bytes,
+    ps_host_floor,
+    ps_snapshot_time,
+    ps_transfer_extras,
+    ps_transfer_times,
+    ps_update_time,
+    shared_host_bound,
+)
 from ..costs.schedule import schedule, stream_busy, task_durations
 from ..costs.step import bytes_sent, data_time, step_split  # noqa: F401 -- also read from here
-from ..costs.tasks import (CommCosts, Rates, blocking_wait_time, compute_split, device_rates, row_times,
-                           spmd_or_ps_rates)
+from ..costs.tasks import CommCosts, Rates, blocking_wait_time, compute_split, device_rates, row_times, spmd_or_ps_rates
 from ..memory.model import estimate_memory
 from ..result import Result, Staleness
 from ..strategies import registry
 from ..strategies.plan import PSPlan, SpmdPlan
 from ..workload.workload import Workload
-
 
 #: When set to a list, :func:`evaluate` appends ``(workload, cluster, plan, rows, rates, algorithm,
 #: loader_workers, config, notes)`` of each call in that context (thread, task): how
@@ -31,9 +37,17 @@ from ..workload.workload import Workload
 CAPTURE: ContextVar[list | None] = ContextVar("simdl_analytic_capture", default=None)
 
 
-def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto",
-             loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = (),
-             allocator=None) -> Result:
+def evaluate(
+    workload: Workload,
+    cluster: Cluster,
+    plan: SpmdPlan | PSPlan,
+    *,
+    algorithm: str = "auto",
+    loader_workers: int = 4,
+    config: dict | None = None,
+    notes: tuple[str, ...] = (),
+    allocator=None,
+) -> Result:
     rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     sink = CAPTURE.get()
@@ -47,13 +61,22 @@ def evaluate(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, *, a
         timing = _spmd_timing(workload, cluster, plan, rows, rates, algorithm)
     # Allocator options other than the defaults (simdl.memory.allocconf) change the estimate.
     memory = None if allocator is None else _memory(workload, plan, cluster, allocator)
-    return result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes,
-                     memory=memory)
+    return result_of(
+        workload, cluster, plan, timing, loader_workers=loader_workers, config=config, notes=notes, memory=memory
+    )
 
 
-def result_of(workload: Workload, cluster: Cluster, plan: SpmdPlan | PSPlan, timing: tuple, *,
-              loader_workers: int = 4, config: dict | None = None, notes: tuple[str, ...] = (),
-              memory=None) -> Result:
+def result_of(
+    workload: Workload,
+    cluster: Cluster,
+    plan: SpmdPlan | PSPlan,
+    timing: tuple,
+    *,
+    loader_workers: int = 4,
+    config: dict | None = None,
+    notes: tuple[str, ...] = (),
+    memory=None,
+) -> Result:
     """The Result of a plan whose step timing is known: ``timing`` is (iteration, compute-stream
     busy, communication busy, any-kernel busy, bytes sent, staleness, compute split by kind,
     added seconds) as :func:`_spmd_timing` and the strategies' ``evaluate`` hooks give it.
@@ -121,8 +144,9 @@ def _memory(workload: Workload, plan, cluster: Cluster, allocator=None):
     alive in the key, so its id cannot be reused; plans built for link-only variants are one
     object (simdl.strategies.build_plan)."""
     # The allocator options (a frozen AllocatorConfig, None: defaults) are part of the key.
-    return _memo((workload, id(plan), link_free_key(cluster), _Kept(plan), allocator), workload, plan, cluster,
-                 allocator)
+    return _memo(
+        (workload, id(plan), link_free_key(cluster), _Kept(plan), allocator), workload, plan, cluster, allocator
+    )
 
 
 class _Kept:
@@ -158,5 +182,3 @@ def _spmd_timing(workload, cluster, plan: SpmdPlan, rows, rates: Rates, algorith
     added = {"interference": slowdown, "blocking_wait": wait}
     kinds = compute_split(plan.tasks, rows, durations)
     return makespan + slowdown + wait, compute, comm, any_busy, bytes_sent(plan, cluster), Staleness(), kinds, added
-
-

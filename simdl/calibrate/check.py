@@ -29,8 +29,11 @@ def check(profile: str) -> str:
         if not pts:
             continue
         n = int(c.get("group_size") or 2)
-        points = [{"collective": coll, "bytes": int(b), "group_size": n, "time_s": t * 1e-6}
-                  for coll, rows in pts.items() for b, t in rows]
+        points = [
+            {"collective": coll, "bytes": int(b), "group_size": n, "time_s": t * 1e-6}
+            for coll, rows in pts.items()
+            for b, t in rows
+        ]
         overheads = {k: v * 1e-6 for k, v in (c.get("call_overhead_us") or {}).items()}
         res = fit_scope(points, overheads)
         lines.append(f"{spec.name} [{scope}]: {len(points)} points at {n} ranks from the profile's calibration record")
@@ -38,11 +41,15 @@ def check(profile: str) -> str:
         j = res.get("joint") or {}
         if j.get("held_out"):
             h = j["held_out"]
-            lines.append(f"    joint alpha-beta line of the base keys: held-out {h['within_10pct']}/{h['n']} within 10 %, "
-                         f"median {h['median_abs_rel_error']:.1%}, max {h['max_abs_rel_error']:.1%}")
+            lines.append(
+                f"    joint alpha-beta line of the base keys: held-out {h['within_10pct']}/{h['n']} within 10 %, "
+                f"median {h['median_abs_rel_error']:.1%}, max {h['max_abs_rel_error']:.1%}"
+            )
     if not lines:
-        raise SimdlError(f"{profile}: no measured collective points in its calibration section "
-                         "(profiles written by simdl calibrate before size regimes do not carry them)")
+        raise SimdlError(
+            f"{profile}: no measured collective points in its calibration section "
+            "(profiles written by simdl calibrate before size regimes do not carry them)"
+        )
     return "\n".join(lines)
 
 

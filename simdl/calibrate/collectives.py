@@ -41,8 +41,16 @@ class CollectiveFit:
     ``collective_bandwidth_factor_<collective>`` keys).
     """
 
-    def __init__(self, *, algorithm: str = "auto", fit_overhead: bool = True, loss: str = "soft_l1",
-                 f_scale: float = 0.1, overhead_s: float = 0.0, per_collective_bandwidth: bool = False):
+    def __init__(
+        self,
+        *,
+        algorithm: str = "auto",
+        fit_overhead: bool = True,
+        loss: str = "soft_l1",
+        f_scale: float = 0.1,
+        overhead_s: float = 0.0,
+        per_collective_bandwidth: bool = False,
+    ):
         self.algorithm = algorithm
         self.fit_overhead = fit_overhead
         self.loss = loss
@@ -57,8 +65,17 @@ class CollectiveFit:
         out = []
         for x in X:
             iv = inv.get(x["collective"], theta[2]) if inv else theta[2]
-            out.append(overhead + collective_time(x["collective"], float(x["bytes"]), int(x["group_size"]),
-                                                  1.0 / max(iv, 1e-30), alpha, self.algorithm))
+            out.append(
+                overhead
+                + collective_time(
+                    x["collective"],
+                    float(x["bytes"]),
+                    int(x["group_size"]),
+                    1.0 / max(iv, 1e-30),
+                    alpha,
+                    self.algorithm,
+                )
+            )
         return np.array(out)
 
     def fit(self, X: Iterable[Mapping]) -> "CollectiveFit":
@@ -72,7 +89,7 @@ class CollectiveFit:
             ref = "all_reduce" if "all_reduce" in present else present[0]
             colls = [ref] + [c for c in present if c != ref]
         inv0 = []
-        for c in (colls or [None]):
+        for c in colls or [None]:
             sub = [x for x in X if c is None or x["collective"] == c]
             big = max(sub, key=lambda x: x["bytes"])
             inv0.append(big["time_s"] / max(big["bytes"], 1.0))
@@ -89,15 +106,17 @@ class CollectiveFit:
         def resid(z):
             return (self._times(z * scale, X, colls) - t) / t
 
-        sol = least_squares(resid, x0 / scale, bounds=(lo / scale, hi / scale), loss=self.loss,
-                            f_scale=self.f_scale, x_scale="jac")
+        sol = least_squares(
+            resid, x0 / scale, bounds=(lo / scale, hi / scale), loss=self.loss, f_scale=self.f_scale, x_scale="jac"
+        )
         theta = sol.x * scale
         self.theta_, self.colls_ = theta, colls
         self.overhead_s_ = float(theta[0])
         self.alpha_s_ = float(theta[1])
         self.bus_bandwidth_B_per_s_ = float(1.0 / theta[2])
-        self.bandwidth_factors_ = ({c: float(theta[2] / theta[2 + i]) for i, c in enumerate(colls)}
-                                   if colls else {c: 1.0 for c in present})
+        self.bandwidth_factors_ = (
+            {c: float(theta[2] / theta[2 + i]) for i, c in enumerate(colls)} if colls else {c: 1.0 for c in present}
+        )
         pred = self._times(theta, X, colls)
         self.residuals_ = (pred - t) / t
         self.quality_ = summary(t, pred)
@@ -110,8 +129,11 @@ class CollectiveFit:
         return self._times(self.theta_, list(X), self.colls_)
 
     def params(self) -> dict:
-        out: dict[str, Any] = {"overhead_us": self.overhead_s_ * 1e6, "alpha_us": self.alpha_s_ * 1e6,
-               "bus_bandwidth_GB_per_s": self.bus_bandwidth_B_per_s_ / 1e9}
+        out: dict[str, Any] = {
+            "overhead_us": self.overhead_s_ * 1e6,
+            "alpha_us": self.alpha_s_ * 1e6,
+            "bus_bandwidth_GB_per_s": self.bus_bandwidth_B_per_s_ / 1e9,
+        }
         if self.colls_:
             out["bandwidth_factors"] = {c: round(v, 4) for c, v in self.bandwidth_factors_.items()}
         return out
@@ -166,8 +188,9 @@ def _held_out_errors(test_part: list[Mapping], pred) -> dict:
     }
     if len(inside) == len(err):
         out["within_10pct_or_ci95"] = int(sum(r <= 0.10 or i for r, i in zip(rel, inside)))
-        out["median_ci95_halfwidth"] = round(float(np.median(
-            [(e["measured_ci95_rel"][1] - e["measured_ci95_rel"][0]) / 2 for e in err])), 4)
+        out["median_ci95_halfwidth"] = round(
+            float(np.median([(e["measured_ci95_rel"][1] - e["measured_ci95_rel"][0]) / 2 for e in err])), 4
+        )
     return out
 
 

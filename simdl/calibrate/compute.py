@@ -121,8 +121,10 @@ def make_run(table: WorkloadTable, rec: dict, anchor: str | None = None) -> Run:
     names, types = tuple(rows["name"]), tuple(rows["type"])
     if names != table.names or types != table.types:
         n = next((i for i, (a, b) in enumerate(zip(names, table.names)) if a != b), min(len(names), len(table.names)))
-        raise ValueError(f"{rec['model']}: measured rows do not match the workload table "
-                         f"({len(names)} vs {table.n_rows} rows; first difference at row {n})")
+        raise ValueError(
+            f"{rec['model']}: measured rows do not match the workload table "
+            f"({len(names)} vs {table.n_rows} rows; first difference at row {n})"
+        )
     fwd = np.asarray(rows["fwd_s"], dtype=float).clip(min=0.0)
     bwd = np.asarray(rows["bwd_s"], dtype=float).clip(min=0.0)
     sf, sb = anchored_step(rec, anchor)
@@ -141,13 +143,24 @@ class RooflineFit:
     engine will multiply the efficiencies with.
     """
 
-    def __init__(self, *, peak_flops: float, memory_bandwidth: float, loss: str = "linear",
-                 efficiency_bounds: tuple[float, float] = (0.005, 1.0), max_kernel_launch_s: float = 1e-3,
-                 fit_matmul_call_overhead: bool = True, kernel_launch_s: float | None = None,
-                 per_class_bandwidth: bool = True, fit_overlap: bool = True,
-                 class_bandwidth_bounds: tuple[float, float] = (0.005, 5.0),
-                 conv_weight_grad: bool = False, call_overhead_classes: tuple[str, ...] = (),
-                 min_conv_weight_fraction: float = 0.005, matmul_call_s: float | None = None):
+    def __init__(
+        self,
+        *,
+        peak_flops: float,
+        memory_bandwidth: float,
+        loss: str = "linear",
+        efficiency_bounds: tuple[float, float] = (0.005, 1.0),
+        max_kernel_launch_s: float = 1e-3,
+        fit_matmul_call_overhead: bool = True,
+        kernel_launch_s: float | None = None,
+        per_class_bandwidth: bool = True,
+        fit_overlap: bool = True,
+        class_bandwidth_bounds: tuple[float, float] = (0.005, 5.0),
+        conv_weight_grad: bool = False,
+        call_overhead_classes: tuple[str, ...] = (),
+        min_conv_weight_fraction: float = 0.005,
+        matmul_call_s: float | None = None,
+    ):
         self.peak_flops = peak_flops
         self.memory_bandwidth = memory_bandwidth
         self.loss = loss
@@ -179,10 +192,17 @@ class RooflineFit:
             conv = {"conv_weight_grad_bandwidth": self.memory_bandwidth / theta[k] if theta[k] > 0 else 0.0}
             k += 1
         calls = tuple(zip(self.call_classes_, theta[k:]))
-        return Rates(flops=self.peak_flops * e_m, memory_bandwidth=self.memory_bandwidth * e_b,
-                     kernel_overhead=launch, activation_factor=1.0, matmul_call_overhead=call,
-                     class_memory_bandwidth=per_class, compute_memory_overlap=overlap,
-                     class_call_overhead=calls, **conv)
+        return Rates(
+            flops=self.peak_flops * e_m,
+            memory_bandwidth=self.memory_bandwidth * e_b,
+            kernel_overhead=launch,
+            activation_factor=1.0,
+            matmul_call_overhead=call,
+            class_memory_bandwidth=per_class,
+            compute_memory_overlap=overlap,
+            class_call_overhead=calls,
+            **conv,
+        )
 
     def predict_rows(self, table: WorkloadTable, batch: int, theta=None) -> tuple[np.ndarray, np.ndarray]:
         theta = self._theta() if theta is None else theta
@@ -190,12 +210,20 @@ class RooflineFit:
         return rt.fwd, rt.bwd
 
     def _theta(self):
-        return (self.matmul_efficiency_, self.memory_bandwidth_efficiency_, self.kernel_launch_s_,
-                self.matmul_call_overhead_s_, self.compute_memory_overlap_,
-                *(self.class_bandwidth_efficiency_[c] for c in self.classes_),
-                *((1.0 / self.conv_weight_grad_efficiency_ if self.conv_weight_grad_efficiency_ else 0.0,)
-                  if self.conv_weights_ else ()),
-                *(self.class_call_overhead_s_[c] for c in self.call_classes_))
+        return (
+            self.matmul_efficiency_,
+            self.memory_bandwidth_efficiency_,
+            self.kernel_launch_s_,
+            self.matmul_call_overhead_s_,
+            self.compute_memory_overlap_,
+            *(self.class_bandwidth_efficiency_[c] for c in self.classes_),
+            *(
+                (1.0 / self.conv_weight_grad_efficiency_ if self.conv_weight_grad_efficiency_ else 0.0,)
+                if self.conv_weights_
+                else ()
+            ),
+            *(self.class_call_overhead_s_[c] for c in self.call_classes_),
+        )
 
     @staticmethod
     def _class_masks(run: Run) -> list[np.ndarray]:
@@ -218,21 +246,29 @@ class RooflineFit:
             raise ValueError("RooflineFit needs at least one measured run")
         masks = [self._class_masks(r) for r in runs]
         # A class gets its own bandwidth only if the fit runs have rows of it with bytes to time.
-        self.classes_ = tuple(c for c in MEMORY_CLASSES if self.per_class_bandwidth and any(
-            r.fwd[r.table.op_classes == c].sum() > 0 for r in runs))
+        self.classes_ = tuple(
+            c
+            for c in MEMORY_CLASSES
+            if self.per_class_bandwidth and any(r.fwd[r.table.op_classes == c].sum() > 0 for r in runs)
+        )
         k = len(self.classes_)
-        self.conv_weights_ = self.conv_weight_grad and any(
-            (r.table.op_classes == "conv").any() for r in runs)
-        self.call_classes_ = tuple(c for c in self.call_overhead_classes if c in MEMORY_CLASSES and any(
-            (r.table.op_classes == c).any() for r in runs))
+        self.conv_weights_ = self.conv_weight_grad and any((r.table.op_classes == "conv").any() for r in runs)
+        self.call_classes_ = tuple(
+            c
+            for c in self.call_overhead_classes
+            if c in MEMORY_CLASSES and any((r.table.op_classes == c).any() for r in runs)
+        )
         n_w, n_c = int(self.conv_weights_), len(self.call_classes_)
         lo_e, hi_e = self.efficiency_bounds
         lo_c, hi_c = self.class_bandwidth_bounds
         call_hi = self.max_kernel_launch_s if self.fit_matmul_call_overhead else 1e-15
         lo = np.array([lo_e, lo_e, 0.0, 0.0, 0.0] + [lo_c] * k + [0.0] * n_w + [0.0] * n_c)
-        hi = np.array([hi_e, hi_e, self.max_kernel_launch_s, call_hi, 1.0 if self.fit_overlap else 1.0 + 1e-12]
-                      + [hi_c] * k + [1.0 / self.min_conv_weight_fraction] * n_w
-                      + [self.max_kernel_launch_s] * n_c)
+        hi = np.array(
+            [hi_e, hi_e, self.max_kernel_launch_s, call_hi, 1.0 if self.fit_overlap else 1.0 + 1e-12]
+            + [hi_c] * k
+            + [1.0 / self.min_conv_weight_fraction] * n_w
+            + [self.max_kernel_launch_s] * n_c
+        )
         if not self.fit_overlap:
             lo[4] = 1.0
         if self.kernel_launch_s is not None:
@@ -243,25 +279,39 @@ class RooflineFit:
         best = None
         # The max() makes the problem piecewise smooth: start from a few points (with the
         # overlap at both ends), keep the best.
-        for x0 in ((0.5, 0.5, 1e-5, 0.0), (0.2, 0.1, 5e-6, 5e-5), (0.8, 0.9, 2e-5, 1e-4), (0.3, 0.9, 1e-6, 1e-5),
-                   (0.9, 0.2, 2e-6, 1e-4)):
-            for overlap in ((1.0, 0.0) if self.fit_overlap else (1.0,)):
+        for x0 in (
+            (0.5, 0.5, 1e-5, 0.0),
+            (0.2, 0.1, 5e-6, 5e-5),
+            (0.8, 0.9, 2e-5, 1e-4),
+            (0.3, 0.9, 1e-6, 1e-5),
+            (0.9, 0.2, 2e-6, 1e-4),
+        ):
+            for overlap in (1.0, 0.0) if self.fit_overlap else (1.0,):
                 x = np.clip(np.array([*x0, overlap] + [x0[1]] * k + [1.0] * n_w + [x0[3]] * n_c), lo, hi)
-                sol = least_squares(lambda z: self._residuals(z * scale, runs, masks), x / scale,
-                                    bounds=(lo / scale, hi / scale), loss=self.loss)
+                sol = least_squares(
+                    lambda z: self._residuals(z * scale, runs, masks),
+                    x / scale,
+                    bounds=(lo / scale, hi / scale),
+                    loss=self.loss,
+                )
                 if best is None or sol.cost < best.cost:
                     best = sol
         assert best is not None  # at least one start was solved
         theta = best.x * scale
         if not self.fit_overlap:
             theta[4] = 1.0  # held at the plain roofline (the bounds leave it 1 + 1e-12 of room)
-        (self.matmul_efficiency_, self.memory_bandwidth_efficiency_, self.kernel_launch_s_,
-         self.matmul_call_overhead_s_, self.compute_memory_overlap_) = (float(v) for v in theta[:5])
-        self.class_bandwidth_efficiency_ = {c: float(v) for c, v in zip(self.classes_, theta[5:5 + k])}
-        w = theta[5 + k:5 + k + n_w]
+        (
+            self.matmul_efficiency_,
+            self.memory_bandwidth_efficiency_,
+            self.kernel_launch_s_,
+            self.matmul_call_overhead_s_,
+            self.compute_memory_overlap_,
+        ) = (float(v) for v in theta[:5])
+        self.class_bandwidth_efficiency_ = {c: float(v) for c, v in zip(self.classes_, theta[5 : 5 + k])}
+        w = theta[5 + k : 5 + k + n_w]
         # None when fitted absent (cost 0): the profile then has no such key.
         self.conv_weight_grad_efficiency_ = 1.0 / float(w[0]) if self.conv_weights_ and w[0] > 1e-9 else None
-        self.class_call_overhead_s_ = {c: float(v) for c, v in zip(self.call_classes_, theta[5 + k + n_w:])}
+        self.class_call_overhead_s_ = {c: float(v) for c, v in zip(self.call_classes_, theta[5 + k + n_w :])}
         self.residuals_ = self._residuals(theta, runs, masks)
         self.runs_ = [r.label for r in runs]
         self.quality_ = self.evaluate(runs)
@@ -289,17 +339,22 @@ class RooflineFit:
                 pred = float(pf[m].sum() + pb[m].sum())
                 cls[c][0] += meas
                 cls[c][1] += pred
-                by_class[c] = {"measured_ms": round(meas * 1e3, 4), "predicted_ms": round(pred * 1e3, 4),
-                               "rel_error": round(pred / meas - 1.0, 4) if meas > 0 else None}
-            per_run.append({
-                "run": run.label,
-                "measured_step_ms": round(run.step * 1e3, 4),
-                "predicted_step_ms": round(steps_p[-1] * 1e3, 4),
-                "step_rel_error": round(steps_p[-1] / run.step - 1.0, 4),
-                "fwd_rel_error": round(float(pf.sum()) / run.step_fwd - 1.0, 4),
-                "bwd_rel_error": round(float(pb.sum()) / run.step_bwd - 1.0, 4),
-                "by_class": by_class,
-            })
+                by_class[c] = {
+                    "measured_ms": round(meas * 1e3, 4),
+                    "predicted_ms": round(pred * 1e3, 4),
+                    "rel_error": round(pred / meas - 1.0, 4) if meas > 0 else None,
+                }
+            per_run.append(
+                {
+                    "run": run.label,
+                    "measured_step_ms": round(run.step * 1e3, 4),
+                    "predicted_step_ms": round(steps_p[-1] * 1e3, 4),
+                    "step_rel_error": round(steps_p[-1] / run.step - 1.0, 4),
+                    "fwd_rel_error": round(float(pf.sum()) / run.step_fwd - 1.0, 4),
+                    "bwd_rel_error": round(float(pb.sum()) / run.step_bwd - 1.0, 4),
+                    "by_class": by_class,
+                }
+            )
         rows_m_a, rows_p_a = np.array(rows_m), np.array(rows_p)
         keep = rows_m_a > 0
         # Per configuration (model, dataset, batch): the mean over the ranks that measured it
@@ -310,27 +365,47 @@ class RooflineFit:
             by_config.setdefault(run.label, [0.0, pred, 0])
             by_config[run.label][0] += meas
             by_config[run.label][2] += 1
-        configs = [{"config": k, "ranks_or_repeats": n, "measured_step_ms": round(m / n * 1e3, 4),
-                    "predicted_step_ms": round(p * 1e3, 4), "step_rel_error": round(p / (m / n) - 1.0, 4)}
-                   for k, (m, p, n) in by_config.items()]
+        configs = [
+            {
+                "config": k,
+                "ranks_or_repeats": n,
+                "measured_step_ms": round(m / n * 1e3, 4),
+                "predicted_step_ms": round(p * 1e3, 4),
+                "step_rel_error": round(p / (m / n) - 1.0, 4),
+            }
+            for k, (m, p, n) in by_config.items()
+        ]
         return {
             "steps": summary(steps_m, steps_p),
             "configs": configs,
             "rows": {"n": int(keep.sum()), "r2": summary(rows_m_a[keep], rows_p_a[keep])["r2"]},
-            "by_class": {c: {"measured_ms": round(v[0] * 1e3, 4), "predicted_ms": round(v[1] * 1e3, 4),
-                             "rel_error": round(v[1] / v[0] - 1.0, 4)} for c, v in cls.items() if v[0] > 0},
+            "by_class": {
+                c: {
+                    "measured_ms": round(v[0] * 1e3, 4),
+                    "predicted_ms": round(v[1] * 1e3, 4),
+                    "rel_error": round(v[1] / v[0] - 1.0, 4),
+                }
+                for c, v in cls.items()
+                if v[0] > 0
+            },
             "runs": per_run,
         }
 
     def params(self) -> dict:
-        return {"matmul": self.matmul_efficiency_, "memory_bandwidth": self.memory_bandwidth_efficiency_,
-                "kernel_launch_us": self.kernel_launch_s_ * 1e6,
-                "matmul_call_overhead_us": self.matmul_call_overhead_s_ * 1e6,
-                "compute_memory_overlap": self.compute_memory_overlap_,
-                **{f"memory_bandwidth_{c}": v for c, v in self.class_bandwidth_efficiency_.items()},
-                **({"conv_weight_grad_bandwidth": self.conv_weight_grad_efficiency_}
-                   if self.conv_weight_grad_efficiency_ else {}),
-                **{f"call_overhead_{c}_us": v * 1e6 for c, v in self.class_call_overhead_s_.items()}}
+        return {
+            "matmul": self.matmul_efficiency_,
+            "memory_bandwidth": self.memory_bandwidth_efficiency_,
+            "kernel_launch_us": self.kernel_launch_s_ * 1e6,
+            "matmul_call_overhead_us": self.matmul_call_overhead_s_ * 1e6,
+            "compute_memory_overlap": self.compute_memory_overlap_,
+            **{f"memory_bandwidth_{c}": v for c, v in self.class_bandwidth_efficiency_.items()},
+            **(
+                {"conv_weight_grad_bandwidth": self.conv_weight_grad_efficiency_}
+                if self.conv_weight_grad_efficiency_
+                else {}
+            ),
+            **{f"call_overhead_{c}_us": v * 1e6 for c, v in self.class_call_overhead_s_.items()},
+        }
 
 
 class MicroFit:

@@ -102,8 +102,7 @@ def _collective_points(st: StageRecords, scope: str) -> list[dict]:
     return out
 
 
-def quantile_interval(groups: list[list[float]], q: float, n_boot: int = 400,
-                      seed: int = 0) -> list[float] | None:
+def quantile_interval(groups: list[list[float]], q: float, n_boot: int = 400, seed: int = 0) -> list[float] | None:
     """95 % interval of the ``q`` quantile of the pooled values of ``groups`` (a size's
     chunks, grouped by pass), by a bootstrap that resamples whole passes: on the VM the
     slow mode sticks for a whole pass (see :func:`_collective_points`), so chunks of one
@@ -113,8 +112,10 @@ def quantile_interval(groups: list[list[float]], q: float, n_boot: int = 400,
         return None
     rng = np.random.default_rng(seed)
     arrays = [np.asarray(g, dtype=float) for g in groups]
-    stats = [float(np.quantile(np.concatenate([arrays[i] for i in rng.integers(0, len(arrays), len(arrays))]), q))
-             for _ in range(n_boot)]
+    stats = [
+        float(np.quantile(np.concatenate([arrays[i] for i in rng.integers(0, len(arrays), len(arrays))]), q))
+        for _ in range(n_boot)
+    ]
     lo, hi = np.quantile(stats, [0.025, 0.975])
     return [float(lo), float(hi)]
 
@@ -135,8 +136,9 @@ def temp_threshold(st: StageRecords) -> float | None:
 
 def fit_collectives(st: StageRecords) -> dict[str, Any]:
     report: dict[str, Any] = {}
-    scopes: list[str] = sorted({str(r["scope"]) for m in st.measurements.values() for r in m.values()
-                                if r.get("scope") not in ("self", None)})
+    scopes: list[str] = sorted(
+        {str(r["scope"]) for m in st.measurements.values() for r in m.values() if r.get("scope") not in ("self", None)}
+    )
     overheads = call_overheads(st)
     for scope in scopes:
         pts = _collective_points(st, scope)
@@ -158,35 +160,63 @@ def fit_scope(pts: list[dict], overheads: dict[str, float], temp_threshold: floa
             continue
         res = fit_with_holdout(sub)
         est = res.pop("estimator")
-        per[coll] = {"params": _r(est.params()), "quality": est.quality_, **res,
-                     "bytes_range": list(est.bytes_range_), "group_size": sub[0]["group_size"]}
+        per[coll] = {
+            "params": _r(est.params()),
+            "quality": est.quality_,
+            **res,
+            "bytes_range": list(est.bytes_range_),
+            "group_size": sub[0]["group_size"],
+        }
         if len(sub) >= 4:
             o = overheads.get(coll)
             reg = regimes_with_holdout(sub, coll, overhead_s=o or 0.0, temp_threshold=temp_threshold)
             rest = reg.pop("estimator")
             per[coll]["regimes"] = {
-                "params": rest.params(), "n_regimes": rest.n_regimes_, "cv_error": rest.cv_error_,
-                "quality": rest.quality_, "regime_quality": rest.regime_quality_, **reg,
-                "overhead_source": ("one-rank group, same call" if o is not None else
-                                    "assumed 0 (no one-rank measurement in this run)"),
-                "passes": max(len(p.get("time_s_passes", [0])) for p in sub)}
+                "params": rest.params(),
+                "n_regimes": rest.n_regimes_,
+                "cv_error": rest.cv_error_,
+                "quality": rest.quality_,
+                "regime_quality": rest.regime_quality_,
+                **reg,
+                "overhead_source": (
+                    "one-rank group, same call" if o is not None else "assumed 0 (no one-rank measurement in this run)"
+                ),
+                "passes": max(len(p.get("time_s_passes", [0])) for p in sub),
+            }
     joint_pts = [p for p in pts if p["collective"] in PROFILE_COLLECTIVES]
     joint = None
     if len(joint_pts) >= 3:
         res = fit_with_holdout(joint_pts, per_collective_bandwidth=True)
         est = res.pop("estimator")
-        joint = {"params": _r(est.params()), "quality": est.quality_, **res,
-                 "bandwidth_factors": est.bandwidth_factors_,
-                 "collectives": est.collectives_, "bytes_range": list(est.bytes_range_),
-                 "group_size": joint_pts[0]["group_size"],
-                 "overhead_s": est.overhead_s_, "alpha_s": est.alpha_s_,
-                 "bus_bandwidth_B_per_s": est.bus_bandwidth_B_per_s_}
-    return {"per_collective": per, "joint": joint,
-            "call_overhead_us": {c: round(v * 1e6, 3) for c, v in overheads.items()},
-            "points": [{"collective": p["collective"], "bytes": p["bytes"], "time_s": p["time_s"],
-                        "group_size": p["group_size"], "time_s_passes": p.get("time_s_passes", [p["time_s"]]),
-                        "time_s_ci95": p.get("time_s_ci95"),
-                        "busbw_GB_per_s": p.get("busbw_GB_per_s")} for p in pts]}
+        joint = {
+            "params": _r(est.params()),
+            "quality": est.quality_,
+            **res,
+            "bandwidth_factors": est.bandwidth_factors_,
+            "collectives": est.collectives_,
+            "bytes_range": list(est.bytes_range_),
+            "group_size": joint_pts[0]["group_size"],
+            "overhead_s": est.overhead_s_,
+            "alpha_s": est.alpha_s_,
+            "bus_bandwidth_B_per_s": est.bus_bandwidth_B_per_s_,
+        }
+    return {
+        "per_collective": per,
+        "joint": joint,
+        "call_overhead_us": {c: round(v * 1e6, 3) for c, v in overheads.items()},
+        "points": [
+            {
+                "collective": p["collective"],
+                "bytes": p["bytes"],
+                "time_s": p["time_s"],
+                "group_size": p["group_size"],
+                "time_s_passes": p.get("time_s_passes", [p["time_s"]]),
+                "time_s_ci95": p.get("time_s_ci95"),
+                "busbw_GB_per_s": p.get("busbw_GB_per_s"),
+            }
+            for p in pts
+        ],
+    }
 
 
 def _compute_runs(st: StageRecords) -> dict[str, list]:
@@ -233,13 +263,19 @@ def measured_rows(st: StageRecords) -> list[dict]:
     for (model, dataset), by_batch in sorted(groups.items()):
         t = tables[(model, dataset)]
         batches = sorted(by_batch)
-        out.append({
-            "model": model, "dataset": dataset, "input_shape": list(t.input_shape),
-            "num_classes": t.num_classes, "rows_digest": rows_digest(t.names, t.types), "batches": batches,
-            "fwd_s": [[round(float(x), 9) for x in np.mean([r.fwd for r in by_batch[b]], axis=0)] for b in batches],
-            "bwd_s": [[round(float(x), 9) for x in np.mean([r.bwd for r in by_batch[b]], axis=0)] for b in batches],
-            "step_s": [round(float(np.mean([r.step for r in by_batch[b]])), 6) for b in batches],
-        })
+        out.append(
+            {
+                "model": model,
+                "dataset": dataset,
+                "input_shape": list(t.input_shape),
+                "num_classes": t.num_classes,
+                "rows_digest": rows_digest(t.names, t.types),
+                "batches": batches,
+                "fwd_s": [[round(float(x), 9) for x in np.mean([r.fwd for r in by_batch[b]], axis=0)] for b in batches],
+                "bwd_s": [[round(float(x), 9) for x in np.mean([r.bwd for r in by_batch[b]], axis=0)] for b in batches],
+                "step_s": [round(float(np.mean([r.step for r in by_batch[b]])), 6) for b in batches],
+            }
+        )
     return out
 
 
@@ -253,8 +289,9 @@ def conv_call_overhead(points: list[dict], launch_s: float) -> float | None:
     return max(0.0, fit.overhead_s_ / 3.0 - launch_s)
 
 
-def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
-                held_out: list[str], profile_only: Sequence[str] = ()) -> dict[str, Any]:
+def fit_compute(
+    st: StageRecords, peak_flops: float, memory_bandwidth: float, held_out: list[str], profile_only: Sequence[str] = ()
+) -> dict[str, Any]:
     runs = {m: r for m, r in _compute_runs(st).items() if m not in profile_only}
     report: dict[str, Any] = {"peak_flops_per_rank": peak_flops, "memory_bandwidth_per_rank": memory_bandwidth}
     fit_models = [m for m in runs if m not in held_out]
@@ -271,13 +308,22 @@ def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
     call_s = conv_call_overhead(_micro_medians(st, "conv_call"), launch_s or 0.0)
     report["conv_call_microbenchmark_us"] = None if call_s is None else round(call_s * 1e6, 3)
     if fit_models:
-        est = RooflineFit(peak_flops=peak_flops, memory_bandwidth=memory_bandwidth, kernel_launch_s=launch_s,
-                          matmul_call_s=call_s if HOLD_CONV_CALL else None, conv_weight_grad=CONV_WEIGHT_GRAD,
-                          call_overhead_classes=CALL_OVERHEAD_CLASSES).fit(
-            [r for m in fit_models for r in runs[m]])
-        report.update(params=_r(est.params()), fit_models=fit_models, quality=est.quality_,
-                      estimator=est, kernel_launch_measured=launch_s is not None,
-                      matmul_call_measured=HOLD_CONV_CALL and call_s is not None)
+        est = RooflineFit(
+            peak_flops=peak_flops,
+            memory_bandwidth=memory_bandwidth,
+            kernel_launch_s=launch_s,
+            matmul_call_s=call_s if HOLD_CONV_CALL else None,
+            conv_weight_grad=CONV_WEIGHT_GRAD,
+            call_overhead_classes=CALL_OVERHEAD_CLASSES,
+        ).fit([r for m in fit_models for r in runs[m]])
+        report.update(
+            params=_r(est.params()),
+            fit_models=fit_models,
+            quality=est.quality_,
+            estimator=est,
+            kernel_launch_measured=launch_s is not None,
+            matmul_call_measured=HOLD_CONV_CALL and call_s is not None,
+        )
         if test_models:
             q = est.evaluate([r for m in test_models for r in runs[m]])
             report["held_out"] = {"models": test_models, **q}
@@ -296,7 +342,9 @@ def fit_compute(st: StageRecords, peak_flops: float, memory_bandwidth: float,
             "achieved_GFLOP_per_s": None if mf.flops_per_s_ is None else round(mf.flops_per_s_ / 1e9, 3),
             "matmul_efficiency": None if mf.flops_per_s_ is None else round(mf.flops_per_s_ / peak_flops, 4),
             "achieved_GB_per_s": None if mf.bytes_per_s_ is None else round(mf.bytes_per_s_ / 1e9, 3),
-            "memory_bandwidth_efficiency": None if mf.bytes_per_s_ is None else round(mf.bytes_per_s_ / memory_bandwidth, 4),
+            "memory_bandwidth_efficiency": None
+            if mf.bytes_per_s_ is None
+            else round(mf.bytes_per_s_ / memory_bandwidth, 4),
             "overhead_us": round(mf.overhead_s_ * 1e6, 3),
             "max_abs_rel_residual": round(float(np.max(np.abs(mf.residuals_))), 4),
             "n": len(pts),
@@ -318,15 +366,25 @@ def fit_ps(st: StageRecords) -> dict[str, Any] | None:
             push = [t for r in w for t in r.get("push_s", [])]
             pull = [t for r in w for t in r.get("pull_s", [])]
             if push and pull:
-                alone.append({"bytes": w[0]["bytes"], "push_time_s": statistics.median(push),
-                              "pull_time_s": statistics.median(pull)})
+                alone.append(
+                    {
+                        "bytes": w[0]["bytes"],
+                        "push_time_s": statistics.median(push),
+                        "pull_time_s": statistics.median(pull),
+                    }
+                )
         elif key.startswith("rpc_together/"):
             # Per repeat, the incast ends with the slowest worker's transfer.
             n = min((len(r.get("push_s", [])) for r in w), default=0)
             if n:
-                together.append({"bytes": w[0]["bytes"], "workers": len(w),
-                                 "push_time_s": statistics.median(max(r["push_s"][i] for r in w) for i in range(n)),
-                                 "pull_time_s": statistics.median(max(r["pull_s"][i] for r in w) for i in range(n))})
+                together.append(
+                    {
+                        "bytes": w[0]["bytes"],
+                        "workers": len(w),
+                        "push_time_s": statistics.median(max(r["push_s"][i] for r in w) for i in range(n)),
+                        "pull_time_s": statistics.median(max(r["pull_s"][i] for r in w) for i in range(n)),
+                    }
+                )
         elif key.startswith("update/"):
             s = [r for r in recs if r.get("role") == "server" and r.get("time_s")]
             if s:
@@ -335,18 +393,31 @@ def fit_ps(st: StageRecords) -> dict[str, Any] | None:
         return None
     est = PSFit().fit(rts, ups, alone, together)
     ping = est.pingpong_
-    out = {"latency_us": est.latency_s_ * 1e6, "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9,
-           "worker_bandwidth_GB_per_s": None if est.worker_bandwidth_B_per_s_ is None
-           else est.worker_bandwidth_B_per_s_ / 1e9, "transport": est.transport_,
-           "receive_fault_ns_per_byte": None if est.receive_fault_s_per_byte_ is None
-           else est.receive_fault_s_per_byte_ * 1e9,
-           "response_copy_ns_per_byte": None if est.response_copy_s_per_byte_ is None
-           else est.response_copy_s_per_byte_ * 1e9,
-           "pingpong": {"latency_us": ping["latency_s"] * 1e6, "bandwidth_GB_per_s": ping["bandwidth_B_per_s"] / 1e9,
-                        "quality": ping["quality"], "bytes_range": list(ping["bytes_range"])},
-           "update_bandwidth_GB_per_s": None if est.update_bandwidth_B_per_s_ is None
-           else est.update_bandwidth_B_per_s_ / 1e9,
-           "quality": est.quality_, "bytes_range": list(est.bytes_range_)}
+    out = {
+        "latency_us": est.latency_s_ * 1e6,
+        "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9,
+        "worker_bandwidth_GB_per_s": None
+        if est.worker_bandwidth_B_per_s_ is None
+        else est.worker_bandwidth_B_per_s_ / 1e9,
+        "transport": est.transport_,
+        "receive_fault_ns_per_byte": None
+        if est.receive_fault_s_per_byte_ is None
+        else est.receive_fault_s_per_byte_ * 1e9,
+        "response_copy_ns_per_byte": None
+        if est.response_copy_s_per_byte_ is None
+        else est.response_copy_s_per_byte_ * 1e9,
+        "pingpong": {
+            "latency_us": ping["latency_s"] * 1e6,
+            "bandwidth_GB_per_s": ping["bandwidth_B_per_s"] / 1e9,
+            "quality": ping["quality"],
+            "bytes_range": list(ping["bytes_range"]),
+        },
+        "update_bandwidth_GB_per_s": None
+        if est.update_bandwidth_B_per_s_ is None
+        else est.update_bandwidth_B_per_s_ / 1e9,
+        "quality": est.quality_,
+        "bytes_range": list(est.bytes_range_),
+    }
     if est.transport_ == "rpc":
         out["rpc_workers"] = est.workers_
         out["server_side_measured"] = est.server_side_measured_
@@ -368,11 +439,16 @@ def strategy_points(st: StageRecords) -> dict[str, dict]:
         workers = [r for r in recs if r.get("role", "worker") == "worker"]
         if not workers:
             continue
-        out[key] = {"variant": variant, "step_s": statistics.median(r["step_s"] for r in workers),
-                    "peak_bytes": max(r.get("peak_bytes", 0) for r in recs),
-                    "memory_kind": recs[0].get("memory_kind"),
-                    "model": recs[0]["model"], "dataset": recs[0]["dataset"], "batch": recs[0]["batch"],
-                    "iters": recs[0]["iters"]}
+        out[key] = {
+            "variant": variant,
+            "step_s": statistics.median(r["step_s"] for r in workers),
+            "peak_bytes": max(r.get("peak_bytes", 0) for r in recs),
+            "memory_kind": recs[0].get("memory_kind"),
+            "model": recs[0]["model"],
+            "dataset": recs[0]["dataset"],
+            "batch": recs[0]["batch"],
+            "iters": recs[0]["iters"],
+        }
         # The profiled step's copy ops (calibration/strategies.py profiled_step; older runs lack
         # it), mean of the ranks: what simdl.calibrate.in_step.CopyFit fits.
         prof = [r["profiled_step"] for r in workers if r.get("profiled_step")]

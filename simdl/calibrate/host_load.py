@@ -92,10 +92,15 @@ class CpuShare:
         return self.others_cores > BUSY_CORES
 
     def to_dict(self) -> dict:
-        return {"wall_s": round(self.wall_s, 3), "host_busy_cpu_s": round(self.host_busy_s, 3),
-                "own_cpu_s": round(self.own_s, 3), "others_cpu_s": round(self.others_s, 3),
-                "others_cores": round(self.others_cores, 3), "steal_cores": round(self.steal_cores, 3),
-                "cores": self.cores}
+        return {
+            "wall_s": round(self.wall_s, 3),
+            "host_busy_cpu_s": round(self.host_busy_s, 3),
+            "own_cpu_s": round(self.own_s, 3),
+            "others_cpu_s": round(self.others_s, 3),
+            "others_cores": round(self.others_cores, 3),
+            "steal_cores": round(self.steal_cores, 3),
+            "cores": self.cores,
+        }
 
 
 class CpuMeter:
@@ -104,9 +109,14 @@ class CpuMeter:
     in RUSAGE_CHILDREN yet, so it would count as another's). ``stop()`` is None where the
     host's counters cannot be read (not Linux)."""
 
-    def __init__(self, *, ticks: Callable[[], tuple[float, float] | None] = host_ticks,
-                 own: Callable[[], float] = own_cpu_s, clock: Callable[[], float] = time.monotonic,
-                 cores: int | None = None):
+    def __init__(
+        self,
+        *,
+        ticks: Callable[[], tuple[float, float] | None] = host_ticks,
+        own: Callable[[], float] = own_cpu_s,
+        clock: Callable[[], float] = time.monotonic,
+        cores: int | None = None,
+    ):
         self._ticks, self._own, self._clock = ticks, own, clock
         self.cores = cores or os.cpu_count() or 1
         self._t0, self._h0, self._o0 = clock(), ticks(), own()
@@ -115,8 +125,13 @@ class CpuMeter:
         h1, o1, t1 = self._ticks(), self._own(), self._clock()
         if h1 is None or self._h0 is None:
             return None
-        return CpuShare(wall_s=t1 - self._t0, host_busy_s=h1[0] - self._h0[0], own_s=o1 - self._o0,
-                        steal_s=h1[1] - self._h0[1], cores=self.cores)
+        return CpuShare(
+            wall_s=t1 - self._t0,
+            host_busy_s=h1[0] - self._h0[0],
+            own_s=o1 - self._o0,
+            steal_s=h1[1] - self._h0[1],
+            cores=self.cores,
+        )
 
 
 def process_cpu(proc: str = "/proc") -> dict[int, tuple[str, float]]:
@@ -124,8 +139,13 @@ def process_cpu(proc: str = "/proc") -> dict[int, tuple[str, float]]:
     return {pid: (comm, (int(f[11]) + int(f[12])) / HZ) for pid, comm, f in proc_stats(proc)}
 
 
-def busiest(before: dict[int, tuple[str, float]], after: dict[int, tuple[str, float]], wall_s: float,
-            exclude: frozenset[int] | set[int] = frozenset(), n: int = 3) -> list[dict]:
+def busiest(
+    before: dict[int, tuple[str, float]],
+    after: dict[int, tuple[str, float]],
+    wall_s: float,
+    exclude: frozenset[int] | set[int] = frozenset(),
+    n: int = 3,
+) -> list[dict]:
     """The ``n`` processes that used the most CPU between two :func:`process_cpu` readings."""
     rows: list[dict[str, Any]] = []
     for pid, (comm, cpu) in after.items():
@@ -143,10 +163,17 @@ def describe(reading: dict) -> str:
     return f"other processes used {reading['others_cores']:.2f} cores" + (f" ({top})" if top else "")
 
 
-def wait_for_quiet(max_wait_s: float, *, window_s: float = 2.0, threshold: float = BUSY_CORES,
-                   what: str = "measuring", out=sys.stderr, sleep: Callable[[float], None] = time.sleep,
-                   meter: Callable[[], CpuMeter] = CpuMeter,
-                   processes: Callable[[], dict[int, tuple[str, float]]] = process_cpu) -> dict:
+def wait_for_quiet(
+    max_wait_s: float,
+    *,
+    window_s: float = 2.0,
+    threshold: float = BUSY_CORES,
+    what: str = "measuring",
+    out=sys.stderr,
+    sleep: Callable[[float], None] = time.sleep,
+    meter: Callable[[], CpuMeter] = CpuMeter,
+    processes: Callable[[], dict[int, tuple[str, float]]] = process_cpu,
+) -> dict:
     """Measure others' CPU over ``window_s``; while it is above ``threshold`` cores, say so
     once and measure again, for up to ``max_wait_s`` seconds. Returns the last reading:
     ``{"others_cores", "steal_cores", "busiest", "waited_s", "quiet"}`` (``quiet`` None where
@@ -159,20 +186,35 @@ def wait_for_quiet(max_wait_s: float, *, window_s: float = 2.0, threshold: float
         sleep(window_s)
         share = m.stop()
         if share is None:
-            return {"others_cores": None, "steal_cores": None, "busiest": [], "waited_s": round(waited, 1),
-                    "quiet": None}
-        reading = {"others_cores": round(share.others_cores, 3), "steal_cores": round(share.steal_cores, 3),
-                   "busiest": busiest(procs, processes(), share.wall_s, exclude=me),
-                   "waited_s": round(waited, 1), "quiet": share.others_cores <= threshold}
+            return {
+                "others_cores": None,
+                "steal_cores": None,
+                "busiest": [],
+                "waited_s": round(waited, 1),
+                "quiet": None,
+            }
+        reading = {
+            "others_cores": round(share.others_cores, 3),
+            "steal_cores": round(share.steal_cores, 3),
+            "busiest": busiest(procs, processes(), share.wall_s, exclude=me),
+            "waited_s": round(waited, 1),
+            "quiet": share.others_cores <= threshold,
+        }
         if reading["quiet"] or waited >= max_wait_s:
             if not reading["quiet"]:
                 after = f" after waiting {waited:.0f} s" if waited else ""
-                print(f"warning: the machine is busy{after}: {describe(reading)}; {what} anyway "
-                      "(the record says so)", file=out, flush=True)
+                print(
+                    f"warning: the machine is busy{after}: {describe(reading)}; {what} anyway (the record says so)",
+                    file=out,
+                    flush=True,
+                )
             return reading
         if not said:
-            print(f"the machine is busy: {describe(reading)}; waiting up to {max_wait_s:.0f} s before "
-                  f"{what}", file=out, flush=True)
+            print(
+                f"the machine is busy: {describe(reading)}; waiting up to {max_wait_s:.0f} s before {what}",
+                file=out,
+                flush=True,
+            )
             said = True
         waited += share.wall_s
 

@@ -75,8 +75,10 @@ def summarise(calls: dict, idle: Callable[[str, float], float], model: Callable[
         per["transfer_over_idle"] = per["transfer_s"] / per["idle_s"] if per["idle_s"] > 0 else None
         per["model_over_in_call"] = per["model_s"] / per["in_call_s"] if per["in_call_s"] > 0 else None
         out[coll] = per
-    total = {k: sum(v[k] for v in out.values()) for k in ("calls", "in_call_s", "transfer_s", "waiting_s", "idle_s",
-                                                          "model_s")}
+    total = {
+        k: sum(v[k] for v in out.values())
+        for k in ("calls", "in_call_s", "transfer_s", "waiting_s", "idle_s", "model_s")
+    }
     total["transfer_over_idle"] = total["transfer_s"] / total["idle_s"] if total["idle_s"] > 0 else None
     total["model_over_in_call"] = total["model_s"] / total["in_call_s"] if total["in_call_s"] > 0 else None
     return {"per_step": out, "total": total}
@@ -109,8 +111,7 @@ class BlockingFit:
         if len(models) > 1:
             for model in models:
                 factors, wait = self._solve([m for m in rows if m["model"] != model])
-                self.held_out_[model] = {
-                    m["key"]: self._check(m, factors, wait) for m in rows if m["model"] == model}
+                self.held_out_[model] = {m["key"]: self._check(m, factors, wait) for m in rows if m["model"] == model}
         return self
 
     def _solve(self, rows) -> tuple[dict, float]:
@@ -173,6 +174,10 @@ class CopyFit:
         if len(models) > 1:
             for model in models:
                 c = self._solve([p for p in pts if p["model"] != model])
-                self.held_out_[model] = {"factor": c, "rel_errors": {
-                    p["key"]: c * p["predicted_s"] / p["measured_s"] - 1.0 for p in pts if p["model"] == model}}
+                self.held_out_[model] = {
+                    "factor": c,
+                    "rel_errors": {
+                        p["key"]: c * p["predicted_s"] / p["measured_s"] - 1.0 for p in pts if p["model"] == model
+                    },
+                }
         return self

@@ -86,6 +86,8 @@ def noise_warning(sigma: float | None) -> str:
     """'' for a quiet machine, else one sentence for calibration and validation reports."""
     if sigma is None or not sigma > NOISY_SIGMA:
         return ""
-    return (f"this machine's steps wander: compute jitter {sigma:.3f} (robust sd of log step time, "
-            f"simdl.calibrate.jitter) is above {NOISY_SIGMA:g}, so one run cannot check a prediction to better "
-            f"than about {100 * sigma:.0f} %; repeat the validation runs and pool them (`simdl report --repeats`)")
+    return (
+        f"this machine's steps wander: compute jitter {sigma:.3f} (robust sd of log step time, "
+        f"simdl.calibrate.jitter) is above {NOISY_SIGMA:g}, so one run cannot check a prediction to better "
+        f"than about {100 * sigma:.0f} %; repeat the validation runs and pool them (`simdl report --repeats`)"
+    )

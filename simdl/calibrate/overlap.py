@@ -36,8 +36,14 @@ from typing import Callable, Iterable, Mapping
 import numpy as np
 from scipy.optimize import least_squares
 
-PARAMS = ("comm_compute_interference", "collective_load_factor", "collective_load_factor_all_reduce",
-          "collective_load_half_size_MiB", "collective_load_overhead_us", "fsdp_unit_overhead_us")
+PARAMS = (
+    "comm_compute_interference",
+    "collective_load_factor",
+    "collective_load_factor_all_reduce",
+    "collective_load_half_size_MiB",
+    "collective_load_overhead_us",
+    "fsdp_unit_overhead_us",
+)
 
 
 class StrategyStepFit:
@@ -55,8 +61,13 @@ class StrategyStepFit:
 
     # k up to 5 (the profile accepts 20): CPU fits capped at 1 stop on the cap. f and f_ar up
     # to 10, as the profile accepts; a up to 20 ms per call, u up to 50 ms per unit.
-    def __init__(self, *, bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02), (0.0, 0.05)),
-                 held_out: bool = True, fixed: Mapping[int, float] | None = None):
+    def __init__(
+        self,
+        *,
+        bounds=((0.0, 5.0), (1.0, 10.0), (1.0, 10.0), (1e6, 3e9), (0.0, 0.02), (0.0, 0.05)),
+        held_out: bool = True,
+        fixed: Mapping[int, float] | None = None,
+    ):
         self.bounds = bounds
         self.held_out = held_out
         # theta index -> value held there: a parameter no measured step depends on (f where
@@ -91,8 +102,12 @@ class StrategyStepFit:
         best = None
         for x0 in ((1.0, 2.0, 2.0, 7.0, 1.0, 1.0), (0.5, 3.0, 4.0, 6.0, 2.0, 0.0), (1.0, 2.0, 4.0, 8.0, 0.0, 3.0)):
             x0 = np.clip(np.array(x0), lo, hi)[free]
-            sol = least_squares(lambda zf: self._resid(self._theta(full(zf)), pts, predict), x0,
-                                bounds=(lo[free], hi[free]), diff_step=1e-3)
+            sol = least_squares(
+                lambda zf: self._resid(self._theta(full(zf)), pts, predict),
+                x0,
+                bounds=(lo[free], hi[free]),
+                diff_step=1e-3,
+            )
             if best is None or sol.cost < best.cost:
                 best = sol
         assert best is not None  # the loop above runs three starts
@@ -103,8 +118,14 @@ class StrategyStepFit:
         if not pts:
             raise ValueError("StrategyStepFit needs at least one measured step")
         theta = self._solve(pts, predict)
-        (self.interference_, self.load_factor_, self.load_factor_all_reduce_, self.load_half_size_bytes_,
-         self.load_overhead_s_, self.unit_overhead_s_) = (float(v) for v in theta)
+        (
+            self.interference_,
+            self.load_factor_,
+            self.load_factor_all_reduce_,
+            self.load_half_size_bytes_,
+            self.load_overhead_s_,
+            self.unit_overhead_s_,
+        ) = (float(v) for v in theta)
         self.residuals_ = self._resid(theta, pts, predict)
         self.at_bounds_ = self._at_bounds(theta)
         self.errors_before_ = self._resid((0.0, 1.0, 1.0, 1e9, 0.0, 0.0), pts, predict)
@@ -143,10 +164,23 @@ class StrategyStepFit:
     def _params_of(theta) -> dict:
         """theta (k, f, f_ar, h bytes, a s, u s) as the profile's keys and units."""
         k, f, far, h, a, u = (float(v) for v in theta)
-        return {"comm_compute_interference": k, "collective_load_factor": f, "collective_load_factor_all_reduce": far,
-                "collective_load_half_size_MiB": h / 2**20, "collective_load_overhead_us": a * 1e6,
-                "fsdp_unit_overhead_us": u * 1e6}
+        return {
+            "comm_compute_interference": k,
+            "collective_load_factor": f,
+            "collective_load_factor_all_reduce": far,
+            "collective_load_half_size_MiB": h / 2**20,
+            "collective_load_overhead_us": a * 1e6,
+            "fsdp_unit_overhead_us": u * 1e6,
+        }
 
     def params(self) -> dict:
-        return self._params_of((self.interference_, self.load_factor_, self.load_factor_all_reduce_,
-                                self.load_half_size_bytes_, self.load_overhead_s_, self.unit_overhead_s_))
+        return self._params_of(
+            (
+                self.interference_,
+                self.load_factor_,
+                self.load_factor_all_reduce_,
+                self.load_half_size_bytes_,
+                self.load_overhead_s_,
+                self.unit_overhead_s_,
+            )
+        )

@@ -34,7 +34,7 @@ def proc_stats(proc: str = "/proc") -> list[tuple[int, str, list[str]]]:
         except OSError:
             continue  # exited meanwhile
         # "pid (comm) state ppid ...": comm may hold spaces and parentheses, so split after the last ')'
-        out.append((int(name), stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()))
+        out.append((int(name), stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :].split()))
     return out
 
 

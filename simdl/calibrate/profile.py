@@ -50,6 +50,8 @@ from .profile_parts import (  # noqa: F401  (re-exported: tests and callers impo
     gpu_file_for,
     provenance,
 )
+from .profile_ps import pingpong_latency, ps_servers_section
+from .profile_steps import strategy_sections
 from .profile_write import (  # noqa: F401
     _Dumper,
     _kept_from_base,
@@ -59,8 +61,6 @@ from .profile_write import (  # noqa: F401
     _summary,
     write_profile,
 )
-from .profile_ps import pingpong_latency, ps_servers_section
-from .profile_steps import strategy_sections
 from .records import STAGES
 
 
@@ -103,20 +103,36 @@ def _read_run(run_dir: Path, settings: dict, gpu: str | None) -> CalibrationRun:
     per_node = int(prov["ranks_per_node"] or 1)
     shared = gpu_spec.is_cpu
     return CalibrationRun(
-        run_dir=run_dir, stages=stages, prov=prov, ran=set(settings.get("stages") or STAGES), gpu=gpu,
-        gpu_spec=gpu_spec, base=base_preset_for(gpu), per_node=per_node, nodes=int(prov["nodes"] or 1),
-        shared=shared, share=1.0 / per_node if shared else 1.0,
-        tag=f"simdl calibrate run {run_dir.name} ({_dates(prov)}, {', '.join(prov['host'])})")
+        run_dir=run_dir,
+        stages=stages,
+        prov=prov,
+        ran=set(settings.get("stages") or STAGES),
+        gpu=gpu,
+        gpu_spec=gpu_spec,
+        base=base_preset_for(gpu),
+        per_node=per_node,
+        nodes=int(prov["nodes"] or 1),
+        shared=shared,
+        share=1.0 / per_node if shared else 1.0,
+        tag=f"simdl calibrate run {run_dir.name} ({_dates(prov)}, {', '.join(prov['host'])})",
+    )
 
 
-def _provisional_profile(run: CalibrationRun, name: str, intra: dict, eff: dict, ps_section: dict | None,
-                         host_extra: dict, compute_profile: dict | None) -> dict[str, Any]:
+def _provisional_profile(
+    run: CalibrationRun,
+    name: str,
+    intra: dict,
+    eff: dict,
+    ps_section: dict | None,
+    host_extra: dict,
+    compute_profile: dict | None,
+) -> dict[str, Any]:
     """The profile the strategies stage is fitted against: this run's sections, the rest the base's."""
     prov, base, nodes, per_node = run.prov, run.base, run.nodes, run.per_node
     profile: dict[str, Any] = {
         "name": name,
         "description": f"Calibrated by simdl calibrate on {', '.join(prov['host'])}: {nodes} node(s) x {per_node} "
-                       f"rank(s), {prov['devices'][0]}, {prov['backend']}",
+        f"rank(s), {prov['devices'][0]}, {prov['backend']}",
         "gpu": run.gpu,
         "gpus_per_node": per_node,
         "nodes": nodes,
@@ -148,8 +164,10 @@ def _provisional_profile(run: CalibrationRun, name: str, intra: dict, eff: dict,
         # named relative to the preset's folder, so the new profile names it absolutely.
         cp = base["compute_profile"]
         f = cp["file"] if isinstance(cp, dict) else cp
-        profile["compute_profile"] = dict(cp if isinstance(cp, dict) else {"file": f},
-                                          file=str((CLUSTER_DIR / f).resolve()) if not Path(f).is_absolute() else f)
+        profile["compute_profile"] = dict(
+            cp if isinstance(cp, dict) else {"file": f},
+            file=str((CLUSTER_DIR / f).resolve()) if not Path(f).is_absolute() else f,
+        )
     if profile["max_nodes"] is not None and profile["max_nodes"] > 1 and "inter_node" not in profile:
         profile["max_nodes"] = 1
     if nodes == 1 and "inter_node" not in profile:
@@ -167,23 +185,41 @@ def _finish(run: CalibrationRun, profile: dict, report: dict) -> None:
     kept_note = ""
     if kept_from:
         bp = kept_from["provenance"]
-        kept_note = (f" Only the {', '.join(st for st in STAGES if st in ran)} stage(s) ran here; the values the "
-                     f"{', '.join(kept)} stage(s) measure are kept from the base profile "
-                     f"'{kept_from['profile']}'" + (f" (calibrated {bp.get('date')} on {', '.join(bp.get('devices', []))})"
-                                                    if bp else "") + ", with their fit records (calibration.kept_from_base).")
-        profile["description"] += (f"; {', '.join(st for st in STAGES if st in ran)} stage(s) only, the "
-                                   f"{', '.join(kept)} values kept from '{kept_from['profile']}'"
-                                   + (f" ({', '.join(bp.get('devices', []))})" if bp else ""))
-    threads = f" Each rank ran {prov['threads_per_rank']} thread(s)" + (f" ({prov['threads_note']})" if prov["threads_note"] else "") + "."
-    profile["notes"] = (f"Written by `simdl calibrate` from {run.run_dir}. Values of kind 'calibrated' were fitted to "
-                        f"measurements of this machine; others come from the base preset '{base.get('name', '?')}'."
-                        + kept_note + threads + _busy_note(prov))
+        kept_note = (
+            f" Only the {', '.join(st for st in STAGES if st in ran)} stage(s) ran here; the values the "
+            f"{', '.join(kept)} stage(s) measure are kept from the base profile "
+            f"'{kept_from['profile']}'"
+            + (f" (calibrated {bp.get('date')} on {', '.join(bp.get('devices', []))})" if bp else "")
+            + ", with their fit records (calibration.kept_from_base)."
+        )
+        profile["description"] += (
+            f"; {', '.join(st for st in STAGES if st in ran)} stage(s) only, the "
+            f"{', '.join(kept)} values kept from '{kept_from['profile']}'"
+            + (f" ({', '.join(bp.get('devices', []))})" if bp else "")
+        )
+    threads = (
+        f" Each rank ran {prov['threads_per_rank']} thread(s)"
+        + (f" ({prov['threads_note']})" if prov["threads_note"] else "")
+        + "."
+    )
+    profile["notes"] = (
+        f"Written by `simdl calibrate` from {run.run_dir}. Values of kind 'calibrated' were fitted to "
+        f"measurements of this machine; others come from the base preset '{base.get('name', '?')}'."
+        + kept_note
+        + threads
+        + _busy_note(prov)
+    )
     profile["calibration"] = _summary(report)
     base_cal = base.get("calibration") or {}
     if kept_from:
         # Values of stages not run here came from the base profile: so do their fit records.
-        for key, stage in (("collectives", "collectives"), ("compute", "compute"), ("ps", "ps"),
-                           ("strategy_fit", "strategies"), ("strategy_steps_measured", "strategies")):
+        for key, stage in (
+            ("collectives", "collectives"),
+            ("compute", "compute"),
+            ("ps", "ps"),
+            ("strategy_fit", "strategies"),
+            ("strategy_steps_measured", "strategies"),
+        ):
             if stage in kept and key in base_cal:
                 profile["calibration"][key] = copy.deepcopy(base_cal[key])
         profile["calibration"]["kept_from_base"] = kept_from
@@ -195,8 +231,16 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     report: dict[str, Any] = {"provenance": run.prov}
     coll = F.fit_collectives(run.stages["collectives"]) if run.measured("collectives") else {}
     report["collectives"] = coll
-    intra, eff, joint = collective_sections(coll, run.base, shared=run.shared, tag=run.tag, prov=run.prov,
-                                            ran=run.ran, per_node=run.per_node, nodes=run.nodes)
+    intra, eff, joint = collective_sections(
+        coll,
+        run.base,
+        shared=run.shared,
+        tag=run.tag,
+        prov=run.prov,
+        ran=run.ran,
+        per_node=run.per_node,
+        nodes=run.nodes,
+    )
     ps = F.fit_ps(run.stages["ps"]) if run.measured("ps") else None
     if run.shared and ps:
         intra["latency_us"] = pingpong_latency(run, ps)
@@ -210,9 +254,16 @@ def build_profile(run_dir: Path, settings: dict, *, name: str, gpu: str | None =
     compute_profile = measured_compute_profile(run, rows)
     report["ps"] = ps
     profile = _provisional_profile(run, name, intra, eff, ps_servers_section(run, ps), host_extra, compute_profile)
-    strategy_sections(run, profile, report, compute_fitted=est is not None or bool(rows), joint=joint,
-                      blocking_from_calls=BLOCKING_FROM_CALLS, fit_unit_overhead=FIT_FSDP_UNIT_OVERHEAD,
-                      write_copy_factor=COPY_FACTOR_FROM_PROFILED_STEPS)
+    strategy_sections(
+        run,
+        profile,
+        report,
+        compute_fitted=est is not None or bool(rows),
+        joint=joint,
+        blocking_from_calls=BLOCKING_FROM_CALLS,
+        fit_unit_overhead=FIT_FSDP_UNIT_OVERHEAD,
+        write_copy_factor=COPY_FACTOR_FROM_PROFILED_STEPS,
+    )
     _finish(run, profile, report)
     # The profile must load: validate now, with a one-line error naming the bad key.
     with tempfile.TemporaryDirectory() as td:

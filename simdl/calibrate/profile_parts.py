@@ -22,9 +22,15 @@ from .profile_write import write_profile
 _RPC_TRANSPORTS = ("uv",)
 
 GPU_NAME_MAP = (  # substring of torch.cuda.get_device_name() -> shipped GPU file
-    ("A100-SXM4-80GB", "A100-SXM4-80GB"), ("A100-SXM4-40GB", "A100-SXM4-40GB"),
-    ("A100 80GB PCIe", "A100-PCIe-80GB"), ("A100-PCIE-80GB", "A100-PCIe-80GB"),
-    ("H200", "H200"), ("H100 PCIe", "H100-PCIe"), ("H100", "H100-SXM"), ("A10G", "A10G"), ("V100", "V100-SXM2"),
+    ("A100-SXM4-80GB", "A100-SXM4-80GB"),
+    ("A100-SXM4-40GB", "A100-SXM4-40GB"),
+    ("A100 80GB PCIe", "A100-PCIe-80GB"),
+    ("A100-PCIE-80GB", "A100-PCIe-80GB"),
+    ("H200", "H200"),
+    ("H100 PCIe", "H100-PCIe"),
+    ("H100", "H100-SXM"),
+    ("A10G", "A10G"),
+    ("V100", "V100-SXM2"),
 )
 
 
@@ -36,8 +42,10 @@ def gpu_file_for(device: str, caches: dict[str, str] | None = None) -> str:
     for needle, name in GPU_NAME_MAP:
         if needle.lower() in device.lower():
             return name
-    raise SimdlError(f"no GPU file matches device {device!r}; give --gpu NAME (one of the files in "
-                     "simdl/cluster/data/gpus) or a path to a GPU YAML with its peaks")
+    raise SimdlError(
+        f"no GPU file matches device {device!r}; give --gpu NAME (one of the files in "
+        "simdl/cluster/data/gpus) or a path to a GPU YAML with its peaks"
+    )
 
 
 def _val(value: float, source: str, kind: str = "calibrated") -> dict[str, Any]:
@@ -59,20 +67,36 @@ def _regimes_section(per: dict, tag: str, prov: dict, link_GB_per_s: float) -> d
     hi = max(per[c]["bytes_range"][1] for c in fits)
     quality = "; ".join(
         f"{c}: {r['n_regimes']} regime(s), fit median |err| {r['quality']['median_abs_rel_error']:.3f}"
-        + (f", held-out sizes {r['held_out']['within_10pct']}/{r['held_out']['n']} within 10 % (median "
-           f"{r['held_out']['median_abs_rel_error']:.3f}, max {r['held_out']['max_abs_rel_error']:.3f})"
-           if r.get("held_out") else "") for c, r in fits.items())
-    source = (f"{tag}: {prov['backend']} {', '.join(fits)} at {n} ranks, {lo}-{hi} B, {v0['passes']} pass(es); "
-              "a size's time is the 25th percentile of its chunks; piecewise ring alpha-beta fitted per collective "
-              "(simdl.calibrate.regimes: Huber NNLS per regime, regimes by dynamic programming, their number by "
-              "cross-validation), regime looked up by bytes per ring step (m/n; m for broadcast), overhead = the "
-              "same call on a one-rank group; "
-              + ("all_gather and reduce_scatter step at the 32 MiB mmap threshold where a gap holds it (gloo's "
-                 "whole-message temporary, simdl.collectives.regimes); " if prov["backend"] == "gloo" else "")
-              + f"held-out check refits without every third size and the largest: {quality}")
-    return {"kind": "calibrated", "source": source, "link_GB_per_s": link_GB_per_s,
-            "collectives": {c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]}
-                            for c, r in fits.items()}}
+        + (
+            f", held-out sizes {r['held_out']['within_10pct']}/{r['held_out']['n']} within 10 % (median "
+            f"{r['held_out']['median_abs_rel_error']:.3f}, max {r['held_out']['max_abs_rel_error']:.3f})"
+            if r.get("held_out")
+            else ""
+        )
+        for c, r in fits.items()
+    )
+    source = (
+        f"{tag}: {prov['backend']} {', '.join(fits)} at {n} ranks, {lo}-{hi} B, {v0['passes']} pass(es); "
+        "a size's time is the 25th percentile of its chunks; piecewise ring alpha-beta fitted per collective "
+        "(simdl.calibrate.regimes: Huber NNLS per regime, regimes by dynamic programming, their number by "
+        "cross-validation), regime looked up by bytes per ring step (m/n; m for broadcast), overhead = the "
+        "same call on a one-rank group; "
+        + (
+            "all_gather and reduce_scatter step at the 32 MiB mmap threshold where a gap holds it (gloo's "
+            "whole-message temporary, simdl.collectives.regimes); "
+            if prov["backend"] == "gloo"
+            else ""
+        )
+        + f"held-out check refits without every third size and the largest: {quality}"
+    )
+    return {
+        "kind": "calibrated",
+        "source": source,
+        "link_GB_per_s": link_GB_per_s,
+        "collectives": {
+            c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]} for c, r in fits.items()
+        },
+    }
 
 
 def _subgroup_sections(coll: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any]:
@@ -88,8 +112,9 @@ def _subgroup_sections(coll: dict, tag: str, prov: dict, link_GB_per_s: float) -
         if section:
             d = int(m.group(1))
             groups = int(prov["ranks_per_node"] or d) // d
-            section["source"] = (f"groups of {d} consecutive ranks, the node's {groups} groups calling at once; "
-                                 + section["source"])
+            section["source"] = (
+                f"groups of {d} consecutive ranks, the node's {groups} groups calling at once; " + section["source"]
+            )
             out[str(d)] = section
     return out
 
@@ -101,8 +126,11 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
     h0 = headers[0]
     loads = [h["loadavg"][0] for h in headers if h.get("loadavg")]
     # When each stage was measured (a resumed run, or a stage measured again, spans days).
-    stage_dates = {name: min(h["date"] for h in st.headers.values() if h.get("date"))
-                   for name, st in stages.items() if any(h.get("date") for h in st.headers.values())}
+    stage_dates = {
+        name: min(h["date"] for h in st.headers.values() if h.get("date"))
+        for name, st in stages.items()
+        if any(h.get("date") for h in st.headers.values())
+    }
     dates = sorted(set(stage_dates.values()))
     return {
         "tool": "simdl calibrate",
@@ -113,7 +141,9 @@ def provenance(stages: dict, settings: dict, run_dir: Path) -> dict[str, Any]:
         "devices": sorted({h["device"] for h in headers}),
         "backend": h0.get("backend"),
         "versions": h0.get("versions"),
-        "ranks": h0.get("world"), "nodes": h0.get("nodes"), "ranks_per_node": h0.get("local_world"),
+        "ranks": h0.get("world"),
+        "nodes": h0.get("nodes"),
+        "ranks_per_node": h0.get("local_world"),
         "threads_per_rank": h0.get("threads"),
         "threads_note": h0.get("threads_note") or "",
         "cpu_count": h0.get("cpu_count"),
@@ -141,24 +171,34 @@ def _busy_note(prov: dict) -> str:
     loads = ", ".join(str(b["loadavg"][0]) for b in before)
     others = [(b.get("host_cpu") or {}).get("others_cores") for b in before]
     if before and all(o is not None for o in others):
-        said = (f"other processes used {', '.join(f'{o:.2f}' for o in others)} cores over the seconds before the "
-                f"ranks started (simdl.calibrate.host_load; 1-min load average {loads})")
-        text = (f" The machine was busy when calibration started: {said}; timings include contention."
-                if prov["machine_busy"] else f" The machine was otherwise idle when calibration started: {said}.")
+        said = (
+            f"other processes used {', '.join(f'{o:.2f}' for o in others)} cores over the seconds before the "
+            f"ranks started (simdl.calibrate.host_load; 1-min load average {loads})"
+        )
+        text = (
+            f" The machine was busy when calibration started: {said}; timings include contention."
+            if prov["machine_busy"]
+            else f" The machine was otherwise idle when calibration started: {said}."
+        )
     elif before:
-        text = (" Other processes were using the machine when calibration started (1-min load average "
-                "above 0.5 before the ranks started): timings include contention." if prov["machine_busy"]
-                else f" The machine was otherwise idle when calibration started (1-min load average {loads} "
-                     "before the ranks started).")
+        text = (
+            " Other processes were using the machine when calibration started (1-min load average "
+            "above 0.5 before the ranks started): timings include contention."
+            if prov["machine_busy"]
+            else f" The machine was otherwise idle when calibration started (1-min load average {loads} "
+            "before the ranks started)."
+        )
     else:
         text = ""
     from .host_load import BUSY_CORES
 
     busy = {k: v for k, v in (prov.get("others_cores_by_stage") or {}).items() if v > BUSY_CORES}
     if busy:
-        text += (" Other processes took CPU during the measurements: "
-                 + ", ".join(f"{v:.2f} cores on average during the {k} stage" for k, v in busy.items())
-                 + "; those stages' timings include that contention.")
+        text += (
+            " Other processes took CPU during the measurements: "
+            + ", ".join(f"{v:.2f} cores on average during the {k} stage" for k, v in busy.items())
+            + "; those stages' timings include that contention."
+        )
     return text
 
 
@@ -193,8 +233,11 @@ def _allocator_thresholds(env: dict[str, str], run: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for var, key in _ALLOCATOR_THRESHOLDS.items():
         if var in env:
-            out[key] = {"value": round(int(env[var]) / MiB, 6), "kind": "framework",
-                        "source": f"the ranks' environment in run {run}: {var}={env[var]} (mallopt(3))"}
+            out[key] = {
+                "value": round(int(env[var]) / MiB, 6),
+                "kind": "framework",
+                "source": f"the ranks' environment in run {run}: {var}={env[var]} (mallopt(3))",
+            }
     return out
 
 
@@ -219,8 +262,17 @@ def _step_kwargs(m: dict, ranks: int) -> dict:
 
     name, fixed = registry.split_label(m["variant"])
     family = registry.get(name)
-    kw = dict(model=m["model"], strategy=name, gpus=ranks, dataset=m["dataset"],
-              batch_size=m["batch"], optimizer="momentum", precision="fp32", loader_workers=0, **fixed)
+    kw = dict(
+        model=m["model"],
+        strategy=name,
+        gpus=ranks,
+        dataset=m["dataset"],
+        batch_size=m["batch"],
+        optimizer="momentum",
+        precision="fp32",
+        loader_workers=0,
+        **fixed,
+    )
     if family.applies("wrap", name):
         kw["wrap"] = "block"
     if family.applies("reshard_root", name):
@@ -255,8 +307,9 @@ def _copy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
         if m.get("skipped") or m.get("copies_s") is None or local is None or not _spmd_variant(v):
             continue
         predicted = predict(cluster=spec, **_step_kwargs(m, ranks)).step_split_s["copies"]
-        pts.append({"key": key, "model": m["model"], "measured_s": max(m["copies_s"] - local, 0.0),
-                    "predicted_s": predicted})
+        pts.append(
+            {"key": key, "model": m["model"], "measured_s": max(m["copies_s"] - local, 0.0), "predicted_s": predicted}
+        )
     try:
         return CopyFit().fit(pts) if pts else None
     except ValueError:
@@ -278,8 +331,17 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
         if m.get("skipped") or not _spmd_variant(v):
             continue
         local = strat.get(f"local/{m['model']}/{m['batch']}", {}).get("step_s")
-        pts.append({"key": key, "variant": v, "model": m["model"], "batch": m["batch"], "measured_s": m["step_s"],
-                    "measured_local_s": local, "kwargs": _step_kwargs(m, ranks)})
+        pts.append(
+            {
+                "key": key,
+                "variant": v,
+                "model": m["model"],
+                "batch": m["batch"],
+                "measured_s": m["step_s"],
+                "measured_local_s": local,
+                "kwargs": _step_kwargs(m, ranks),
+            }
+        )
     if not pts:
         return None, []
     cache: dict = {}
@@ -287,13 +349,21 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
     def spec_for(theta):
         key = k, f, far, h, a, u = tuple(float(f"{float(x):.9g}") for x in theta)
         if key not in cache:
+
             def src(what):
                 return Sourced(what, "assumed", "candidate of the strategy fit")
-            eff = dataclasses.replace(spec.efficiency, comm_compute_interference=src(k),
-                                      collective_load_factor=src(f), collective_load_factor_all_reduce=src(far),
-                                      collective_load_half_size=src(h), collective_load_overhead=src(a))
-            cache[key] = dataclasses.replace(spec, efficiency=eff, strategies=spec.strategies.with_fsdp(
-                unit_overhead=src(u) if u else None))
+
+            eff = dataclasses.replace(
+                spec.efficiency,
+                comm_compute_interference=src(k),
+                collective_load_factor=src(f),
+                collective_load_factor_all_reduce=src(far),
+                collective_load_half_size=src(h),
+                collective_load_overhead=src(a),
+            )
+            cache[key] = dataclasses.replace(
+                spec, efficiency=eff, strategies=spec.strategies.with_fsdp(unit_overhead=src(u) if u else None)
+            )
         return cache[key]
 
     def pred(theta, p):
@@ -327,9 +397,15 @@ def _idle_costs(profile: dict, ranks: int):
 
     with tempfile.TemporaryDirectory() as td:
         spec = load_cluster(str(write_profile(profile, Path(td) / "idle.yaml")))
-    idle_eff = dataclasses.replace(spec.efficiency, collective_load_factor=None, collective_load_factor_all_reduce=None,
-                                   collective_load_half_size=None, collective_load_overhead=None,
-                                   collective_blocking_factors=FrozenMap(), collective_blocking_wait=None)
+    idle_eff = dataclasses.replace(
+        spec.efficiency,
+        collective_load_factor=None,
+        collective_load_factor_all_reduce=None,
+        collective_load_half_size=None,
+        collective_load_overhead=None,
+        collective_blocking_factors=FrozenMap(),
+        collective_blocking_wait=None,
+    )
     return CommCosts(allocate(dataclasses.replace(spec, efficiency=idle_eff), ranks, 1))
 
 
@@ -350,8 +426,9 @@ def _blocking_fit(stage, logged: dict, profile: dict, ranks: int):
     for key, (model, c) in calls.items():
         local = [r for r in stage.records(f"local/{model}/{key.rsplit('/', 1)[1]}") if r.get("step_s")]
         if local:
-            rows.append({"model": model, "key": key, "calls": c,
-                         "compute_s": statistics.median(r["step_s"] for r in local)})
+            rows.append(
+                {"model": model, "key": key, "calls": c, "compute_s": statistics.median(r["step_s"] for r in local)}
+            )
     return BlockingFit().fit(rows, idle_parts) if rows else None
 
 
@@ -366,8 +443,10 @@ def _faults_warmup(stage) -> dict:
             continue
         faulted = statistics.median(statistics.median(r["minor_faults_per_step"]) * r["page_bytes"] for r in recs)
         warm = [[t / r["step_s"] for t in r.get("warmup_times_s", [])] for r in recs]
-        out[key] = {"faulted_bytes_per_step": faulted,
-                    "warmup_over_step": [statistics.median(x) for x in zip(*warm)] if warm and warm[0] else []}
+        out[key] = {
+            "faulted_bytes_per_step": faulted,
+            "warmup_over_step": [statistics.median(x) for x in zip(*warm)] if warm and warm[0] else [],
+        }
     return out
 
 
@@ -387,8 +466,8 @@ def _in_step(logged: dict, profile: dict, ranks: int) -> dict:
         if calls is None:
             out[key] = {"error": "the ranks logged different collective calls"}
             continue
-        out[key] = summarise(calls, lambda c, n: idle.time(c, n, ranks, "world"),
-                             lambda c, n: charged.time(c, n, ranks, "world"))
+        out[key] = summarise(
+            calls, lambda c, n: idle.time(c, n, ranks, "world"), lambda c, n: charged.time(c, n, ranks, "world")
+        )
         out[key]["steps"] = calls["steps"]
     return out
-

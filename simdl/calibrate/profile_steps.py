@@ -22,21 +22,35 @@ def _blocking(run: CalibrationRun, profile: dict, eff: dict, rep: dict, logged: 
     if bf is None:
         return
     worst = max((abs(v["rel_error"]) for h in bf.held_out_.values() for v in h.values()), default=None)
-    rep["blocking"] = {"factors": bf.factors_, "wait": bf.wait_, "calls": bf.n_calls_,
-                       "held_out": bf.held_out_, "held_out_max_abs_rel_error": worst}
-    src = (f"{run.tag}: in-step time of every logged FSDP collective call ({bf.n_calls_} calls; "
-           f"{', '.join(sorted(bf.held_out_) or ['one model'])} at {run.ranks} ranks) from the last "
-           f"rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time of the "
-           f"same calls"
-           + (f"; a model's in-call time per step predicted from the other models' factors and wait within "
-              f"{worst:.1%}" if worst is not None else ""))
+    rep["blocking"] = {
+        "factors": bf.factors_,
+        "wait": bf.wait_,
+        "calls": bf.n_calls_,
+        "held_out": bf.held_out_,
+        "held_out_max_abs_rel_error": worst,
+    }
+    src = (
+        f"{run.tag}: in-step time of every logged FSDP collective call ({bf.n_calls_} calls; "
+        f"{', '.join(sorted(bf.held_out_) or ['one model'])} at {run.ranks} ranks) from the last "
+        f"rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time of the "
+        f"same calls"
+        + (
+            f"; a model's in-call time per step predicted from the other models' factors and wait within {worst:.1%}"
+            if worst is not None
+            else ""
+        )
+    )
     for c, g in bf.factors_.items():
         eff[f"collective_blocking_factor_{c}"] = _val(g, src)
-    eff["collective_blocking_wait"] = _val(bf.wait_, src.replace(
-        "from the last rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time "
-        "of the same calls",
-        "before the last rank's entry (waiting for a peer still computing), per second of the model's "
-        "local step, pooled"))
+    eff["collective_blocking_wait"] = _val(
+        bf.wait_,
+        src.replace(
+            "from the last rank's entry to the exit, less the idle fixed cost, over the idle curves' wire time "
+            "of the same calls",
+            "before the last rank's entry (waiting for a peer still computing), per second of the model's "
+            "local step, pooled",
+        ),
+    )
     if {"all_gather", "reduce_scatter"} <= set(bf.factors_):
         fixed[1] = 1.0
         eff.pop("collective_load_factor", None)
@@ -52,16 +66,27 @@ def _copies(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: dic
         return
     worst = max((abs(e) for h in cf.held_out_.values() for e in h["rel_errors"].values()), default=None)
     rep["copies"] = {
-        "factor": cf.factor_, "points": [dict(p, rel_error=round(r, 4)) for p, r in zip(cf.points_, cf.residuals_)],
-        "held_out": cf.held_out_, "held_out_max_abs_rel_error": worst, "written": write}
+        "factor": cf.factor_,
+        "points": [dict(p, rel_error=round(r, 4)) for p, r in zip(cf.points_, cf.residuals_)],
+        "held_out": cf.held_out_,
+        "held_out_max_abs_rel_error": worst,
+        "written": write,
+    }
     if write:
-        eff["copy_in_step_factor"] = _val(cf.factor_, (
-            f"{run.tag}: copy ops (copy_, _chunk_cat, cat, ...) on the training thread of one profiled step of each "
-            f"DDP/FSDP variant ({len(cf.points_)} steps of {', '.join(sorted({p['model'] for p in cf.points_}))} "
-            f"at {run.ranks} ranks), less the same model's local step's, over the plan's copies at the "
-            f"idle copy bandwidth and page-fault cost; least squares on relative errors"
-            + (f"; a model's copies predicted from the other models' factor within {worst:.1%}"
-               if worst is not None else "")))
+        eff["copy_in_step_factor"] = _val(
+            cf.factor_,
+            (
+                f"{run.tag}: copy ops (copy_, _chunk_cat, cat, ...) on the training thread of one profiled step of each "
+                f"DDP/FSDP variant ({len(cf.points_)} steps of {', '.join(sorted({p['model'] for p in cf.points_}))} "
+                f"at {run.ranks} ranks), less the same model's local step's, over the plan's copies at the "
+                f"idle copy bandwidth and page-fault cost; least squares on relative errors"
+                + (
+                    f"; a model's copies predicted from the other models' factor within {worst:.1%}"
+                    if worst is not None
+                    else ""
+                )
+            ),
+        )
 
 
 def _step_fit(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: dict, fixed: dict) -> None:
@@ -72,23 +97,31 @@ def _step_fit(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: d
         return
     ho = sf.held_out_
     worst = max((abs(e) for h in ho.values() for e in h["rel_errors"].values()), default=None)
-    rep["fit"] = {"params": sf.params(), "points": pts, "held_out": ho,
-                  "held_out_max_abs_rel_error": worst,
-                  "at_bounds": sf.at_bounds_,
-                  "held": [name for i, name in ((1, "collective_load_factor"), (5, "fsdp_unit_overhead_us"))
-                           if i in fixed]}
+    rep["fit"] = {
+        "params": sf.params(),
+        "points": pts,
+        "held_out": ho,
+        "held_out_max_abs_rel_error": worst,
+        "at_bounds": sf.at_bounds_,
+        "held": [name for i, name in ((1, "collective_load_factor"), (5, "fsdp_unit_overhead_us")) if i in fixed],
+    }
     models = sorted({p["model"] for p in pts})
-    src = (f"{run.tag}: least-squares fit of k (interference), "
-           + ("f_ar, h and a (all_reduce's load factor for small messages, the message size where the "
-              "slowdown halves, and delay per call; blocking all-gathers and reduce-scatters priced as "
-              "logged) " if 1 in fixed else
-              "f, f_ar, h and a (collective load factor for small messages, all_reduce's own, the message "
-              "size where the slowdown halves, and delay per call) ")
-           + ("" if 5 in fixed else "and u (FSDP2's host time per unit per step) ")
-           + f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {run.ranks} ranks; "
-           f"step errors at k=0, f=f_ar=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
-           f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
-           + (f"; leave-one-model-out max |err| {worst:.1%}" if worst is not None else ""))
+    src = (
+        f"{run.tag}: least-squares fit of k (interference), "
+        + (
+            "f_ar, h and a (all_reduce's load factor for small messages, the message size where the "
+            "slowdown halves, and delay per call; blocking all-gathers and reduce-scatters priced as "
+            "logged) "
+            if 1 in fixed
+            else "f, f_ar, h and a (collective load factor for small messages, all_reduce's own, the message "
+            "size where the slowdown halves, and delay per call) "
+        )
+        + ("" if 5 in fixed else "and u (FSDP2's host time per unit per step) ")
+        + f"to {len(pts)} measured DDP/FSDP steps of {', '.join(models)} at {run.ranks} ranks; "
+        f"step errors at k=0, f=f_ar=1, a=0: {', '.join(f'{x:+.0%}' for x in sf.errors_before_)} -> fitted "
+        f"{', '.join(f'{x:+.0%}' for x in sf.residuals_)}"
+        + (f"; leave-one-model-out max |err| {worst:.1%}" if worst is not None else "")
+    )
     eff["comm_compute_interference"] = _val(sf.interference_, src)
     if 1 not in fixed:
         eff["collective_load_factor"] = _val(sf.load_factor_, src)
@@ -97,7 +130,8 @@ def _step_fit(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: d
     eff["collective_load_overhead_us"] = _val(sf.load_overhead_s_ * 1e6, src)
     if 5 not in fixed:
         profile.setdefault("strategies", {}).setdefault("fsdp", {})["unit_overhead_us"] = _val(
-            sf.unit_overhead_s_ * 1e6, src)
+            sf.unit_overhead_s_ * 1e6, src
+        )
 
 
 def _jitter(run: CalibrationRun, eff: dict, rep: dict) -> None:
@@ -106,19 +140,37 @@ def _jitter(run: CalibrationRun, eff: dict, rep: dict) -> None:
     if not series:
         return
     jf = StepJitterFit().fit(series)
-    rep["compute_jitter"] = {"sigma": jf.sigma_, "sd": jf.sd_, "series": jf.n_series_,
-                             "steps": jf.n_steps_, "per_series": jf.per_series_}
-    eff["compute_jitter"] = _val(jf.sigma_, (
-        f"{run.tag}: spread of log(step time) of local training (every rank its own copy, all "
-        f"{run.ranks} at once, no communication), 1.4826 x the median absolute deviation of each "
-        f"series about its median, pooled over {jf.n_series_} rank x model series ({jf.n_steps_} steps; "
-        f"per series {min(jf.per_series_.values()):.3f}-{max(jf.per_series_.values()):.3f}); plain standard "
-        f"deviation {jf.sd_:.3f}"
-        + (", inflated by occasional stalled steps (simdl.calibrate.jitter)" if jf.sd_ > 1.5 * jf.sigma_ else "")))
+    rep["compute_jitter"] = {
+        "sigma": jf.sigma_,
+        "sd": jf.sd_,
+        "series": jf.n_series_,
+        "steps": jf.n_steps_,
+        "per_series": jf.per_series_,
+    }
+    eff["compute_jitter"] = _val(
+        jf.sigma_,
+        (
+            f"{run.tag}: spread of log(step time) of local training (every rank its own copy, all "
+            f"{run.ranks} at once, no communication), 1.4826 x the median absolute deviation of each "
+            f"series about its median, pooled over {jf.n_series_} rank x model series ({jf.n_steps_} steps; "
+            f"per series {min(jf.per_series_.values()):.3f}-{max(jf.per_series_.values()):.3f}); plain standard "
+            f"deviation {jf.sd_:.3f}"
+            + (", inflated by occasional stalled steps (simdl.calibrate.jitter)" if jf.sd_ > 1.5 * jf.sigma_ else "")
+        ),
+    )
 
 
-def strategy_sections(run: CalibrationRun, profile: dict, report: dict[str, Any], *, compute_fitted: bool,
-                      joint: Any, blocking_from_calls: bool, fit_unit_overhead: bool, write_copy_factor: bool) -> None:
+def strategy_sections(
+    run: CalibrationRun,
+    profile: dict,
+    report: dict[str, Any],
+    *,
+    compute_fitted: bool,
+    joint: Any,
+    blocking_from_calls: bool,
+    fit_unit_overhead: bool,
+    write_copy_factor: bool,
+) -> None:
     """Fit the strategies stage against the provisional profile; its values go into profile's
     efficiency (and strategies) sections, its records into report["strategies"]."""
     eff = profile["efficiency"]

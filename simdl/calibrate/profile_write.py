@@ -30,52 +30,96 @@ def _summary(report: dict) -> dict:
     for scope, c in report.get("collectives", {}).items():
         j = c.get("joint") or {}
         coll[scope] = {
-            "joint": {k: j.get(k) for k in ("params", "quality", "collectives", "bytes_range")} | (
-                {"held_out": {k: j["held_out"][k] for k in ("sizes_bytes", "max_abs_rel_error", "median_abs_rel_error", "within_10pct", "n")}}
-                if j.get("held_out") else {}),
-            "per_collective": {k: {"params": v["params"], "r2": v["quality"]["r2"], "r2_log": v["quality"]["r2_log"],
-                                   "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
-                                   "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error")}
-                               for k, v in c.get("per_collective", {}).items()},
+            "joint": {k: j.get(k) for k in ("params", "quality", "collectives", "bytes_range")}
+            | (
+                {
+                    "held_out": {
+                        k: j["held_out"][k]
+                        for k in ("sizes_bytes", "max_abs_rel_error", "median_abs_rel_error", "within_10pct", "n")
+                    }
+                }
+                if j.get("held_out")
+                else {}
+            ),
+            "per_collective": {
+                k: {
+                    "params": v["params"],
+                    "r2": v["quality"]["r2"],
+                    "r2_log": v["quality"]["r2_log"],
+                    "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
+                    "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error"),
+                }
+                for k, v in c.get("per_collective", {}).items()
+            },
             # The piecewise (size-regime) fits: what efficiency.collective_regimes_intra holds.
-            "regimes": {k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items()
-                        if v.get("regimes")},
+            "regimes": {
+                k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items() if v.get("regimes")
+            },
             "call_overhead_us": c.get("call_overhead_us", {}),
             # The measured points the fits were made on, [bytes, us] per size (the 25th percentile
             # of its chunks), so that `python -m simdl.calibrate.check` can redo the held-out
             # check from the shipped profile alone.
             "group_size": (c.get("points") or [{}])[0].get("group_size") or j.get("group_size"),
-            "points_us": {coll: [[p["bytes"], float(f"{p['time_s'] * 1e6:.5g}")] for p in c.get("points", [])
-                                 if p["collective"] == coll]
-                          for coll in sorted({p["collective"] for p in c.get("points", [])})},
+            "points_us": {
+                coll: [
+                    [p["bytes"], float(f"{p['time_s'] * 1e6:.5g}")]
+                    for p in c.get("points", [])
+                    if p["collective"] == coll
+                ]
+                for coll in sorted({p["collective"] for p in c.get("points", [])})
+            },
         }
     out["collectives"] = coll
     comp = report.get("compute") or {}
     if comp.get("params"):
         out["compute"] = {
-            "params": comp["params"], "fit_models": comp["fit_models"], "batches": comp["batches"],
-            "fit_steps": comp["quality"]["steps"], "fit_rows_r2": comp["quality"]["rows"]["r2"],
+            "params": comp["params"],
+            "fit_models": comp["fit_models"],
+            "batches": comp["batches"],
+            "fit_steps": comp["quality"]["steps"],
+            "fit_rows_r2": comp["quality"]["rows"]["r2"],
             "fit_by_class": comp["quality"]["by_class"],
         }
         if comp.get("held_out"):
             ho = comp["held_out"]
-            out["compute"]["held_out"] = {"models": ho["models"], "steps": ho["steps"], "by_class": ho["by_class"],
-                                          "runs": [{k: r[k] for k in ("run", "measured_step_ms", "predicted_step_ms",
-                                                                       "step_rel_error")} for r in ho["runs"]],
-                                          "configs": ho.get("configs", [])}
+            out["compute"]["held_out"] = {
+                "models": ho["models"],
+                "steps": ho["steps"],
+                "by_class": ho["by_class"],
+                "runs": [
+                    {k: r[k] for k in ("run", "measured_step_ms", "predicted_step_ms", "step_rel_error")}
+                    for r in ho["runs"]
+                ],
+                "configs": ho.get("configs", []),
+            }
         out["compute"]["micro"] = comp.get("micro", {})
     if comp.get("stream"):
         st = comp["stream"]
-        out["stream"] = {"bandwidth_GB_per_s": st["bandwidth_GB_per_s"], "call_us": st["call_us"],
-                         "quality": st["quality"], "held_out": st["held_out"]}
+        out["stream"] = {
+            "bandwidth_GB_per_s": st["bandwidth_GB_per_s"],
+            "call_us": st["call_us"],
+            "quality": st["quality"],
+            "held_out": st["held_out"],
+        }
     if comp.get("page_fault"):
         out["page_fault"] = comp["page_fault"]
     if comp.get("measured_rows"):
-        out["compute_profiles"] = [{"model": r["model"], "dataset": r["dataset"], "batches": r["batches"],
-                                    "measured_step_s": r["step_s"]} for r in comp["measured_rows"]]
+        out["compute_profiles"] = [
+            {"model": r["model"], "dataset": r["dataset"], "batches": r["batches"], "measured_step_s": r["step_s"]}
+            for r in comp["measured_rows"]
+        ]
     if report.get("ps"):
-        out["ps"] = {k: report["ps"].get(k) for k in ("latency_us", "bandwidth_GB_per_s", "worker_bandwidth_GB_per_s",
-                                                      "transport", "update_bandwidth_GB_per_s", "quality")}
+        out["ps"] = {
+            k: report["ps"].get(k)
+            for k in (
+                "latency_us",
+                "bandwidth_GB_per_s",
+                "worker_bandwidth_GB_per_s",
+                "transport",
+                "update_bandwidth_GB_per_s",
+                "quality",
+            )
+        }
         if report["ps"].get("transport") == "rpc":
             # Whether the server side was fitted or is the worker's link (one worker at once,
             # simdl.calibrate.ps.PSFit), as data a reader or a check can test, not only as prose.
@@ -83,8 +127,12 @@ def _summary(report: dict) -> dict:
             out["ps"]["server_side_measured"] = report["ps"]["server_side_measured"]
     if report.get("strategies", {}).get("fit"):
         o = report["strategies"]["fit"]
-        out["strategy_fit"] = {"params": o["params"], "points": o["points"], "held_out": o["held_out"],
-                               "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"]}
+        out["strategy_fit"] = {
+            "params": o["params"],
+            "points": o["points"],
+            "held_out": o["held_out"],
+            "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"],
+        }
     if report.get("strategies", {}).get("copies"):
         out["copy_fit"] = report["strategies"]["copies"]
     out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
@@ -94,13 +142,27 @@ def _summary(report: dict) -> dict:
 def _regime_summary(r: dict) -> dict:
     ho = r.get("held_out") or {}
     return {
-        "params": r["params"], "n_regimes": r["n_regimes"], "cv_error_by_n_regimes": r["cv_error"],
+        "params": r["params"],
+        "n_regimes": r["n_regimes"],
+        "cv_error_by_n_regimes": r["cv_error"],
         "fit": {k: r["quality"][k] for k in ("n", "r2_log", "median_abs_rel_error", "max_abs_rel_error")},
-        "fit_by_regime": [{"step_bytes": q["step_bytes"], "n": q["n"], "median_abs_rel_error": q["median_abs_rel_error"],
-                           "max_abs_rel_error": q["max_abs_rel_error"]} for q in r["regime_quality"]],
-        "held_out": {k: ho[k] for k in ("sizes_bytes", "within_10pct", "n", "median_abs_rel_error", "max_abs_rel_error")}
-        | {"errors": {e["bytes"]: e["rel_error"] for e in ho.get("errors", [])}} if ho else {},
-        "overhead_source": r["overhead_source"], "passes": r["passes"],
+        "fit_by_regime": [
+            {
+                "step_bytes": q["step_bytes"],
+                "n": q["n"],
+                "median_abs_rel_error": q["median_abs_rel_error"],
+                "max_abs_rel_error": q["max_abs_rel_error"],
+            }
+            for q in r["regime_quality"]
+        ],
+        "held_out": {
+            k: ho[k] for k in ("sizes_bytes", "within_10pct", "n", "median_abs_rel_error", "max_abs_rel_error")
+        }
+        | {"errors": {e["bytes"]: e["rel_error"] for e in ho.get("errors", [])}}
+        if ho
+        else {},
+        "overhead_source": r["overhead_source"],
+        "passes": r["passes"],
     }
 
 
@@ -132,9 +194,11 @@ _Dumper.add_representer(list, _represent_list)
 def write_profile(profile: dict, path: Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    header = (f"# Cluster profile written by `simdl calibrate` on {datetime.date.today().isoformat()}.\n"
-              "# Fitted values have kind 'calibrated'; `calibration` holds provenance and fit quality.\n"
-              f"# Use it with: simdl predict --cluster {path}\n")
+    header = (
+        f"# Cluster profile written by `simdl calibrate` on {datetime.date.today().isoformat()}.\n"
+        "# Fitted values have kind 'calibrated'; `calibration` holds provenance and fit quality.\n"
+        f"# Use it with: simdl predict --cluster {path}\n"
+    )
     cp = profile.get("compute_profile")
     if isinstance(cp, dict) and "data" in cp:
         # The measured rows go to a JSON file beside the YAML (thousands of numbers), which

@@ -58,11 +58,16 @@ def _one_way(samples: list[tuple[float, float]]) -> list[dict]:
 def _nonneg_linear(X: np.ndarray, t: np.ndarray, loss: str) -> np.ndarray:
     """theta >= 0 of ``t = X @ theta``, least squares on relative residuals (the sizes span
     two and a half decades; the small ones pin the latency)."""
-    scale = np.array([max(float(np.median(t[X[:, j] > 0] / X[X[:, j] > 0, j])) if (X[:, j] > 0).any() else 1.0,
-                          1e-18) for j in range(X.shape[1])])
+    scale = np.array(
+        [
+            max(float(np.median(t[X[:, j] > 0] / X[X[:, j] > 0, j])) if (X[:, j] > 0).any() else 1.0, 1e-18)
+            for j in range(X.shape[1])
+        ]
+    )
     x0 = np.full(X.shape[1], 1.0 / X.shape[1])
-    sol = least_squares(lambda z: (X @ (z * scale) - t) / t, x0, bounds=(0.0, np.inf), loss=loss, f_scale=0.1,
-                        x_scale="jac")
+    sol = least_squares(
+        lambda z: (X @ (z * scale) - t) / t, x0, bounds=(0.0, np.inf), loss=loss, f_scale=0.1, x_scale="jac"
+    )
     return sol.x * scale
 
 
@@ -81,12 +86,21 @@ class PSFit:
         self.loss = loss
         self.mmap_threshold = mmap_threshold
 
-    def fit(self, roundtrips: Iterable[Mapping], updates: Iterable[Mapping] = (),
-            rpc_alone: Iterable[Mapping] = (), rpc_together: Iterable[Mapping] = ()) -> "PSFit":
+    def fit(
+        self,
+        roundtrips: Iterable[Mapping],
+        updates: Iterable[Mapping] = (),
+        rpc_alone: Iterable[Mapping] = (),
+        rpc_together: Iterable[Mapping] = (),
+    ) -> "PSFit":
         rt = _one_way([(r["bytes"], r["time_s"] / 2.0) for r in roundtrips if r.get("time_s")])
         ping = CollectiveFit(fit_overhead=False, loss=self.loss).fit(rt)
-        self.pingpong_: dict[str, Any] = {"latency_s": ping.alpha_s_, "bandwidth_B_per_s": ping.bus_bandwidth_B_per_s_,
-                          "quality": ping.quality_, "bytes_range": ping.bytes_range_}
+        self.pingpong_: dict[str, Any] = {
+            "latency_s": ping.alpha_s_,
+            "bandwidth_B_per_s": ping.bus_bandwidth_B_per_s_,
+            "quality": ping.quality_,
+            "bytes_range": ping.bytes_range_,
+        }
         self.latency_s_ = ping.alpha_s_
         self.bandwidth_B_per_s_ = ping.bus_bandwidth_B_per_s_
         self.worker_bandwidth_B_per_s_ = None
@@ -98,15 +112,24 @@ class PSFit:
         self.transport_ = "process group"
         self.server_side_measured_ = False
         # (bytes, seconds, is_pull, workers at once)
-        alone = [(float(r["bytes"]), r[k], float(k == "pull_time_s"), 1.0)
-                 for r in rpc_alone for k in ("push_time_s", "pull_time_s") if r.get(k)]
-        together = [(float(r["bytes"]), r[k], float(k == "pull_time_s"), float(r["workers"]))
-                    for r in rpc_together for k in ("push_time_s", "pull_time_s") if r.get(k)]
+        alone = [
+            (float(r["bytes"]), r[k], float(k == "pull_time_s"), 1.0)
+            for r in rpc_alone
+            for k in ("push_time_s", "pull_time_s")
+            if r.get(k)
+        ]
+        together = [
+            (float(r["bytes"]), r[k], float(k == "pull_time_s"), float(r["workers"]))
+            for r in rpc_together
+            for k in ("push_time_s", "pull_time_s")
+            if r.get(k)
+        ]
         if len({x[0] for x in alone}) >= 3 and len({x[0] for x in together}) >= 2:
             m, t, pull, _ = (np.array(v) for v in zip(*alone))
             fresh = np.where(m > self.mmap_threshold, m, 0.0)
             lat, inv_bw, phi, kappa = _nonneg_linear(
-                np.column_stack([np.ones_like(m), m, fresh * (1.0 + pull), m * pull]), t, self.loss)
+                np.column_stack([np.ones_like(m), m, fresh * (1.0 + pull), m * pull]), t, self.loss
+            )
             pred = lat + m * inv_bw + fresh * (1.0 + pull) * phi + m * pull * kappa
             self.latency_s_ = float(lat)
             self.worker_bandwidth_B_per_s_ = float(1.0 / max(inv_bw, 1e-15))
@@ -117,8 +140,9 @@ class PSFit:
             extra = np.where(mt > self.mmap_threshold, mt, 0.0) * (1.0 + pt) * phi + mt * pt * kappa
             self.server_side_measured_ = bool((c > 1).any())
             if self.server_side_measured_:
-                lat_t, inv_s = _nonneg_linear(np.column_stack([np.ones_like(mt), c * mt]),
-                                              np.maximum(tt - extra, 1e-9), self.loss)
+                lat_t, inv_s = _nonneg_linear(
+                    np.column_stack([np.ones_like(mt), c * mt]), np.maximum(tt - extra, 1e-9), self.loss
+                )
                 # The incast cannot beat one worker alone: a server side faster than the worker
                 # link would only mean the c flows overlapped completely.
                 self.bandwidth_B_per_s_ = max(float(1.0 / max(inv_s, 1e-15)), self.worker_bandwidth_B_per_s_)
@@ -134,8 +158,11 @@ class PSFit:
                 self.bandwidth_B_per_s_ = self.worker_bandwidth_B_per_s_
                 lat_t = float(np.median(tt - extra - c * mt / self.bandwidth_B_per_s_))
             pred_t = lat_t + c * mt / self.bandwidth_B_per_s_ + extra
-            self.quality_ = {"roundtrip": ping.quality_, "rpc_alone": summary(t, pred),
-                             "rpc_together": summary(tt, pred_t)}
+            self.quality_ = {
+                "roundtrip": ping.quality_,
+                "rpc_alone": summary(t, pred),
+                "rpc_together": summary(tt, pred_t),
+            }
             self.bytes_range_ = (int(m.min()), int(m.max()))
             self.workers_ = sorted({int(x) for x in c})
             self.transport_ = "rpc"

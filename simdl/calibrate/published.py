@@ -55,7 +55,6 @@ from .published_figures import (  # noqa: F401  (re-exported: tests and callers 
 )
 from .published_write import set_entry, updates, write  # noqa: F401
 
-
 # ---------------------------------------------------------------------------- collective fits
 
 
@@ -77,17 +76,27 @@ def fit_polaris(rows: list[dict]) -> dict[str, Any]:
     err_small = est.predict(small) / np.array([r["time_s"] for r in small]) - 1.0
     err_all = est.predict(rows) / np.array([r["time_s"] for r in rows]) - 1.0
     return {
-        "alpha_us": est.alpha_s_ * 1e6, "bus_bandwidth_GB_per_s": est.bus_bandwidth_B_per_s_ / 1e9,
-        "overhead_us": POLARIS_OVERHEAD_S * 1e6, "quality": est.quality_, "n_rows": len(large),
+        "alpha_us": est.alpha_s_ * 1e6,
+        "bus_bandwidth_GB_per_s": est.bus_bandwidth_B_per_s_ / 1e9,
+        "overhead_us": POLARIS_OVERHEAD_S * 1e6,
+        "quality": est.quality_,
+        "n_rows": len(large),
         "sizes": f"{LARGE >> 20} MiB-1 GiB",
         "by_size_abs_rel_error": _by_size(rows, err_all),
         "median_abs_rel_error_all_rows": float(np.median(np.abs(err_all))),
         "held_out_n8_from_n2": {
-            "fit_alpha_us": est2.alpha_s_ * 1e6, "fit_bus_GB_per_s": est2.bus_bandwidth_B_per_s_ / 1e9,
+            "fit_alpha_us": est2.alpha_s_ * 1e6,
+            "fit_bus_GB_per_s": est2.bus_bandwidth_B_per_s_ / 1e9,
             "max_abs_rel_error": float(np.max(np.abs(err8))),
-            "median_abs_rel_error": float(np.median(np.abs(err8))), "n": len(n8)},
-        "held_out_small": {"sizes": "1-16 MiB", "max_abs_rel_error": float(np.max(np.abs(err_small))),
-                           "median_abs_rel_error": float(np.median(np.abs(err_small))), "n": len(small)},
+            "median_abs_rel_error": float(np.median(np.abs(err8))),
+            "n": len(n8),
+        },
+        "held_out_small": {
+            "sizes": "1-16 MiB",
+            "max_abs_rel_error": float(np.max(np.abs(err_small))),
+            "median_abs_rel_error": float(np.median(np.abs(err_small))),
+            "n": len(small),
+        },
     }
 
 
@@ -98,18 +107,28 @@ def _by_size(rows, resid) -> dict[int, float]:
     return {k: round(max(v), 4) for k, v in sorted(out.items())}
 
 
-
 def fit_busbw() -> dict[str, Any]:
     out: dict[str, dict[str, Any]] = {}
     for (preset, scope), (pts, raw, src) in BUSBW_POINTS.items():
         ratio = statistics.mean(pts) / raw
-        out[f"{preset}/{scope}"] = {"efficiency": ratio, "points_GB_per_s": pts, "raw_GB_per_s": raw,
-                                    "spread": (max(pts) - min(pts)) / raw, "source": src}
+        out[f"{preset}/{scope}"] = {
+            "efficiency": ratio,
+            "points_GB_per_s": pts,
+            "raw_GB_per_s": raw,
+            "spread": (max(pts) - min(pts)) / raw,
+            "source": src,
+        }
     held = []
     for label, key, measured, raw in BUSBW_HELD_OUT:
         pred = out[f"{key[0]}/{key[1]}"]["efficiency"] * raw
-        held.append({"row": label, "predicted_GB_per_s": pred, "measured_GB_per_s": measured,
-                     "rel_error": pred / measured - 1.0})
+        held.append(
+            {
+                "row": label,
+                "predicted_GB_per_s": pred,
+                "measured_GB_per_s": measured,
+                "rel_error": pred / measured - 1.0,
+            }
+        )
     return {"fits": out, "held_out": held}
 
 
@@ -124,8 +143,11 @@ SYSTEMS = {
     "DGX-1 (8x V100 32GB)": "v100-dgx1",
 }
 PRECISION = {"TF32": "tf32", "AMP": "fp16-amp", "FP32": "fp32"}
-MODEL = {"resnet50": "resnet50", "efficientnet-b0": "torchvision.models:efficientnet_b0",
-         "efficientnet-b4": "torchvision.models:efficientnet_b4"}
+MODEL = {
+    "resnet50": "resnet50",
+    "efficientnet-b0": "torchvision.models:efficientnet_b0",
+    "efficientnet-b4": "torchvision.models:efficientnet_b4",
+}
 
 
 def _predict_throughput(preset: str, matmul: float, model: str, precision: str, batch: int = BATCH) -> float:
@@ -136,10 +158,21 @@ def _predict_throughput(preset: str, matmul: float, model: str, precision: str, 
 
     with tempfile.TemporaryDirectory() as td:
         p = Path(td) / "x.yaml"
-        p.write_text(f"extends: {preset}\nname: fit\nefficiency:\n  matmul_{PEAK_KEY[precision]}: {{value: {matmul}, "
-                     "kind: assumed, source: fit trial}\n")
-        r = predict(model=model, dataset="imagenet", strategy="ddp", gpus=1, cluster=roofline_spec(str(p)),
-                    batch_size=batch, precision=precision, optimizer="momentum", loader_workers=1000)
+        p.write_text(
+            f"extends: {preset}\nname: fit\nefficiency:\n  matmul_{PEAK_KEY[precision]}: {{value: {matmul}, "
+            "kind: assumed, source: fit trial}\n"
+        )
+        r = predict(
+            model=model,
+            dataset="imagenet",
+            strategy="ddp",
+            gpus=1,
+            cluster=roofline_spec(str(p)),
+            batch_size=batch,
+            precision=precision,
+            optimizer="momentum",
+            loader_workers=1000,
+        )
     return batch / r.iteration_time_s
 
 
@@ -167,11 +200,21 @@ def fit_matmul(preset: str, rows: list[dict]) -> dict[str, Any]:
         sub = [r for r in rows if r["precision"] == prec]
 
         def resid(z, sub=sub):
-            return np.array([_predict_throughput(preset, float(z[0]), MODEL[r["model"]], PRECISION[r["precision"]])
-                             / r["img_per_s"] - 1.0 for r in sub])
+            return np.array(
+                [
+                    _predict_throughput(preset, float(z[0]), MODEL[r["model"]], PRECISION[r["precision"]])
+                    / r["img_per_s"]
+                    - 1.0
+                    for r in sub
+                ]
+            )
+
         sol = least_squares(resid, np.array([0.5]), bounds=([0.01], [1.0]), diff_step=1e-3)
-        out[prec] = {"matmul": float(sol.x[0]), "rows": [_row(r) for r in sub],
-                     "max_abs_rel_error": float(np.max(np.abs(resid(sol.x))))}
+        out[prec] = {
+            "matmul": float(sol.x[0]),
+            "rows": [_row(r) for r in sub],
+            "max_abs_rel_error": float(np.max(np.abs(resid(sol.x)))),
+        }
     return out
 
 
@@ -181,8 +224,10 @@ def fit_compute(rows: list[dict], with_efficientnet: bool = True) -> dict[str, A
     a100_80 = [r for r in rn if r["system"] == "DGX A100 (8x A100 80GB)" and r["img_per_s"] in (938.0, 2470.0)]
     a100_40 = [r for r in rn if r["system"] == "DGX A100 (8x A100 40GB)"]
     v100 = [r for r in rn if r["system"] == "DGX-1 (8x V100 16GB)" and r["img_per_s"] in (367.0, 1200.0)]
-    out: dict[str, Any] = {"A100-SXM4-80GB": fit_matmul("a100-80gb-nvlink", a100_80),
-                           "V100-SXM2": fit_matmul("v100-dgx1", v100)}
+    out: dict[str, Any] = {
+        "A100-SXM4-80GB": fit_matmul("a100-80gb-nvlink", a100_80),
+        "V100-SXM2": fit_matmul("v100-dgx1", v100),
+    }
     a80, v = out["A100-SXM4-80GB"], out["V100-SXM2"]
     held = []
 
@@ -204,9 +249,14 @@ def fit_compute(rows: list[dict], with_efficientnet: bool = True) -> dict[str, A
     if with_efficientnet:
         for r in rows:
             if r["model"] in ("efficientnet-b0", "efficientnet-b4") and r["system"].startswith("A100 80GB"):
-                check("A100-80GB fit -> efficientnet (torchvision variant, 224 px)", "a100-80gb-nvlink",
-                      a80[r["precision"]]["matmul"], r, model=r["model"],
-                      batch=BATCH if r["model"].endswith("b0") or r["precision"] == "AMP" else 64)
+                check(
+                    "A100-80GB fit -> efficientnet (torchvision variant, 224 px)",
+                    "a100-80gb-nvlink",
+                    a80[r["precision"]]["matmul"],
+                    r,
+                    model=r["model"],
+                    batch=BATCH if r["model"].endswith("b0") or r["precision"] == "AMP" else 64,
+                )
     out["held_out"] = held
     for gpu, preset in (("A100-SXM4-80GB", "a100-80gb-nvlink"), ("V100-SXM2", "v100-dgx1")):
         for prec, f in out[gpu].items():
@@ -219,40 +269,55 @@ def _row(r):
     return {"model": r["model"], "system": r["system"], "precision": r["precision"], "img_per_s": r["img_per_s"]}
 
 
-
 def run(source: Path = DEFAULT_SOURCE, *, efficientnet: bool = True) -> dict[str, Any]:
     blocks = csv_blocks(Path(source).read_text())
-    return {"polaris": fit_polaris(polaris_rows(blocks)), "busbw": fit_busbw(),
-            "compute": fit_compute(throughput_rows(blocks), with_efficientnet=efficientnet)}
+    return {
+        "polaris": fit_polaris(polaris_rows(blocks)),
+        "busbw": fit_busbw(),
+        "compute": fit_compute(throughput_rows(blocks), with_efficientnet=efficientnet),
+    }
 
 
 def format_results(res: dict) -> str:
     pol = res["polaris"]
     q = pol["quality"]
-    lines = [f"Polaris inter-node (all_reduce+all_gather, setup 4, {pol['n_rows']} rows {pol['sizes']}): alpha "
-             f"{pol['alpha_us']:.3g} us/step, bus {pol['bus_bandwidth_GB_per_s']:.4g} GB/s, overhead {pol['overhead_us']:g} us "
-             f"(fixed); R2 {q['r2']} R2(log) {q['r2_log']} median|res| {q['median_abs_rel_error']:.1%} max|res| "
-             f"{q['max_abs_rel_error']:.1%}; median |err| over all rows incl. 1-16 MiB {pol['median_abs_rel_error_all_rows']:.1%}",
-             "  max |error| by size: " + ", ".join(f"{k >> 20} MiB {v:.0%}" for k, v in pol["by_size_abs_rel_error"].items())]
+    lines = [
+        f"Polaris inter-node (all_reduce+all_gather, setup 4, {pol['n_rows']} rows {pol['sizes']}): alpha "
+        f"{pol['alpha_us']:.3g} us/step, bus {pol['bus_bandwidth_GB_per_s']:.4g} GB/s, overhead {pol['overhead_us']:g} us "
+        f"(fixed); R2 {q['r2']} R2(log) {q['r2_log']} median|res| {q['median_abs_rel_error']:.1%} max|res| "
+        f"{q['max_abs_rel_error']:.1%}; median |err| over all rows incl. 1-16 MiB {pol['median_abs_rel_error_all_rows']:.1%}",
+        "  max |error| by size: "
+        + ", ".join(f"{k >> 20} MiB {v:.0%}" for k, v in pol["by_size_abs_rel_error"].items()),
+    ]
     h = pol["held_out_n8_from_n2"]
-    lines.append(f"  held out 8 nodes from a 2-node fit (alpha {h['fit_alpha_us']:.3g} us, bus {h['fit_bus_GB_per_s']:.4g} GB/s): "
-                 f"median |err| {h['median_abs_rel_error']:.1%}, max {h['max_abs_rel_error']:.1%}")
+    lines.append(
+        f"  held out 8 nodes from a 2-node fit (alpha {h['fit_alpha_us']:.3g} us, bus {h['fit_bus_GB_per_s']:.4g} GB/s): "
+        f"median |err| {h['median_abs_rel_error']:.1%}, max {h['max_abs_rel_error']:.1%}"
+    )
     h = pol["held_out_small"]
-    lines.append(f"  held out {h['sizes']} rows ({h['n']}): median |err| {h['median_abs_rel_error']:.1%}, max {h['max_abs_rel_error']:.1%}")
+    lines.append(
+        f"  held out {h['sizes']} rows ({h['n']}): median |err| {h['median_abs_rel_error']:.1%}, max {h['max_abs_rel_error']:.1%}"
+    )
     for k, f in res["busbw"]["fits"].items():
-        lines.append(f"busbw {k}: efficiency {f['efficiency']:.3f} (points {f['points_GB_per_s']} / {f['raw_GB_per_s']:g}, "
-                     f"spread {f['spread']:.1%})")
+        lines.append(
+            f"busbw {k}: efficiency {f['efficiency']:.3f} (points {f['points_GB_per_s']} / {f['raw_GB_per_s']:g}, "
+            f"spread {f['spread']:.1%})"
+        )
     for h in res["busbw"]["held_out"]:
         lines.append(f"  held out: {h['row']}: predicted {h['predicted_GB_per_s']:.0f} GB/s ({h['rel_error']:+.1%})")
     for gpu in ("A100-SXM4-80GB", "V100-SXM2"):
         for prec, f in res["compute"][gpu].items():
             r = f["rows"][0]
-            lines.append(f"matmul {gpu} {prec}: {f['matmul']:.4f} of the {PRECISION[prec]} peak ({r['system']} "
-                         f"{r['img_per_s']:g} img/s; fit error {f['max_abs_rel_error']:.1%})")
+            lines.append(
+                f"matmul {gpu} {prec}: {f['matmul']:.4f} of the {PRECISION[prec]} peak ({r['system']} "
+                f"{r['img_per_s']:g} img/s; fit error {f['max_abs_rel_error']:.1%})"
+            )
     for h in res["compute"]["held_out"]:
         if "rel_error" in h:
-            lines.append(f"  held out ({h['check']}): {h['model']} {h['system']} {h['precision']} "
-                         f"{h['img_per_s']:g} img/s, predicted {h['predicted_img_per_s']:.0f} ({h['rel_error']:+.1%})")
+            lines.append(
+                f"  held out ({h['check']}): {h['model']} {h['system']} {h['precision']} "
+                f"{h['img_per_s']:g} img/s, predicted {h['predicted_img_per_s']:.0f} ({h['rel_error']:+.1%})"
+            )
         else:
             lines.append(f"  held out ({h['check']}): {h['model']} {h['precision']}: not evaluated: {h['error']}")
     return "\n".join(lines)

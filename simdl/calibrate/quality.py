@@ -35,7 +35,7 @@ def summary(measured, predicted) -> dict:
         "r2_log": _round(r2(np.log(y[ok]), np.log(p[ok]))) if ok.sum() > 1 else float("nan"),
         "median_abs_rel_error": _round(float(np.median(np.abs(e)))) if e.size else float("nan"),
         "max_abs_rel_error": _round(float(np.max(np.abs(e)))) if e.size else float("nan"),
-        "rms_rel_error": _round(float(np.sqrt(np.mean(e ** 2)))) if e.size else float("nan"),
+        "rms_rel_error": _round(float(np.sqrt(np.mean(e**2)))) if e.size else float("nan"),
     }
 
 

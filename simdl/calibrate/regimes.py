@@ -58,9 +58,18 @@ class RegimeFit:
     a backend that allocates a whole-message temporary per call (gloo); None otherwise.
     """
 
-    def __init__(self, collective: str, *, overhead_s: float = 0.0, max_regimes: int = 4, min_points: int = 3,
-                 cv_folds: int = 3, f_scale: float = 0.1, irls_iterations: int = 3,
-                 temp_threshold: float | None = None):
+    def __init__(
+        self,
+        collective: str,
+        *,
+        overhead_s: float = 0.0,
+        max_regimes: int = 4,
+        min_points: int = 3,
+        cv_folds: int = 3,
+        f_scale: float = 0.1,
+        irls_iterations: int = 3,
+        temp_threshold: float | None = None,
+    ):
         self.collective = collective
         self.overhead_s = overhead_s
         self.temp_threshold = temp_threshold
@@ -72,8 +81,15 @@ class RegimeFit:
 
     # ------------------------------------------------------------------ one regime
     def _design(self, X: list[Mapping]) -> tuple[np.ndarray, np.ndarray]:
-        A = np.array([[ring_steps(self.collective, int(x["group_size"])),
-                       wire_coefficient(self.collective, int(x["group_size"])) * float(x["bytes"])] for x in X])
+        A = np.array(
+            [
+                [
+                    ring_steps(self.collective, int(x["group_size"])),
+                    wire_coefficient(self.collective, int(x["group_size"])) * float(x["bytes"]),
+                ]
+                for x in X
+            ]
+        )
         t = np.array([float(x["time_s"]) for x in X])
         return A, t
 
@@ -171,8 +187,13 @@ class RegimeFit:
                     complete = False
                     break
                 curve = self._curve(s[tr], A[tr], t[tr], sub[k][1])
-                pred = np.array([curve.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold)
-                                 for x, keep in zip(Xs, test) if keep])
+                pred = np.array(
+                    [
+                        curve.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold)
+                        for x, keep in zip(Xs, test)
+                        if keep
+                    ]
+                )
                 errs += list(np.abs(pred / t[test] - 1.0))
             if complete and errs:
                 self.cv_error_[k] = round(float(np.mean(errs)), 4)
@@ -189,25 +210,36 @@ class RegimeFit:
         self.regimes_ = self.curve_.regimes
         self.n_regimes_ = k
         # Where one regime's fitted sizes end and the next one's begin (the curve blends between).
-        self.breakpoints_step_bytes_ = [(a.hi_step_bytes, b.lo_step_bytes) for a, b in zip(self.regimes_, self.regimes_[1:])]
+        self.breakpoints_step_bytes_ = [
+            (a.hi_step_bytes, b.lo_step_bytes) for a, b in zip(self.regimes_, self.regimes_[1:])
+        ]
         pred = self.predict(X)
         t_in = np.array([float(x["time_s"]) for x in X])
         self.residuals_ = (pred - t_in) / t_in
         self.quality_ = summary(t_in, pred)
         ps = self.predict(Xs)
         self.regime_quality_ = [
-            {"step_bytes": [float(s[i]), float(s[j - 1])], **summary(t[i:j], ps[i:j])} for i, j in bounds]
+            {"step_bytes": [float(s[i]), float(s[j - 1])], **summary(t[i:j], ps[i:j])} for i, j in bounds
+        ]
         self.n_samples_ = N
         self.bytes_range_ = (min(int(x["bytes"]) for x in X), max(int(x["bytes"]) for x in X))
         return self
 
     def predict(self, X: Iterable[Mapping]) -> np.ndarray:
-        return np.array([self.curve_.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold)
-                         for x in X])
+        return np.array(
+            [self.curve_.time(float(x["bytes"]), int(x["group_size"]), temp_threshold=self.temp_threshold) for x in X]
+        )
 
     def params(self) -> dict:
         """Readable fitted values (the profile's form: us, GB/s, bytes per ring step)."""
-        return {"overhead_us": round(self.curve_.overhead * 1e6, 3),
-                "regimes": [{"step_bytes": [int(r.lo_step_bytes), int(r.hi_step_bytes)],
-                             "alpha_us": float(f"{r.alpha * 1e6:.5g}"),
-                             "bus_GB_per_s": float(f"{r.bandwidth / 1e9:.5g}")} for r in self.regimes_]}
+        return {
+            "overhead_us": round(self.curve_.overhead * 1e6, 3),
+            "regimes": [
+                {
+                    "step_bytes": [int(r.lo_step_bytes), int(r.hi_step_bytes)],
+                    "alpha_us": float(f"{r.alpha * 1e6:.5g}"),
+                    "bus_GB_per_s": float(f"{r.bandwidth / 1e9:.5g}"),
+                }
+                for r in self.regimes_
+            ],
+        }

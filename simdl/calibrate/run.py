@@ -40,8 +40,7 @@ COMPUTE_MODELS = {
     # vgg16 (large, efficient convolutions and a 400 MB classifier) pins the FLOP and memory
     # efficiencies that mnist_cnn and resnet18 alone leave loose.
     True: ("mnist_cnn:mnist:8,32;resnet18:cifar10:4,8;vgg16:cifar10:2,4;densenet121:cifar10:2,4", ["densenet121"]),
-    False: ("mnist_cnn:mnist:16,64;resnet18:cifar10:4,16;vgg16:cifar10:2,8;densenet121:cifar10:4,8",
-            ["densenet121"]),
+    False: ("mnist_cnn:mnist:16,64;resnet18:cifar10:4,16;vgg16:cifar10:2,8;densenet121:cifar10:4,8", ["densenet121"]),
 }
 # Strategy stage (calibration/strategies.py): models and batch sizes no validation run uses.
 # wide_resnet101_2 (127 M parameters, 507 MB of fp32 gradients, 25 MB DDP buckets and
@@ -50,8 +49,10 @@ COMPUTE_MODELS = {
 # VGG-style classifiers. Together they add about 10 minutes at 2 CPU ranks, 25 at 4.
 STRATEGY_MODELS = {
     True: "resnet18:cifar10:16;convnext_tiny:cifar10:16",
-    False: ("resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;wide_resnet101_2:cifar10:16;"
-            "wide_mlp:cifar10:16"),
+    False: (
+        "resnet18:cifar10:32;convnext_tiny:cifar10:32;efficientnet_v2_s:cifar10:16;wide_resnet101_2:cifar10:16;"
+        "wide_mlp:cifar10:16"
+    ),
 }
 TORCHRUN_OPTIONS = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "master_addr", "master_port")
 
@@ -66,8 +67,10 @@ def scripts_dir() -> Path:
     env = os.environ.get("SIMDL_CALIBRATION_DIR")
     d = Path(env) if env else Path(__file__).resolve().parents[2] / "calibration"
     if not (d / "collectives.py").is_file():
-        raise SimdlError(f"calibration scripts not found in {d}; set SIMDL_CALIBRATION_DIR to the "
-                         "calibration/ folder of a simdl checkout")
+        raise SimdlError(
+            f"calibration scripts not found in {d}; set SIMDL_CALIBRATION_DIR to the "
+            "calibration/ folder of a simdl checkout"
+        )
     return d
 
 
@@ -78,10 +81,20 @@ def new_run_dir(root: Path | None = None) -> Path:
     return d
 
 
-def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None, output: str | None,
-                  name: str | None = None, gpu: str | None = None, stages: tuple[str, ...] = STAGES,
-                  profile_models: str | None = None, collective_passes: int | None = None,
-                  compute_models: str | None = None, **torchrun: Any) -> dict[str, Any]:
+def make_settings(
+    *,
+    nproc_per_node: int,
+    quick: bool,
+    time_budget: float | None,
+    output: str | None,
+    name: str | None = None,
+    gpu: str | None = None,
+    stages: tuple[str, ...] = STAGES,
+    profile_models: str | None = None,
+    collective_passes: int | None = None,
+    compute_models: str | None = None,
+    **torchrun: Any,
+) -> dict[str, Any]:
     if nproc_per_node < 1:
         raise SimdlError(f"--nproc-per-node {nproc_per_node}: must be >= 1")
     budget = DEFAULT_BUDGET[quick] if time_budget is None else float(time_budget)
@@ -102,16 +115,20 @@ def make_settings(*, nproc_per_node: int, quick: bool, time_budget: float | None
     if "strategies" in stages or not compute_models:
         extra += [(m, d, [int(b)]) for m, d, b in (x.rsplit(":", 2) for x in strategy_models.split(";"))]
     return {
-        "nproc_per_node": int(nproc_per_node), "quick": bool(quick), "time_budget_s": budget,
-        "output": output, "name": name, "gpu": gpu, "stages": list(stages),
+        "nproc_per_node": int(nproc_per_node),
+        "quick": bool(quick),
+        "time_budget_s": budget,
+        "output": output,
+        "name": name,
+        "gpu": gpu,
+        "stages": list(stages),
         "compute_models": ";".join([models] + [f"{m}:{d}:{','.join(map(str, b))}" for m, d, b in extra]),
         "compute_held_out": held,
         # How many leading --models entries the compute stage measures before its microbenchmarks.
         "compute_fit_models": len(models.split(";")),
         # Models profiled for their own predictions only (compute profiles), kept out of the
         # generic compute fit so that its held-out check stays a check.
-        "compute_profile_only": sorted({m for m, _, _ in extra}
-                                       - {item.split(":")[0] for item in models.split(";")}),
+        "compute_profile_only": sorted({m for m, _, _ in extra} - {item.split(":")[0] for item in models.split(";")}),
         "strategy_models": strategy_models,
         # None: calibration/collectives.py's default (7, --quick 3). More passes narrow each
         # size's 25th percentile on a noisy host (bootstrap SE ~6 % at 7 passes here).
@@ -132,8 +149,7 @@ def parse_profile_models(spec: str | None, flag: str = "--profile-models") -> li
     for item in spec.split(";"):
         parts = item.strip().rsplit(":", 2)
         if len(parts) != 3:
-            raise SimdlError(f"{flag} {item!r}: accepted: MODEL:DATASET:B1,B2[;...] "
-                             "(e.g. vgg16:cifar10:24,48)")
+            raise SimdlError(f"{flag} {item!r}: accepted: MODEL:DATASET:B1,B2[;...] (e.g. vgg16:cifar10:24,48)")
         model, dataset, batches = parts
         check_model_name(model)
         get_dataset(dataset)
@@ -214,7 +230,7 @@ def _failure_reason(log_text: str) -> str:
     """The failed rank and why, from torchrun's error summary (its "Root Cause" block names
     the first rank that failed; the others were stopped by the agent afterwards)."""
     if "Root Cause" in log_text:
-        log_text = log_text[log_text.rindex("Root Cause"):]
+        log_text = log_text[log_text.rindex("Root Cause") :]
     ranks = re.findall(r"rank\s*:\s*(\d+)\s*\(local_rank", log_text)
     codes = re.findall(r"exitcode\s*:\s*(-?\d+)", log_text)
     why = re.findall(r"traceback\s*:\s*(.+)", log_text)
@@ -235,8 +251,10 @@ def _failure_reason(log_text: str) -> str:
 def _kept(stage_dir: Path) -> str:
     st = load_stage(stage_dir.parent, stage_dir.name)
     per = ", ".join(f"rank {r}: {st.n_measured(r)}" for r in st.ranks) or "none"
-    return (f"kept {len(st.keys_all_ranks())} of {len(st.planned) or '?'} planned measurements "
-            f"done by every rank ({per}) in {stage_dir}")
+    return (
+        f"kept {len(st.keys_all_ranks())} of {len(st.planned) or '?'} planned measurements "
+        f"done by every rank ({per}) in {stage_dir}"
+    )
 
 
 def _record_host_cpu(stage_dir: Path, share: "host_load.CpuShare | None") -> dict | None:
@@ -273,8 +291,10 @@ def run_stage(settings: dict, run_dir: Path, stage: str) -> dict | None:
             share = _record_host_cpu(stage_dir, meter.stop())
         except subprocess.TimeoutExpired:
             kill_tree(proc, grace_s=10.0)
-            raise StageFailed(f"stage {stage} did not finish within {timeout:.0f} s (a rank hung?); torchrun "
-                              f"stopped; {_kept(stage_dir)}") from None
+            raise StageFailed(
+                f"stage {stage} did not finish within {timeout:.0f} s (a rank hung?); torchrun "
+                f"stopped; {_kept(stage_dir)}"
+            ) from None
         except KeyboardInterrupt:
             kill_tree(proc, grace_s=10.0)
             raise StageFailed(f"stage {stage} interrupted; {_kept(stage_dir)}") from None
@@ -296,8 +316,12 @@ def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout, wait_quiet_s: fl
         # our own ranks once they run, and lags a minute behind: simdl.calibrate.host_load).
         quiet = host_load.wait_for_quiet(wait_quiet_s, what="calibrating", out=out) if wait_quiet_s >= 0 else None
         settings.setdefault("loadavg_before", []).append(
-            {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-             "loadavg": [round(x, 2) for x in os.getloadavg()], **({"host_cpu": quiet} if quiet else {})})
+            {
+                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+                "loadavg": [round(x, 2) for x in os.getloadavg()],
+                **({"host_cpu": quiet} if quiet else {}),
+            }
+        )
     (run_dir / "run.json").write_text(json.dumps(settings, indent=2) + "\n")
     t0 = time.monotonic()
     print(f"calibration run directory: {run_dir}", file=out)
@@ -308,9 +332,12 @@ def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout, wait_quiet_s: fl
         try:
             share = run_stage(settings, run_dir, stage)
             if share and share["others_cores"] > host_load.BUSY_CORES:
-                print(f"warning: other processes used {share['others_cores']:.2f} cores on average during the "
-                      f"{stage} stage: its timings include that contention (recorded in the profile)",
-                      file=out, flush=True)
+                print(
+                    f"warning: other processes used {share['others_cores']:.2f} cores on average during the "
+                    f"{stage} stage: its timings include that contention (recorded in the profile)",
+                    file=out,
+                    flush=True,
+                )
         except StageFailed as e:
             raise StageFailed(f"{e}; continue with: simdl calibrate --resume {run_dir}") from None
     return fit_and_write(settings, run_dir, out=out, elapsed=time.monotonic() - t0)
@@ -321,8 +348,9 @@ def fit_and_write(settings: dict, run_dir: Path, *, out=sys.stdout, elapsed: flo
     from .report import format_report
 
     name = settings.get("name") or (Path(settings["output"]).stem if settings.get("output") else "calibrated")
-    profile, report = build_profile(run_dir, {k: v for k, v in settings.items() if k != "output"},
-                                    name=name, gpu=settings.get("gpu"))
+    profile, report = build_profile(
+        run_dir, {k: v for k, v in settings.items() if k != "output"}, name=name, gpu=settings.get("gpu")
+    )
     (run_dir / "fit.json").write_text(json.dumps(_jsonable(report), indent=1) + "\n")
     write_profile(profile, run_dir / "profile.yaml")
     target = Path(settings["output"]) if settings.get("output") else run_dir / "profile.yaml"
@@ -347,8 +375,14 @@ def resume(run_dir: Path, *, output: str | None = None, out=sys.stdout, wait_qui
 
 
 # What a resumed run reads of run.json (written by make_settings), with the type each must have.
-_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {"nproc_per_node": int, "quick": bool, "time_budget_s": (int, float), "stages": list,
-                  "torchrun": dict, "compute_models": str}
+_SETTING_TYPES: dict[str, type | tuple[type, ...]] = {
+    "nproc_per_node": int,
+    "quick": bool,
+    "time_budget_s": (int, float),
+    "stages": list,
+    "torchrun": dict,
+    "compute_models": str,
+}
 
 
 def read_run_settings(path: Path) -> dict[str, Any]:
@@ -373,8 +407,10 @@ def read_run_settings(path: Path) -> dict[str, Any]:
             raise SimdlError(f"{where}: {key} = {str(v)[:60]!r} is not what simdl calibrate writes; start a new run")
     bad = [st for st in data["stages"] if st not in STAGES]
     if bad or data["nproc_per_node"] < 1 or not 0 < data["time_budget_s"] < float("inf"):
-        raise SimdlError(f"{where}: stages {data['stages']!r}, nproc_per_node {data['nproc_per_node']!r} or "
-                         f"time_budget_s {data['time_budget_s']!r} out of range; start a new run")
+        raise SimdlError(
+            f"{where}: stages {data['stages']!r}, nproc_per_node {data['nproc_per_node']!r} or "
+            f"time_budget_s {data['time_budget_s']!r} out of range; start a new run"
+        )
     return data
 
 

@@ -24,14 +24,23 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-COPY_OPS = frozenset({"aten::copy_", "aten::_chunk_cat", "aten::cat", "aten::split_with_sizes_copy",
-                      "aten::_foreach_copy_", "aten::clone"})
+COPY_OPS = frozenset(
+    {
+        "aten::copy_",
+        "aten::_chunk_cat",
+        "aten::cat",
+        "aten::split_with_sizes_copy",
+        "aten::_foreach_copy_",
+        "aten::clone",
+    }
+)
 OPTIMIZER_RANGE = "Optimizer.step#"
 GROUPS = ("compute", "copies", "optimizer", "collective_calls")
 
 
-def top_level_ops(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, int]]
-                  ) -> list[tuple[int, int, str, str]]:
+def top_level_ops(
+    spans: list[tuple[int, int, str]], optimizer: list[tuple[int, int]]
+) -> list[tuple[int, int, str, str]]:
     """(start ns, end ns, name, group) of the top-level ops (not nested in another op of the
     list), in time order, each with its group (module docstring). ``spans``: (start ns, end
     ns, name) of ``aten::`` and ``c10d::`` ops on the training thread; ``optimizer``: (start
@@ -62,8 +71,9 @@ def busy_groups(spans: list[tuple[int, int, str]], optimizer: list[tuple[int, in
     return out
 
 
-def thread_spans(events: Iterable[Any], t0: int, t1: int, thread: int
-                 ) -> tuple[list[tuple[int, int, str]], list[tuple[int, int]]]:
+def thread_spans(
+    events: Iterable[Any], t0: int, t1: int, thread: int
+) -> tuple[list[tuple[int, int, str]], list[tuple[int, int]]]:
     """(op spans, optimizer ranges) of ``thread`` that start in [t0, t1] ns, from kineto
     events (``prof.profiler.kineto_results.events()``): the input of :func:`busy_groups`.
     Spans are clipped at ``t1``; ``aten::`` ops with ``wait`` in their name are left out
@@ -98,5 +108,7 @@ def marked_step_groups(events: Iterable[Any], mark: str) -> dict[str, Any]:
     events = list(events)
     t0, t1, thread = last_range(events, mark)
     spans, optimizer = thread_spans(events, t0, t1, thread)
-    return {"length_s": (t1 - t0) / 1e9,
-            "busy_by_group_s": {k: round(v, 6) for k, v in busy_groups(spans, optimizer).items()}}
+    return {
+        "length_s": (t1 - t0) / 1e9,
+        "busy_by_group_s": {k: round(v, 6) for k, v in busy_groups(spans, optimizer).items()},
+    }

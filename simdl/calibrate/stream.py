@@ -42,8 +42,12 @@ class StreamFit:
         b = np.array([p["bytes"] for p in pts], float)
         c = np.array([p["calls"] for p in pts], float)
         t = np.array([p["time_s"] for p in pts], float)
-        sol = least_squares(lambda z: (self._model(z, b, c) - t) / t, np.array([10.0, 5.0]),
-                            bounds=([1e-3, 0.0], [1e4, 1e4]), loss=self.loss)
+        sol = least_squares(
+            lambda z: (self._model(z, b, c) - t) / t,
+            np.array([10.0, 5.0]),
+            bounds=([1e-3, 0.0], [1e4, 1e4]),
+            loss=self.loss,
+        )
         self.bandwidth_B_per_s_ = float(sol.x[0] * 1e9)
         self.call_s_ = float(sol.x[1] * 1e-6)
         self.residuals_ = (self._model(sol.x, b, c) - t) / t
@@ -57,8 +61,7 @@ class StreamFit:
 def fit_stream(points: list[dict], kind: str = "sgd_momentum") -> dict | None:
     """Fit the ``kind`` points (``sgd_momentum``: in-place updates; ``copy``: buffer to
     buffer) on every other point, check on the rest, then refit on all."""
-    pts = sorted((p for p in points if p["name"].split("/")[1] == kind),
-                 key=lambda p: (p["bytes"], p["calls"]))
+    pts = sorted((p for p in points if p["name"].split("/")[1] == kind), key=lambda p: (p["bytes"], p["calls"]))
     if len(pts) < 2:
         return None
     held_out = None
@@ -67,12 +70,21 @@ def fit_stream(points: list[dict], kind: str = "sgd_momentum") -> dict | None:
         part = StreamFit().fit(fit_pts)
         pred = part.predict([p["bytes"] for p in held], [p["calls"] for p in held])
         errs = [float(pp / p["time_s"] - 1.0) for pp, p in zip(pred, held)]
-        held_out = {"points": [p["name"] for p in held], "rel_errors": [round(e, 4) for e in errs],
-                    "max_abs_rel_error": round(max(abs(e) for e in errs), 4),
-                    "fitted_on": [p["name"] for p in fit_pts]}
+        held_out = {
+            "points": [p["name"] for p in held],
+            "rel_errors": [round(e, 4) for e in errs],
+            "max_abs_rel_error": round(max(abs(e) for e in errs), 4),
+            "fitted_on": [p["name"] for p in fit_pts],
+        }
     est = StreamFit().fit(pts)
-    return {"estimator": est, "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9, "call_us": est.call_s_ * 1e6,
-            "quality": est.quality_, "n": len(pts), "held_out": held_out}
+    return {
+        "estimator": est,
+        "bandwidth_GB_per_s": est.bandwidth_B_per_s_ / 1e9,
+        "call_us": est.call_s_ * 1e6,
+        "quality": est.quality_,
+        "n": len(pts),
+        "held_out": held_out,
+    }
 
 
 def page_fault_cost(fresh: list[dict], reuse: list[dict]) -> dict | None:
@@ -81,6 +93,8 @@ def page_fault_cost(fresh: list[dict], reuse: list[dict]) -> dict | None:
     per = [(p["bytes"], (p["time_s"] - by_size[p["bytes"]]) / p["bytes"]) for p in fresh if p["bytes"] in by_size]
     if not per:
         return None
-    return {"s_per_byte": max(statistics.median(v for _, v in per), 0.0),
-            "per_size": {str(int(b)): round(v * 1e9, 4) for b, v in per},
-            "sizes_bytes": [int(b) for b, _ in per]}
+    return {
+        "s_per_byte": max(statistics.median(v for _, v in per), 0.0),
+        "per_size": {str(int(b)): round(v * 1e9, 4) for b, v in per},
+        "sizes_bytes": [int(b) for b, _ in per],
+    }

@@ -48,8 +48,10 @@ def transfer_sections(stage_dir: Path, profile: dict[str, Any]) -> tuple[dict[st
     world = int(h0.get("world") or 0)
     per_node = int(profile.get("gpus_per_node") or 0)
     if world != per_node:
-        raise SimdlError(f"{stage_dir} ran {world} ranks; the profile's node has {per_node}: "
-                         "measure the stage at the profile's ranks per node")
+        raise SimdlError(
+            f"{stage_dir} ran {world} ranks; the profile's node has {per_node}: "
+            "measure the stage at the profile's ranks per node"
+        )
     eff = profile.get("efficiency") or {}
     if not eff.get("collective_regimes_intra"):
         raise SimdlError("the profile has no collective_regimes_intra (node curves) to carry the ratios onto")
@@ -62,8 +64,14 @@ def transfer_sections(stage_dir: Path, profile: dict[str, Any]) -> tuple[dict[st
     today = _parse_regimes(_regimes_section(world_fit["per_collective"], label, prov, link), "stage: world")
     out: dict[str, Any] = {}
     ratios: dict[str, list[float]] = {}
-    scopes = sorted({str(r.get("scope")) for m in st.measurements.values() for r in m.values()
-                     if re.fullmatch(r"sub\d+", str(r.get("scope")))})
+    scopes = sorted(
+        {
+            str(r.get("scope"))
+            for m in st.measurements.values()
+            for r in m.values()
+            if re.fullmatch(r"sub\d+", str(r.get("scope")))
+        }
+    )
     for scope in scopes:
         d = int(scope[3:])
         pts = []
@@ -82,15 +90,21 @@ def transfer_sections(stage_dir: Path, profile: dict[str, Any]) -> tuple[dict[st
         section = _regimes_section(F.fit_scope(pts, overheads, thr)["per_collective"], label, prov, link)
         if not section:
             continue
-        moved = ", ".join(f"{c} x{statistics.median(v):.2f} (x{min(v):.2f}-{max(v):.2f})" for c, v in sorted(ratios.items()))
-        section["source"] = (f"groups of {d} consecutive ranks, the node's {world // d} groups calling at once; "
-                             f"transferred onto this profile's node curves (simdl.calibrate.subgroups): each size's "
-                             f"time x (this profile's {world}-rank curve / the {world}-rank curve of the same stage) "
-                             f"at that size, median and range over the sizes: {moved}; " + section["source"])
+        moved = ", ".join(
+            f"{c} x{statistics.median(v):.2f} (x{min(v):.2f}-{max(v):.2f})" for c, v in sorted(ratios.items())
+        )
+        section["source"] = (
+            f"groups of {d} consecutive ranks, the node's {world // d} groups calling at once; "
+            f"transferred onto this profile's node curves (simdl.calibrate.subgroups): each size's "
+            f"time x (this profile's {world}-rank curve / the {world}-rank curve of the same stage) "
+            f"at that size, median and range over the sizes: {moved}; " + section["source"]
+        )
         out[str(d)] = section
     if not out:
-        raise SimdlError(f"{stage_dir}: no sub-node groups measured (scopes sub<d>: run calibration/collectives.py "
-                         "with 4 or more ranks per node)")
+        raise SimdlError(
+            f"{stage_dir}: no sub-node groups measured (scopes sub<d>: run calibration/collectives.py "
+            "with 4 or more ranks per node)"
+        )
     return out, {c: statistics.median(v) for c, v in ratios.items()}, label
 
 
@@ -108,8 +122,9 @@ def add_to_profile(stage_dir: Path, profile_path: Path, out_path: Path | None = 
     header = lines[: next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))]
     header.append(f"# efficiency.collective_regimes_subgroups added by simdl.calibrate.subgroups from {label}.")
     out = Path(out_path or profile_path)
-    out.write_text("\n".join(header) + "\n"
-                   + yaml.dump(raw, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True))
+    out.write_text(
+        "\n".join(header) + "\n" + yaml.dump(raw, Dumper=_Dumper, sort_keys=False, width=110, allow_unicode=True)
+    )
     return out, ratios
 
 
@@ -124,8 +139,10 @@ def main(argv=None) -> int:
     except (SimdlError, OSError, yaml.YAMLError) as e:
         print(f"python -m simdl.calibrate.subgroups: error: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out}: sub-group curves carried over at the profile's node speed "
-          f"(profile / same-stage node time, median: {', '.join(f'{c} {r:.2f}' for c, r in sorted(ratios.items()))})")
+    print(
+        f"wrote {out}: sub-group curves carried over at the profile's node speed "
+        f"(profile / same-stage node time, median: {', '.join(f'{c} {r:.2f}' for c, r in sorted(ratios.items()))})"
+    )
     return 0
 
 

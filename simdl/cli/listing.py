@@ -39,8 +39,6 @@ def _cmd_clusters(a: argparse.Namespace) -> int:
     return 0
 
 
-
-
 def _cmd_schema(a: argparse.Namespace) -> int:
     from ..cluster.schema import schema_text
     from ..outpaths import check_output_file

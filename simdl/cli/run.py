@@ -6,8 +6,15 @@ import argparse
 import sys
 
 from ..errors import SimdlError
-from .options import (PREDICT_EXAMPLES, add_alloc_conf_arg, add_prediction_args, add_sim_args, integer,
-                      prediction_kwargs, sim_kwargs)
+from .options import (
+    PREDICT_EXAMPLES,
+    add_alloc_conf_arg,
+    add_prediction_args,
+    add_sim_args,
+    integer,
+    prediction_kwargs,
+    sim_kwargs,
+)
 
 
 def _cmd_predict(a: argparse.Namespace) -> int:
@@ -79,12 +86,16 @@ def _cmd_maxbatch(a: argparse.Namespace) -> int:
         return 0
     c = r.config
     if batch == 0:
-        print(f"{c.get('model')} / {c.get('label')} on {c.get('gpus')} x {c.get('gpu')}: not even batch 1 fits "
-              f"(peak {format_bytes(r.peak_memory_bytes)} of {format_bytes(r.memory_capacity_bytes)})")
+        print(
+            f"{c.get('model')} / {c.get('label')} on {c.get('gpus')} x {c.get('gpu')}: not even batch 1 fits "
+            f"(peak {format_bytes(r.peak_memory_bytes)} of {format_bytes(r.memory_capacity_bytes)})"
+        )
         return 1
-    print(f"{c.get('model')} / {c.get('label')} on {c.get('gpus')} x {c.get('gpu')} ({c.get('cluster')}): "
-          f"largest batch per GPU that fits: {batch} (peak {format_bytes(r.peak_memory_bytes)} of "
-          f"{format_bytes(r.memory_capacity_bytes)}; tensors {format_bytes(r.peak_tensor_bytes)})")
+    print(
+        f"{c.get('model')} / {c.get('label')} on {c.get('gpus')} x {c.get('gpu')} ({c.get('cluster')}): "
+        f"largest batch per GPU that fits: {batch} (peak {format_bytes(r.peak_memory_bytes)} of "
+        f"{format_bytes(r.memory_capacity_bytes)}; tensors {format_bytes(r.peak_tensor_bytes)})"
+    )
     return 0
 
 
@@ -92,8 +103,9 @@ def _cmd_memplot(a: argparse.Namespace) -> int:
     """Memory over one iteration on the analytic schedule, per rank role, as a PNG."""
     from ..memory.commands import memplot_command
 
-    return memplot_command(prediction_kwargs(a), a.output, first_iteration=a.first_iteration,
-                          cuda_alloc_conf=a.cuda_alloc_conf)
+    return memplot_command(
+        prediction_kwargs(a), a.output, first_iteration=a.first_iteration, cuda_alloc_conf=a.cuda_alloc_conf
+    )
 
 
 def add_memory_parsers(sub) -> None:
@@ -105,18 +117,21 @@ def add_memory_parsers(sub) -> None:
     mp = sub.add_parser("memplot", help="per-rank memory over one iteration (analytic schedule) as a PNG")
     out = add_prediction_args(mp)["output"]
     out.add_argument("-o", "--output", default="mem.png", help="PNG file (default mem.png)")
-    out.add_argument("--first-iteration", action="store_true",
-                    help="the first iteration: optimizer state created at the step")
+    out.add_argument(
+        "--first-iteration", action="store_true", help="the first iteration: optimizer state created at the step"
+    )
     add_alloc_conf_arg(out)
     mp.set_defaults(func=_cmd_memplot)
 
 
-
-
 def add_run_parsers(sub) -> None:
     """predict, trace and plot: the prediction options, the simulator's, and each one's output."""
-    p = sub.add_parser("predict", help="predict one configuration", epilog=PREDICT_EXAMPLES,
-                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = sub.add_parser(
+        "predict",
+        help="predict one configuration",
+        epilog=PREDICT_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     g = add_prediction_args(p)
     add_sim_args(g["engine"])
     g["output"].add_argument("--json", action="store_true", help="print one JSON object")
@@ -126,13 +141,17 @@ def add_run_parsers(sub) -> None:
     g = add_prediction_args(t)
     add_sim_args(g["engine"])
     g["output"].add_argument("-o", "--output", default="trace.json", help="output file (default trace.json)")
-    g["output"].add_argument("--max-links", type=integer, default=None,
-                             help="link tracks to keep, busiest first (default all)")
+    g["output"].add_argument(
+        "--max-links", type=integer, default=None, help="link tracks to keep, busiest first (default all)"
+    )
     t.set_defaults(func=_cmd_trace)
     pl = sub.add_parser("plot", help="simulate and draw the timeline and memory over time (PNG)")
     g = add_prediction_args(pl)
     add_sim_args(g["engine"])
     g["output"].add_argument("-o", "--output", default="timeline.png", help="output PNG (default timeline.png)")
-    g["output"].add_argument("--memory", action="store_true",
-                             help="only per-rank memory over time, stacked by category (as the studies draw it)")
+    g["output"].add_argument(
+        "--memory",
+        action="store_true",
+        help="only per-rank memory over time, stacked by category (as the studies draw it)",
+    )
     pl.set_defaults(func=_cmd_plot)

@@ -29,9 +29,27 @@ from .spec import (
 )
 
 __all__ = [
-    "GPU", "GROUPS", "LINK_TYPES", "PRECISIONS", "Cluster", "ClusterSpec", "Efficiency", "Host",
-    "Link", "MemoryOverheads", "Mesh", "Network", "PSServers", "allocate", "build_topology",
-    "cluster_names", "gpu_names", "load_cluster", "load_gpu", "path_bottleneck", "route",
+    "GPU",
+    "GROUPS",
+    "LINK_TYPES",
+    "PRECISIONS",
+    "Cluster",
+    "ClusterSpec",
+    "Efficiency",
+    "Host",
+    "Link",
+    "MemoryOverheads",
+    "Mesh",
+    "Network",
+    "PSServers",
+    "allocate",
+    "build_topology",
+    "cluster_names",
+    "gpu_names",
+    "load_cluster",
+    "load_gpu",
+    "path_bottleneck",
+    "route",
 ]
 
 

@@ -82,8 +82,7 @@ class Cluster:
         if link.link == "nvlink" and g > 1:
             # A mesh: a GPU can only use the bundles that reach other GPUs in use.
             intra = min(
-                sum(link.pair_bandwidth(a, b, spec.gpus_per_node) for b in range(g) if b != a)
-                for a in range(g)
+                sum(link.pair_bandwidth(a, b, spec.gpus_per_node) for b in range(g) if b != a) for a in range(g)
             )
         else:
             intra = link.bandwidth.value
@@ -110,12 +109,25 @@ class Cluster:
         put(self, "_intra", intra)
         put(self, "_node_net", node_net)
         put(self, "_bw", {"intra": intra, "inter": inter, "world": world})
-        put(self, "_bus", {"intra": intra * e_intra, "inter": inter * e_inter if net else intra * e_intra,
-                           "world": bus_world})
-        put(self, "_alpha", {"intra": a_intra, "inter": a_inter,
-                             "world": a_intra if self.nodes == 1 else max(a_intra, a_inter)})
-        put(self, "_link_lat", {"intra": lat_intra, "inter": lat_inter,
-                                "world": lat_intra if self.nodes == 1 else max(lat_intra, lat_inter)})
+        put(
+            self,
+            "_bus",
+            {"intra": intra * e_intra, "inter": inter * e_inter if net else intra * e_intra, "world": bus_world},
+        )
+        put(
+            self,
+            "_alpha",
+            {"intra": a_intra, "inter": a_inter, "world": a_intra if self.nodes == 1 else max(a_intra, a_inter)},
+        )
+        put(
+            self,
+            "_link_lat",
+            {
+                "intra": lat_intra,
+                "inter": lat_inter,
+                "world": lat_intra if self.nodes == 1 else max(lat_intra, lat_inter),
+            },
+        )
 
     # ------------------------------------------------------------------ placement
 
@@ -206,8 +218,10 @@ class Cluster:
     def _ps(self):
         ps = self.spec.ps_servers
         if ps is None:
-            raise SimdlError(f"cluster preset {self.spec.name!r} has no ps_servers section; "
-                             f"presets with parameter servers: {', '.join(_ps_presets())}")
+            raise SimdlError(
+                f"cluster preset {self.spec.name!r} has no ps_servers section; "
+                f"presets with parameter servers: {', '.join(_ps_presets())}"
+            )
         return ps
 
     def ps_bandwidth(self) -> float:
@@ -252,8 +266,10 @@ class Cluster:
         return self.spec.gpu.memory_bytes.value * self.device_share
 
     def describe(self) -> str:
-        return (f"{self.spec.name}: {self.gpus} x {self.spec.gpu.name} on {self.nodes} node"
-                f"{'s' if self.nodes > 1 else ''} ({self.gpus_per_node} per node)")
+        return (
+            f"{self.spec.name}: {self.gpus} x {self.spec.gpu.name} on {self.nodes} node"
+            f"{'s' if self.nodes > 1 else ''} ({self.gpus_per_node} per node)"
+        )
 
 
 def _ps_presets() -> list[str]:
@@ -272,8 +288,7 @@ def _multi_node_presets(spec: ClusterSpec, nodes_needed: int) -> list[str]:
     for s in preset_shapes():
         if not s.inter_node or (s.max_nodes is not None and s.max_nodes < nodes_needed):
             continue
-        found.append((s.gpu_name != spec.gpu.name, s.gpu_name.split("-")[0] != family,
-                      s.max_nodes is not None, s.name))
+        found.append((s.gpu_name != spec.gpu.name, s.gpu_name.split("-")[0] != family, s.max_nodes is not None, s.name))
     return [n for *_, n in sorted(found)]
 
 
@@ -302,24 +317,34 @@ def allocate(spec: ClusterSpec | str, gpus: int | None = None, nodes: int | None
     asked = f"--gpus {gpus} --nodes {nodes}" if given else f"--gpus {gpus}"
     if nodes > 1 and spec.inter_node is None:
         others = _multi_node_presets(spec, nodes)
-        raise SimdlError(f"{asked}: needs {nodes} nodes but preset {spec.name!r} is single-node "
-                         f"({per} GPUs, no inter_node network); use a multi-node preset such as "
-                         f"{', '.join(repr(o) for o in others[:3]) or 'one with an inter_node section'}")
+        raise SimdlError(
+            f"{asked}: needs {nodes} nodes but preset {spec.name!r} is single-node "
+            f"({per} GPUs, no inter_node network); use a multi-node preset such as "
+            f"{', '.join(repr(o) for o in others[:3]) or 'one with an inter_node section'}"
+        )
     if spec.max_nodes is not None and nodes > spec.max_nodes:
         others = _multi_node_presets(spec, nodes)
-        raise SimdlError(f"{asked}: needs {nodes} nodes of {per} GPUs but preset {spec.name!r} "
-                         f"allows at most {spec.max_nodes} node{'s' if spec.max_nodes > 1 else ''} "
-                         f"({spec.max_nodes * per} GPUs); use a multi-node preset such as "
-                         f"{', '.join(repr(o) for o in others[:3]) or 'one with max_nodes: null'}")
+        raise SimdlError(
+            f"{asked}: needs {nodes} nodes of {per} GPUs but preset {spec.name!r} "
+            f"allows at most {spec.max_nodes} node{'s' if spec.max_nodes > 1 else ''} "
+            f"({spec.max_nodes * per} GPUs); use a multi-node preset such as "
+            f"{', '.join(repr(o) for o in others[:3]) or 'one with max_nodes: null'}"
+        )
     if gpus % nodes:
         if given:
-            raise SimdlError(f"--gpus {gpus} --nodes {nodes}: gpus must be a multiple of nodes "
-                             "(every node runs the same number of ranks)")
+            raise SimdlError(
+                f"--gpus {gpus} --nodes {nodes}: gpus must be a multiple of nodes "
+                "(every node runs the same number of ranks)"
+            )
         down, up = gpus - gpus % nodes, gpus - gpus % nodes + nodes
-        raise SimdlError(f"--gpus {gpus} on preset {spec.name!r} ({per} GPUs per node) needs {nodes} nodes "
-                         f"but does not split evenly over them; accepted: --gpus {down} or {up}, or give --nodes")
+        raise SimdlError(
+            f"--gpus {gpus} on preset {spec.name!r} ({per} GPUs per node) needs {nodes} nodes "
+            f"but does not split evenly over them; accepted: --gpus {down} or {up}, or give --nodes"
+        )
     per_used = gpus // nodes
     if per_used > per:
-        raise SimdlError(f"--gpus {gpus} --nodes {nodes}: {per_used} GPUs per node but preset {spec.name!r} "
-                         f"has {per} per node; accepted: --nodes >= {-(-gpus // per)}")
+        raise SimdlError(
+            f"--gpus {gpus} --nodes {nodes}: {per_used} GPUs per node but preset {spec.name!r} "
+            f"has {per} per node; accepted: --nodes >= {-(-gpus // per)}"
+        )
     return Cluster(spec=spec, gpus=gpus, nodes=nodes, gpus_per_node=per_used)

@@ -81,20 +81,33 @@ class Num(Reader):
 
     def schema(self, key: str) -> dict[str, Any]:
         table: dict[str, dict[str, Any]] = {
-            "nonneg": {"minimum": 0}, "positive": {"exclusiveMinimum": 0},
-            "fraction": {"exclusiveMinimum": 0, "maximum": 1}, "fraction0": {"minimum": 0, "exclusiveMaximum": 1},
+            "nonneg": {"minimum": 0},
+            "positive": {"exclusiveMinimum": 0},
+            "fraction": {"exclusiveMinimum": 0, "maximum": 1},
+            "fraction0": {"minimum": 0, "exclusiveMaximum": 1},
             "count": {"exclusiveMinimum": 0, "multipleOf": 1},
-            "bounded": {"minimum": self.lo, "maximum": self.hi}}
+            "bounded": {"minimum": self.lo, "maximum": self.hi},
+        }
         bounds = table[self.rule]
         unit = split_key(key)[1]
-        return {"type": "object", "required": ["value", "kind", "source"],
-                "properties": {"value": {"type": "number", **bounds, **({"description": f"in {unit}"} if unit else {})},
-                               "kind": {"enum": list(KINDS)},
-                               "source": {"type": "string", "pattern": r"\S"}}}
+        return {
+            "type": "object",
+            "required": ["value", "kind", "source"],
+            "properties": {
+                "value": {"type": "number", **bounds, **({"description": f"in {unit}"} if unit else {})},
+                "kind": {"enum": list(KINDS)},
+                "source": {"type": "string", "pattern": r"\S"},
+            },
+        }
 
 
-NONNEG, POSITIVE, FRACTION, FRACTION0, COUNT = (Num("nonneg"), Num("positive"), Num("fraction"), Num("fraction0"),
-                                                Num("count"))
+NONNEG, POSITIVE, FRACTION, FRACTION0, COUNT = (
+    Num("nonneg"),
+    Num("positive"),
+    Num("fraction"),
+    Num("fraction0"),
+    Num("count"),
+)
 
 
 def bounded(lo: float, hi: float, meaning: str) -> Num:
@@ -255,8 +268,11 @@ class Table(Reader):
         return {k: self.reader.dump(v, k, owner) for k, v in value.items()}
 
     def schema(self, key: str) -> dict[str, Any]:
-        return {"type": "object", "additionalProperties": False,
-                "properties": {k: self.reader.schema(k) for k in self.names}}
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "properties": {k: self.reader.schema(k) for k in self.names},
+        }
 
 
 # --------------------------------------------------------------------------- declarations
@@ -276,9 +292,19 @@ class Decl:
         return tuple(self.key.format(n) for n in self.each) if self.each else (self.key,)
 
 
-def knob(key: str, reader: Reader, doc: str, *, required: bool | Callable[[Ctx], bool] = False,
-         each: tuple[str, ...] = (), default: Any = None, factory: Callable[[], Any] | None = None,
-         dump_default: bool = True, compare: bool = True, positional: bool = False) -> Any:
+def knob(
+    key: str,
+    reader: Reader,
+    doc: str,
+    *,
+    required: bool | Callable[[Ctx], bool] = False,
+    each: tuple[str, ...] = (),
+    default: Any = None,
+    factory: Callable[[], Any] | None = None,
+    dump_default: bool = True,
+    compare: bool = True,
+    positional: bool = False,
+) -> Any:
     """A dataclass field declared as file key ``key`` (see the module docstring). ``positional``:
     the constructor requires the field although the file may leave it out (``default`` then)."""
     meta = {"decl": Decl(key, reader, " ".join(doc.split()), required, each, dump_default, default)}

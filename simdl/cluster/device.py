@@ -55,12 +55,13 @@ class HostProcessor:
     """The processor a CPU device file describes, as the host reports it."""
 
     model_name: str = knob("model_name", Text(nonempty=True), "/proc/cpuinfo's model name", required=True)
-    caches: FrozenMap = knob("caches", Custom(_caches, lambda v, owner: dict(v),
-                                              {"type": "object", "additionalProperties": {"type": "string"}}),
-                             "per-core cache sizes as sysfs reports them, a subset (e.g. {L1d: 32K, L2: 512K})",
-                             default=FrozenMap())
-    source: str = knob("source", Text(), "where the model name and sizes come from", default="",
-                       dump_default=False)
+    caches: FrozenMap = knob(
+        "caches",
+        Custom(_caches, lambda v, owner: dict(v), {"type": "object", "additionalProperties": {"type": "string"}}),
+        "per-core cache sizes as sysfs reports them, a subset (e.g. {L1d: 32K, L2: 512K})",
+        default=FrozenMap(),
+    )
+    source: str = knob("source", Text(), "where the model name and sizes come from", default="", dump_default=False)
 
 
 def _kernels(value: Any, where: str, ctx: Mapping[str, Any]) -> Any:
@@ -68,8 +69,13 @@ def _kernels(value: Any, where: str, ctx: Mapping[str, Any]) -> Any:
         return None
     from ..costs.gpu_profile import parse_kernels
 
-    return parse_kernels(value, where.rsplit(": kernels", 1)[0], {p: v.value for p, v in ctx["peak_flops"].items()},
-                         ctx["memory_bandwidth"].value, {k: v.value for k, v in ctx["priors"].items()})
+    return parse_kernels(
+        value,
+        where.rsplit(": kernels", 1)[0],
+        {p: v.value for p, v in ctx["peak_flops"].items()},
+        ctx["memory_bandwidth"].value,
+        {k: v.value for k, v in ctx["priors"].items()},
+    )
 
 
 @dataclass(frozen=True)
@@ -78,24 +84,40 @@ class GPU:
 
     name: str = knob("name", Text(nonempty=True), "the device's name", required=True)
     memory_bytes: Sourced = knob("memory_GiB", POSITIVE, "device memory", required=True)
-    memory_bandwidth: Sourced = knob("memory_bandwidth_GB_per_s", POSITIVE, "device memory bandwidth",
-                                     required=True)
-    peak_flops: FrozenMap = knob("peak_{}_TFLOP_per_s", POSITIVE, "dense peak FLOP/s of each precision",
-                                 each=PRECISIONS, required=True)
-    kind: str = knob("kind", Choice(DEVICE_KINDS), """the device type: cuda (a GPU) or cpu (a host CPU as the
-                     device); it picks the host backend (simdl.hosts). Absent: cuda""", default="cuda")
+    memory_bandwidth: Sourced = knob("memory_bandwidth_GB_per_s", POSITIVE, "device memory bandwidth", required=True)
+    peak_flops: FrozenMap = knob(
+        "peak_{}_TFLOP_per_s", POSITIVE, "dense peak FLOP/s of each precision", each=PRECISIONS, required=True
+    )
+    kind: str = knob(
+        "kind",
+        Choice(DEVICE_KINDS),
+        """the device type: cuda (a GPU) or cpu (a host CPU as the
+                     device); it picks the host backend (simdl.hosts). Absent: cuda""",
+        default="cuda",
+    )
     priors: FrozenMap = knob("priors", Table(FRACTION, PRIOR_KEYS), "measured efficiency priors, fractions of peak")
     description: str = knob("description", Text(), "what the file describes", default="", dump_default=False)
     source_path: str = ""
-    host: HostProcessor | None = knob("host", Section(HostProcessor), """CPU device files: the processor they
-                                      describe, by which calibration and validation recognise the host""")
+    host: HostProcessor | None = knob(
+        "host",
+        Section(HostProcessor),
+        """CPU device files: the processor they
+                                      describe, by which calibration and validation recognise the host""",
+    )
     # The fitted kernel model, or None; its block as written (for to_dict) outside equality.
-    kernels: Any = knob("kernels", Custom(_kernels, lambda v, owner: copy.deepcopy(owner.kernels_raw),
-                                          {"type": "object"}),
-                        "the fitted GPU kernel model, read by simdl.costs.gpu_profile")
+    kernels: Any = knob(
+        "kernels",
+        Custom(_kernels, lambda v, owner: copy.deepcopy(owner.kernels_raw), {"type": "object"}),
+        "the fitted GPU kernel model, read by simdl.costs.gpu_profile",
+    )
     kernels_raw: Any = field(default=None, compare=False, repr=False)
-    device_memory: Any = knob("device_memory", Opaque(), """context, library workspaces and NCCL buffers,
-                              read by simdl.memory.device""", compare=False)
+    device_memory: Any = knob(
+        "device_memory",
+        Opaque(),
+        """context, library workspaces and NCCL buffers,
+                              read by simdl.memory.device""",
+        compare=False,
+    )
 
     @staticmethod
     def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:

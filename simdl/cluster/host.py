@@ -118,8 +118,12 @@ def cpu_identity(cpuinfo: Path = CPUINFO) -> dict[str, Any]:
 def cpu_fingerprint() -> dict[str, Any]:
     """What identifies this host's processor for a calibration: model, cores, caches, and
     family/model/stepping with the ISA flags (:func:`cpu_identity`)."""
-    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count() or 1, "caches": cache_sizes(),
-            "identity": cpu_identity()}
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count() or 1,
+        "caches": cache_sizes(),
+        "identity": cpu_identity(),
+    }
 
 
 def _provenance(spec) -> dict:
@@ -161,12 +165,13 @@ def host_mismatch(spec, device: str | None = None, caches: dict[str, str] | None
         caches = cache_sizes() if device is None else {}
     here = device or cpu_device_name()
     if here not in devs:
-        return (f"profile {spec.name} was calibrated on {', '.join(repr(d) for d in devs)}; "
-                f"this host is {here!r}")
+        return f"profile {spec.name} was calibrated on {', '.join(repr(d) for d in devs)}; this host is {here!r}"
     theirs = profile_caches(spec)
     if caches and theirs and caches != theirs:
-        return (f"profile {spec.name} was calibrated on a {here!r} with caches {_caches_text(theirs)}; "
-                f"this host's {here!r} has {_caches_text(caches)} (another processor of that name)")
+        return (
+            f"profile {spec.name} was calibrated on a {here!r} with caches {_caches_text(theirs)}; "
+            f"this host's {here!r} has {_caches_text(caches)} (another processor of that name)"
+        )
     return None
 
 
@@ -186,9 +191,12 @@ def device_file_for(device: str, caches: dict[str, str] | None = None) -> str:
     return chosen[0].name if chosen else "cpu"
 
 
-def preset_for_this_host(device: str | None = None, caches: dict[str, str] | None = None,
-                         environ: dict[str, str] | None = None,
-                         folders: list[Path] | tuple[Path, ...] | None = None) -> str | None:
+def preset_for_this_host(
+    device: str | None = None,
+    caches: dict[str, str] | None = None,
+    environ: dict[str, str] | None = None,
+    folders: list[Path] | tuple[Path, ...] | None = None,
+) -> str | None:
     """The shipped CPU preset calibrated on this host's processor (:func:`host_mismatch`),
     preferably one calibrated under this process's malloc settings (:func:`allocator_mismatch`:
     on the Zen 4 the same runs took up to 40 % less time with glibc's heap kept than with its
@@ -218,7 +226,7 @@ def preset_for_this_host(device: str | None = None, caches: dict[str, str] | Non
             matches.append((other_malloc, multi_rank, profile_date(spec), path.stem if shipped else str(path)))
     matches.sort(key=lambda m: Path(m[3]).stem)
     matches.sort(key=lambda m: m[2], reverse=True)  # stable: newest first, then by name
-    matches.sort(key=lambda m: m[:2])               # this malloc setting, then one rank per slot
+    matches.sort(key=lambda m: m[:2])  # this malloc setting, then one rank per slot
     return matches[0][3] if matches else None
 
 
@@ -240,8 +248,10 @@ def allocator_mismatch(spec, environ: dict[str, str] | None = None) -> str | Non
     if theirs == here:
         return None
     default = "glibc's default malloc settings"
-    return (f"profile {spec.name} was timed with {allocator_env_text(theirs) or default}; "
-            f"these ranks with {allocator_env_text(here) or default}")
+    return (
+        f"profile {spec.name} was timed with {allocator_env_text(theirs) or default}; "
+        f"these ranks with {allocator_env_text(here) or default}"
+    )
 
 
 def profile_date(spec) -> str:

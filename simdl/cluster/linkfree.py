@@ -38,8 +38,12 @@ def link_free_key(cluster) -> tuple:
         return hit[1]
     spec = cluster.spec
     ps = spec.ps_servers
-    key = (_compared(cluster, ("spec",)), _compared(spec, LINK_FIELDS),
-           None if ps is None else _compared(ps, PS_LINK_FIELDS), spec.intra_node.pcie_bandwidth)
+    key = (
+        _compared(cluster, ("spec",)),
+        _compared(spec, LINK_FIELDS),
+        None if ps is None else _compared(ps, PS_LINK_FIELDS),
+        spec.intra_node.pcie_bandwidth,
+    )
     if len(_KEYS) >= _LIMIT:
         _KEYS.clear()
     _KEYS[id(cluster)] = (cluster, key)

@@ -27,8 +27,11 @@ def _mesh_links(value: Any, where: str, ctx: Mapping[str, Any]) -> tuple[tuple[i
     seen: set[tuple[int, int]] = set()
     links: list[tuple[int, int, int]] = []
     for item in value:
-        ok = (isinstance(item, list) and len(item) == 3
-              and all(isinstance(v, int) and not isinstance(v, bool) for v in item))
+        ok = (
+            isinstance(item, list)
+            and len(item) == 3
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in item)
+        )
         if not ok:
             raise SimdlError(f"{where}: entry {item!r}; accepted: [gpu_a, gpu_b, n_links] integers")
         a, b, n = item
@@ -44,19 +47,24 @@ def _mesh_links(value: Any, where: str, ctx: Mapping[str, Any]) -> tuple[tuple[i
     return tuple(sorted(links))
 
 
-_LINKS_SCHEMA = {"type": "array", "minItems": 1, "items": {
-    "type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 0}}}
+_LINKS_SCHEMA = {
+    "type": "array",
+    "minItems": 1,
+    "items": {"type": "array", "minItems": 3, "maxItems": 3, "items": {"type": "integer", "minimum": 0}},
+}
 
 
 @dataclass(frozen=True)
 class Mesh:
     """Wiring of an NVLink mesh: bonded link counts between local GPU pairs."""
 
-    per_link: Sourced = knob("per_link_GB_per_s", POSITIVE, "bandwidth per direction of one NVLink",
-                             required=True)
+    per_link: Sourced = knob("per_link_GB_per_s", POSITIVE, "bandwidth per direction of one NVLink", required=True)
     links: tuple[tuple[int, int, int], ...] = knob(
-        "links", Custom(_mesh_links, lambda v, owner: [list(t) for t in v], _LINKS_SCHEMA),
-        "[local gpu a, local gpu b, number of links] for each wired pair", required=True)
+        "links",
+        Custom(_mesh_links, lambda v, owner: [list(t) for t in v], _LINKS_SCHEMA),
+        "[local gpu a, local gpu b, number of links] for each wired pair",
+        required=True,
+    )
     source: str = knob("source", Text(nonempty=True), "where the wiring comes from", required=True)
 
     def pair_links(self, a: int, b: int) -> int:
@@ -79,19 +87,36 @@ class Link:
     """The intra-node interconnect. ``bandwidth`` is per GPU per direction: the rate a
     ring step out of one GPU can use (for a mesh: the GPU's total NVLink egress)."""
 
-    link: str = knob("link", Choice(LINK_TYPES), """nvlink: direct GPU-GPU NVLink bundles (a mesh);
+    link: str = knob(
+        "link",
+        Choice(LINK_TYPES),
+        """nvlink: direct GPU-GPU NVLink bundles (a mesh);
                      nvswitch: one port bundle per GPU to a non-blocking switch; pcie: GPUs talk
-                     through a PCIe switch; shm: processes on one host""", required=True)
+                     through a PCIe switch; shm: processes on one host""",
+        required=True,
+    )
     bandwidth: Sourced = knob("bandwidth_GB_per_s", POSITIVE, "per GPU per direction", required=True)
     latency: Sourced = knob("latency_us", NONNEG, "one GPU-to-GPU transfer inside the node", required=True)
     # Each GPU's PCIe link to host and NICs; for a pcie or shm fabric the fabric's own figures.
-    pcie_bandwidth: Sourced = knob("pcie_GB_per_s", POSITIVE, """each GPU's PCIe link to host and NICs,
+    pcie_bandwidth: Sourced = knob(
+        "pcie_GB_per_s",
+        POSITIVE,
+        """each GPU's PCIe link to host and NICs,
                                    per direction (not given with link pcie or shm: the fabric's own)""",
-                                   required=_needs_pcie)
-    pcie_latency: Sourced = knob("pcie_latency_us", NONNEG, """GPU to NIC (or host) across PCIe (not given
-                                 with link pcie or shm)""", required=_needs_pcie)
-    mesh: Mesh | None = knob("mesh", Section(Mesh, lambda ctx: {"gpus_per_node": ctx["gpus_per_node"]}),
-                             """link nvlink only: the wiring; absent = fully connected, equal shares""")
+        required=_needs_pcie,
+    )
+    pcie_latency: Sourced = knob(
+        "pcie_latency_us",
+        NONNEG,
+        """GPU to NIC (or host) across PCIe (not given
+                                 with link pcie or shm)""",
+        required=_needs_pcie,
+    )
+    mesh: Mesh | None = knob(
+        "mesh",
+        Section(Mesh, lambda ctx: {"gpus_per_node": ctx["gpus_per_node"]}),
+        """link nvlink only: the wiring; absent = fully connected, equal shares""",
+    )
 
     @staticmethod
     def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -99,8 +124,10 @@ class Link:
         if link in _PCIE_FABRICS:
             for key in ("pcie_GB_per_s", "pcie_latency_us"):
                 if key in raw:
-                    raise SimdlError(f"{where}: {key} is not accepted with link: {link} (the fabric is the PCIe "
-                                     "link itself); give bandwidth_GB_per_s and latency_us only")
+                    raise SimdlError(
+                        f"{where}: {key} is not accepted with link: {link} (the fabric is the PCIe "
+                        "link itself); give bandwidth_GB_per_s and latency_us only"
+                    )
             values = {**values, "pcie_bandwidth": values["bandwidth"], "pcie_latency": values["latency"]}
         mesh, bandwidth = values.get("mesh"), values["bandwidth"]
         if mesh is not None and link != "nvlink":
@@ -112,7 +139,8 @@ class Link:
             if not math.isclose(egress, bandwidth.value, rel_tol=0.01):
                 raise SimdlError(
                     f"{where}: mesh gives GPU {g} {egress / 1e9:g} GB/s of NVLink but bandwidth_GB_per_s "
-                    f"is {bandwidth.value / 1e9:g}; accepted: every GPU's links x per_link = bandwidth")
+                    f"is {bandwidth.value / 1e9:g}; accepted: every GPU's links x per_link = bandwidth"
+                )
         return values
 
     def _dump_fix(self, out: dict[str, Any]) -> dict[str, Any]:
@@ -162,17 +190,34 @@ class PSServers:
     nic_bandwidth: Sourced = knob("nic_Gb_per_s", POSITIVE, "per server NIC per direction", required=True)
     latency: Sourced = knob("latency_us", NONNEG, "one-way worker-to-server latency", required=True)
     cpu_cores: Sourced = knob("cpu_cores", COUNT, "cores of one server", required=True)
-    update_bandwidth: Sourced = knob("update_bandwidth_GB_per_s", POSITIVE, """host memory traffic the
-                                     optimizer update streams through""", required=True)
+    update_bandwidth: Sourced = knob(
+        "update_bandwidth_GB_per_s",
+        POSITIVE,
+        """host memory traffic the
+                                     optimizer update streams through""",
+        required=True,
+    )
     # Optional, from simdl calibrate's RPC measurements (simdl.calibrate.ps.PSFit; used by
     # simdl.costs.ps.ps_transfer_times). Absent: the worker side is its node's link and a
     # transfer has no costs besides the link's.
-    worker_link: Sourced | None = knob("worker_link_Gb_per_s", POSITIVE, """what one worker's push or pull
-                                       reaches alone (calibrated)""")
-    receive_fault: Sourced | None = knob("receive_fault_ns_per_byte", NONNEG, """per byte of a message received
-                                         above the mmap threshold (calibrated)""")
-    response_copy: Sourced | None = knob("response_copy_ns_per_byte", NONNEG, """per byte the server copies a
-                                         pull's answer (calibrated)""")
+    worker_link: Sourced | None = knob(
+        "worker_link_Gb_per_s",
+        POSITIVE,
+        """what one worker's push or pull
+                                       reaches alone (calibrated)""",
+    )
+    receive_fault: Sourced | None = knob(
+        "receive_fault_ns_per_byte",
+        NONNEG,
+        """per byte of a message received
+                                         above the mmap threshold (calibrated)""",
+    )
+    response_copy: Sourced | None = knob(
+        "response_copy_ns_per_byte",
+        NONNEG,
+        """per byte the server copies a
+                                         pull's answer (calibrated)""",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return dump(self)

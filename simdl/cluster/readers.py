@@ -12,6 +12,7 @@ from typing import Any, Iterator, Literal, Mapping, overload
 from ..errors import SimdlError, unknown
 from ..provenance import Sourced, read
 
+
 class FrozenMap(Mapping[Any, Any]):
     """A read-only, hashable mapping, so that frozen dataclasses holding one hash."""
 
@@ -55,13 +56,28 @@ def _check_keys(section: Mapping[str, Any], allowed: tuple[str, ...], where: str
 
 
 @overload
-def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = ...,
-           default: int | None = ..., allow_null: Literal[False] = ...) -> int: ...
+def _count(
+    raw: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    minimum: int = ...,
+    default: int | None = ...,
+    allow_null: Literal[False] = ...,
+) -> int: ...
 @overload
-def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = ...,
-           default: int | None = ..., allow_null: bool) -> int | None: ...
-def _count(raw: Mapping[str, Any], key: str, where: str, *, minimum: int = 1,
-           default: int | None = None, allow_null: bool = False) -> int | None:
+def _count(
+    raw: Mapping[str, Any], key: str, where: str, *, minimum: int = ..., default: int | None = ..., allow_null: bool
+) -> int | None: ...
+def _count(
+    raw: Mapping[str, Any],
+    key: str,
+    where: str,
+    *,
+    minimum: int = 1,
+    default: int | None = None,
+    allow_null: bool = False,
+) -> int | None:
     """A plain integer count (preset shape, not a measured number)."""
     if key not in raw:
         if default is not None or allow_null:
@@ -87,13 +103,16 @@ def _sourced_count(raw: Mapping[str, Any], key: str, where: str) -> Sourced:
 
 
 @overload
-def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = ...,
-              required: Literal[True] = ...) -> Sourced: ...
+def _fraction(
+    raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = ..., required: Literal[True] = ...
+) -> Sourced: ...
 @overload
-def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = ...,
-              required: bool) -> Sourced | None: ...
-def _fraction(raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = False,
-              required: bool = True) -> Sourced | None:
+def _fraction(
+    raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = ..., required: bool
+) -> Sourced | None: ...
+def _fraction(
+    raw: Mapping[str, Any], key: str, where: str, *, allow_zero: bool = False, required: bool = True
+) -> Sourced | None:
     if key not in raw and not required:
         return None
     s = read(raw, key, where=where)
@@ -128,6 +147,7 @@ def _resolve(name_or_path: str | os.PathLike, folder: Path, what: str, names: tu
     if text.lower() not in lowered:
         raise unknown(what, text, names)
     return folder / f"{lowered[text.lower()]}.yaml"
+
 
 def _bounded(raw: Mapping[str, Any], key: str, where: str, lo: float, hi: float, meaning: str) -> Sourced | None:
     """An optional sourced number that must lie in [lo, hi]."""

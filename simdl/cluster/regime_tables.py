@@ -49,18 +49,33 @@ def _parse_regimes(raw: Any, where: str) -> RegimeModel:
                 raise SimdlError(f"{wr} must be a mapping {{step_bytes, alpha_us, bus_GB_per_s}}, got {r!r}")
             _check_keys(r, _REGIME_KEYS, wr)
             rng = r.get("step_bytes")
-            ok = (isinstance(rng, list) and len(rng) == 2 and all(
-                isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in rng)
-                  and rng[0] <= rng[1])
+            ok = (
+                isinstance(rng, list)
+                and len(rng) == 2
+                and all(
+                    isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0 for v in rng
+                )
+                and rng[0] <= rng[1]
+            )
             if not ok or not isinstance(rng, list):
-                raise SimdlError(f"{wr}: step_bytes = {rng!r}; accepted: [lo, hi], 0 <= lo <= hi (bytes per ring "
-                                 "step of the sizes the regime was fitted on)")
-            out.append(Regime(float(rng[0]), float(rng[1]), _number(r, "alpha_us", wr) * 1e-6,
-                              _number(r, "bus_GB_per_s", wr, positive=True) * GB))
+                raise SimdlError(
+                    f"{wr}: step_bytes = {rng!r}; accepted: [lo, hi], 0 <= lo <= hi (bytes per ring "
+                    "step of the sizes the regime was fitted on)"
+                )
+            out.append(
+                Regime(
+                    float(rng[0]),
+                    float(rng[1]),
+                    _number(r, "alpha_us", wr) * 1e-6,
+                    _number(r, "bus_GB_per_s", wr, positive=True) * GB,
+                )
+            )
         for i in range(1, len(out)):
             if out[i].lo_step_bytes <= out[i - 1].hi_step_bytes:
-                raise SimdlError(f"{w}: regimes[{i}].step_bytes starts at {out[i].lo_step_bytes:g}; accepted: above "
-                                 f"regimes[{i - 1}]'s end ({out[i - 1].hi_step_bytes:g}): ordered, disjoint ranges")
+                raise SimdlError(
+                    f"{w}: regimes[{i}].step_bytes starts at {out[i].lo_step_bytes:g}; accepted: above "
+                    f"regimes[{i - 1}]'s end ({out[i - 1].hi_step_bytes:g}): ordered, disjoint ranges"
+                )
         curves.append(RegimeCurve(name, _number(c, "overhead_us", w) * 1e-6, tuple(out)))
     return RegimeModel(tuple(curves), link, kind, source)
 
@@ -84,16 +99,29 @@ def _parse_subgroup_regimes(raw: Any, where: str) -> FrozenMap:
 def regimes_to_dict(model: RegimeModel) -> dict[str, Any]:
     """The YAML form of a :class:`RegimeModel` (inverse of ``_parse_regimes``: 12 significant
     digits drop the unit conversion's rounding noise and keep every digit a file gives)."""
+
     def g(x: float) -> float | int:
         r = float(f"{x:.12g}")
         return int(r) if r.is_integer() and abs(r) < 1e15 else r
 
     return {
-        "kind": model.kind, "source": model.source, "link_GB_per_s": g(model.link_bandwidth / GB),
-        "collectives": {c.collective: {"overhead_us": g(c.overhead * 1e6), "regimes": [
-            {"step_bytes": [int(r.lo_step_bytes), int(r.hi_step_bytes)], "alpha_us": g(r.alpha * 1e6),
-             "bus_GB_per_s": g(r.bandwidth / GB)}
-            for r in c.regimes]} for c in model.curves},
+        "kind": model.kind,
+        "source": model.source,
+        "link_GB_per_s": g(model.link_bandwidth / GB),
+        "collectives": {
+            c.collective: {
+                "overhead_us": g(c.overhead * 1e6),
+                "regimes": [
+                    {
+                        "step_bytes": [int(r.lo_step_bytes), int(r.hi_step_bytes)],
+                        "alpha_us": g(r.alpha * 1e6),
+                        "bus_GB_per_s": g(r.bandwidth / GB),
+                    }
+                    for r in c.regimes
+                ],
+            }
+            for c in model.curves
+        },
     }
 
 
@@ -112,19 +140,46 @@ def subgroup_regimes_to_dict(models: Mapping[int, RegimeModel]) -> dict[str, Any
 
 _NUMBER = {"type": "number", "minimum": 0}
 _REGIME_SECTION = {
-    "type": "object", "additionalProperties": False, "required": ["kind", "source", "link_GB_per_s", "collectives"],
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["kind", "source", "link_GB_per_s", "collectives"],
     "properties": {
-        "kind": {"enum": list(KINDS)}, "source": {"type": "string", "pattern": r"\S"},
+        "kind": {"enum": list(KINDS)},
+        "source": {"type": "string", "pattern": r"\S"},
         "link_GB_per_s": {"type": "number", "exclusiveMinimum": 0},
-        "collectives": {"type": "object", "minProperties": 1, "propertyNames": {"enum": list(COLLECTIVES)},
-                        "additionalProperties": {
-                            "type": "object", "additionalProperties": False, "required": ["overhead_us", "regimes"],
-                            "properties": {"overhead_us": _NUMBER, "regimes": {"type": "array", "minItems": 1, "items": {
-                                "type": "object", "additionalProperties": False,
-                                "required": ["step_bytes", "alpha_us", "bus_GB_per_s"],
-                                "properties": {
-                                    "step_bytes": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUMBER},
-                                    "alpha_us": _NUMBER, "bus_GB_per_s": {"type": "number", "exclusiveMinimum": 0}}}}}}}}}
+        "collectives": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"enum": list(COLLECTIVES)},
+            "additionalProperties": {
+                "type": "object",
+                "additionalProperties": False,
+                "required": ["overhead_us", "regimes"],
+                "properties": {
+                    "overhead_us": _NUMBER,
+                    "regimes": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {
+                            "type": "object",
+                            "additionalProperties": False,
+                            "required": ["step_bytes", "alpha_us", "bus_GB_per_s"],
+                            "properties": {
+                                "step_bytes": {"type": "array", "minItems": 2, "maxItems": 2, "items": _NUMBER},
+                                "alpha_us": _NUMBER,
+                                "bus_GB_per_s": {"type": "number", "exclusiveMinimum": 0},
+                            },
+                        },
+                    },
+                },
+            },
+        },
+    },
+}
 REGIMES_SCHEMA = {"anyOf": [_REGIME_SECTION, {"type": "null"}]}
-SUBGROUP_REGIMES_SCHEMA = {"anyOf": [{"type": "null"}, {
-    "type": "object", "propertyNames": {"pattern": "^[0-9]+$"}, "additionalProperties": _REGIME_SECTION}]}
+SUBGROUP_REGIMES_SCHEMA = {
+    "anyOf": [
+        {"type": "null"},
+        {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"}, "additionalProperties": _REGIME_SECTION},
+    ]
+}

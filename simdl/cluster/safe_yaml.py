@@ -61,8 +61,9 @@ def check_bounds(data: Any, where: str) -> None:
         obj, depth = stack.pop()
         count += 1
         if count > MAX_NODES:
-            raise SimdlError(f"{where}: more than {MAX_NODES:,} values (YAML aliases expanded); "
-                             "a description file needs far fewer")
+            raise SimdlError(
+                f"{where}: more than {MAX_NODES:,} values (YAML aliases expanded); a description file needs far fewer"
+            )
         if depth > MAX_DEPTH:
             raise SimdlError(f"{where}: nested deeper than {MAX_DEPTH} levels")
         if isinstance(obj, str):
@@ -102,8 +103,9 @@ def check_data_file(p: Path, folders, where: str) -> Path:
     real = p.resolve()
     roots = [Path(f).resolve() for f in folders]
     if not any(real == r or r in real.parents for r in roots):
-        raise SimdlError(f"{where}: {str(p)!r} is outside the profile's folder {str(roots[0])!r}; "
-                         "accepted: a file in that folder")
+        raise SimdlError(
+            f"{where}: {str(p)!r} is outside the profile's folder {str(roots[0])!r}; accepted: a file in that folder"
+        )
     try:
         st = os.stat(real)
     except OSError as e:

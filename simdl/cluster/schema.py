@@ -43,10 +43,15 @@ def schema(kind: str) -> dict[str, Any]:
     if kind == "profile":
         full = {**full, "required": [*full.get("required", []), "calibration"]}
     title = "simdl cluster profile (written by simdl calibrate)" if kind == "profile" else "simdl cluster preset"
-    return {"$schema": DRAFT, "title": title, "description": full.get("description", ""),
-            "$defs": {"full": full, "extends": partial},
-            "if": {"type": "object", "required": ["extends"]},
-            "then": {"$ref": "#/$defs/extends"}, "else": {"$ref": "#/$defs/full"}}
+    return {
+        "$schema": DRAFT,
+        "title": title,
+        "description": full.get("description", ""),
+        "$defs": {"full": full, "extends": partial},
+        "if": {"type": "object", "required": ["extends"]},
+        "then": {"$ref": "#/$defs/extends"},
+        "else": {"$ref": "#/$defs/full"},
+    }
 
 
 def schema_text(kind: str) -> str:
@@ -56,9 +61,12 @@ def schema_text(kind: str) -> str:
 # --------------------------------------------------------------------------- validator
 
 _TYPES = {
-    "object": lambda v: isinstance(v, Mapping), "array": lambda v: isinstance(v, list),
-    "string": lambda v: isinstance(v, str), "boolean": lambda v: isinstance(v, bool),
-    "null": lambda v: v is None, "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
+    "object": lambda v: isinstance(v, Mapping),
+    "array": lambda v: isinstance(v, list),
+    "string": lambda v: isinstance(v, str),
+    "boolean": lambda v: isinstance(v, bool),
+    "null": lambda v: v is None,
+    "integer": lambda v: isinstance(v, int) and not isinstance(v, bool),
     "number": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v),
 }
 
@@ -109,9 +117,13 @@ def validate_with(v: Any, s: Mapping[str, Any], root: Mapping[str, Any], at: str
 
 
 def _check_number(v: float, s: Mapping[str, Any], at: str, errors: list[str]) -> None:
-    for key, bad in (("minimum", lambda b: v < b), ("maximum", lambda b: v > b),
-                     ("exclusiveMinimum", lambda b: v <= b), ("exclusiveMaximum", lambda b: v >= b),
-                     ("multipleOf", lambda b: not float(v / b).is_integer())):
+    for key, bad in (
+        ("minimum", lambda b: v < b),
+        ("maximum", lambda b: v > b),
+        ("exclusiveMinimum", lambda b: v <= b),
+        ("exclusiveMaximum", lambda b: v >= b),
+        ("multipleOf", lambda b: not float(v / b).is_integer()),
+    ):
         if key in s and bad(s[key]):
             errors.append(f"{at}: {v!r} breaks {key} {s[key]!r}")
 

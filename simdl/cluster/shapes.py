@@ -94,8 +94,13 @@ def _shape(name: str) -> PresetShape | None:
             s = load_cluster(name)
             return PresetShape(name, s.gpu.name, s.inter_node is not None, s.max_nodes, s.ps_servers is not None)
         max_nodes = facts.get("max_nodes")
-        return PresetShape(name, load_gpu(facts["gpu"]).name, bool(facts.get("inter_node")),
-                           max_nodes if isinstance(max_nodes, int) else None, bool(facts.get("ps_servers")))
+        return PresetShape(
+            name,
+            load_gpu(facts["gpu"]).name,
+            bool(facts.get("inter_node")),
+            max_nodes if isinstance(max_nodes, int) else None,
+            bool(facts.get("ps_servers")),
+        )
     except SimdlError:
         return None  # a preset that does not load is suggested nowhere
 

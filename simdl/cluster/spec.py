@@ -30,7 +30,6 @@ A preset file may start with ``extends: <preset>`` and give only the keys that
 differ (mappings merge key by key); the variants of the study-2 cluster use it.
 """
 
-
 from __future__ import annotations
 
 import copy
@@ -47,18 +46,43 @@ from .efficiency import BLOCKING_COLLECTIVES, Efficiency, _parse_efficiency
 from .links import LINK_TYPES, Link, Mesh, Network, PSServers
 from .node import Host, MemoryOverheads
 from .readers import FrozenMap, _load_yaml, _resolve
-from .strategy_sections import StrategySections, move_strategy_keys
 from .regime_tables import _parse_regimes, _parse_subgroup_regimes, regimes_to_dict
+from .strategy_sections import StrategySections, move_strategy_keys
 
 __all__ = [
-    "BLOCKING_COLLECTIVES", "CLUSTER_DIR", "DATA_DIR", "DEVICE_KINDS", "GPU", "GPU_DIR", "LINK_TYPES", "PRECISIONS",
-    "PRIOR_KEYS", "ClusterSpec", "Efficiency", "FrozenMap", "Host", "Link", "MemoryOverheads", "Mesh", "Network",
-    "PSServers", "cluster_names", "gpu_names", "is_cpu_device_name", "load_cluster", "load_gpu", "raw_preset",
-    "regimes_to_dict", "_parse_efficiency", "_parse_regimes", "_parse_subgroup_regimes",
+    "BLOCKING_COLLECTIVES",
+    "CLUSTER_DIR",
+    "DATA_DIR",
+    "DEVICE_KINDS",
+    "GPU",
+    "GPU_DIR",
+    "LINK_TYPES",
+    "PRECISIONS",
+    "PRIOR_KEYS",
+    "ClusterSpec",
+    "Efficiency",
+    "FrozenMap",
+    "Host",
+    "Link",
+    "MemoryOverheads",
+    "Mesh",
+    "Network",
+    "PSServers",
+    "cluster_names",
+    "gpu_names",
+    "is_cpu_device_name",
+    "load_cluster",
+    "load_gpu",
+    "raw_preset",
+    "regimes_to_dict",
+    "_parse_efficiency",
+    "_parse_regimes",
+    "_parse_subgroup_regimes",
 ]
 
 DATA_DIR = Path(__file__).resolve().parent / "data"
 CLUSTER_DIR = DATA_DIR / "clusters"
+
 
 def _gpu(value: Any, where: str, ctx: Mapping[str, Any]) -> GPU:
     if not isinstance(value, str) or not value.strip():
@@ -82,9 +106,17 @@ def _compute_profile(value: Any, where: str, ctx: Mapping[str, Any]) -> tuple[st
 
 
 _GPU_SCHEMA = {"type": "string", "pattern": r"\S"}
-_COMPUTE_PROFILE_SCHEMA = {"anyOf": [{"type": "string"}, {"type": "null"}, {
-    "type": "object", "required": ["file"], "properties": {"file": {"type": "string"}, "kind": {"type": "string"},
-                                                           "source": {"type": "string"}}}]}
+_COMPUTE_PROFILE_SCHEMA = {
+    "anyOf": [
+        {"type": "string"},
+        {"type": "null"},
+        {
+            "type": "object",
+            "required": ["file"],
+            "properties": {"file": {"type": "string"}, "kind": {"type": "string"}, "source": {"type": "string"}},
+        },
+    ]
+}
 
 
 @dataclass(frozen=True)
@@ -93,51 +125,96 @@ class ClusterSpec:
 
     name: str = knob("name", Text(nonempty=True), "the preset's name", required=True)
     description: str = knob("description", Text(), "what the preset describes", default="", positional=True)
-    gpu: GPU = knob("gpu", Custom(_gpu, lambda v, owner: owner.gpu_ref or v.name, _GPU_SCHEMA),
-                    "a shipped device file's name, or the path of a device YAML (relative to this file)",
-                    required=True)
+    gpu: GPU = knob(
+        "gpu",
+        Custom(_gpu, lambda v, owner: owner.gpu_ref or v.name, _GPU_SCHEMA),
+        "a shipped device file's name, or the path of a device YAML (relative to this file)",
+        required=True,
+    )
     gpus_per_node: int = knob("gpus_per_node", Int(1), "devices (ranks' slots) per node", required=True)
     nodes: int = knob("nodes", Int(1), "default number of nodes", default=1, positional=True)
-    max_nodes: int | None = knob("max_nodes", Int(1, allow_null=True), "most nodes; null: unlimited",
-                                 required=True)
-    intra_node: Link = knob("intra_node", Section(Link, lambda c: {"gpus_per_node": c["gpus_per_node"]}),
-                            "the intra-node interconnect", required=True)
-    inter_node: Network | None = knob("inter_node", Section(Network), """the network between nodes; required
-                                      unless max_nodes is 1""", positional=True)
+    max_nodes: int | None = knob("max_nodes", Int(1, allow_null=True), "most nodes; null: unlimited", required=True)
+    intra_node: Link = knob(
+        "intra_node",
+        Section(Link, lambda c: {"gpus_per_node": c["gpus_per_node"]}),
+        "the intra-node interconnect",
+        required=True,
+    )
+    inter_node: Network | None = knob(
+        "inter_node",
+        Section(Network),
+        """the network between nodes; required
+                                      unless max_nodes is 1""",
+        positional=True,
+    )
     ps_servers: PSServers | None = knob("ps_servers", Section(PSServers), "CPU parameter-server nodes", positional=True)
-    efficiency: Efficiency = knob("efficiency", Section(Efficiency, lambda c: {
-        "multi_node": c.get("inter_node") is not None}), "fractions of peak and fixed overheads", required=True)
-    memory: MemoryOverheads = knob("memory", Section(MemoryOverheads), "per-process device memory overheads",
-                                   required=True)
+    efficiency: Efficiency = knob(
+        "efficiency",
+        Section(Efficiency, lambda c: {"multi_node": c.get("inter_node") is not None}),
+        "fractions of peak and fixed overheads",
+        required=True,
+    )
+    memory: MemoryOverheads = knob(
+        "memory", Section(MemoryOverheads), "per-process device memory overheads", required=True
+    )
     host: Host = knob("host", Section(Host), "the host CPU of one node", required=True)
-    shared_device: bool = knob("shared_device", Flag(), "true: the ranks of a node share one device (cpu-local)",
-                               default=False, dump_default=False)
+    shared_device: bool = knob(
+        "shared_device",
+        Flag(),
+        "true: the ranks of a node share one device (cpu-local)",
+        default=False,
+        dump_default=False,
+    )
     # c10d backend of the collectives (simdl.collectives.backends): configuration, not a
     # measured number; absent in the file, PyTorch's default for the device.
-    collective_backend: str = knob("collective_backend", Choice(_backends), """c10d backend of the collectives;
-                                   absent: PyTorch's default for the device kind""", default="nccl")
+    collective_backend: str = knob(
+        "collective_backend",
+        Choice(_backends),
+        """c10d backend of the collectives;
+                                   absent: PyTorch's default for the device kind""",
+        default="nccl",
+    )
     notes: str = knob("notes", Text(), "free text", default="", dump_default=False)
     source_path: str = ""
     gpu_ref: str = ""  # the ``gpu`` value as written in the file
     # Provenance and fit quality written by `simdl calibrate`; not used by the engines, kept
     # out of equality and hashing so that a spec stays hashable.
-    calibration: dict = knob("calibration", Opaque(), """provenance and fit quality written by simdl calibrate
+    calibration: dict = knob(
+        "calibration",
+        Opaque(),
+        """provenance and fit quality written by simdl calibrate
                              (host, devices, versions, date, measurement ranges, residuals)""",
-                             factory=dict, compare=False, dump_default=False)
+        factory=dict,
+        compare=False,
+        dump_default=False,
+    )
     # Absolute path of the measured per-row compute times of profiled models
     # (simdl.costs.measured), "" for none; with its provenance for to_dict.
-    compute_profile: str = knob("compute_profile", Custom(_compute_profile, lambda v, owner: {
-        "file": v, "kind": "calibrated", "source": owner.compute_profile_source}, _COMPUTE_PROFILE_SCHEMA),
+    compute_profile: str = knob(
+        "compute_profile",
+        Custom(
+            _compute_profile,
+            lambda v, owner: {"file": v, "kind": "calibrated", "source": owner.compute_profile_source},
+            _COMPUTE_PROFILE_SCHEMA,
+        ),
         """a JSON file of measured row times (FILE or {file, kind, source}), relative to this file's folder;
-        read when a prediction needs it""", default="", dump_default=False)
+        read when a prediction needs it""",
+        default="",
+        dump_default=False,
+    )
     compute_profile_source: str = field(default="", compare=False, repr=False)
-    strategies: StrategySections = knob("strategies", Section(StrategySections, null_default=True),
-                                        "costs of each strategy measured on this cluster",
-                                        default=StrategySections(), dump_default=False)
+    strategies: StrategySections = knob(
+        "strategies",
+        Section(StrategySections, null_default=True),
+        "costs of each strategy measured on this cluster",
+        default=StrategySections(),
+        dump_default=False,
+    )
 
     EXTRA_KEYS = ("extends",)
-    EXTRA_KEYS_DOC = {"extends": "a preset (or a profile beside this file) whose keys this file changes; "
-                                 "mappings merge key by key"}
+    EXTRA_KEYS_DOC = {
+        "extends": "a preset (or a profile beside this file) whose keys this file changes; mappings merge key by key"
+    }
 
     @staticmethod
     def _finish(values: dict[str, Any], raw: Mapping[str, Any], where: str, ctx: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,8 +222,10 @@ class ClusterSpec:
         if max_nodes is not None and nodes > max_nodes:
             raise SimdlError(f"{where}: nodes = {nodes} exceeds max_nodes = {max_nodes}")
         if inter is None and (max_nodes is None or max_nodes > 1):
-            raise SimdlError(f"{where}: max_nodes = {max_nodes} needs an inter_node section (NICs); "
-                             "accepted: max_nodes: 1 for a single-node preset")
+            raise SimdlError(
+                f"{where}: max_nodes = {max_nodes} needs an inter_node section (NICs); "
+                "accepted: max_nodes: 1 for a single-node preset"
+            )
         if inter is None and nodes > 1:
             raise SimdlError(f"{where}: nodes = {nodes} needs an inter_node section")
         out = {**values, "source_path": where, "gpu_ref": raw["gpu"]}
@@ -169,8 +248,10 @@ class ClusterSpec:
     def require_ps_servers(self) -> PSServers:
         """The ``ps_servers`` section, or a one-line error where the preset has none."""
         if self.ps_servers is None:
-            raise SimdlError(f"cluster {self.name!r} has no parameter-server section (ps_servers); "
-                             "accepted: a preset that has one (e.g. a10g-ps)")
+            raise SimdlError(
+                f"cluster {self.name!r} has no parameter-server section (ps_servers); "
+                "accepted: a preset that has one (e.g. a10g-ps)"
+            )
         return self.ps_servers
 
     def to_dict(self) -> dict[str, Any]:
@@ -188,8 +269,12 @@ def _merge(base: dict[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
     is replaced whole."""
     out = copy.deepcopy(base)
     for key, value in over.items():
-        if (isinstance(value, Mapping) and isinstance(out.get(key), Mapping)
-                and "value" not in value and "kind" not in value):
+        if (
+            isinstance(value, Mapping)
+            and isinstance(out.get(key), Mapping)
+            and "value" not in value
+            and "kind" not in value
+        ):
             out[key] = _merge(dict(out[key]), value)
         else:
             out[key] = copy.deepcopy(value)

@@ -26,21 +26,26 @@ MOVED_EFFICIENCY_KEYS = {"fsdp_unit_overhead_us": ("fsdp", "unit_overhead_us")}
 class FSDPSection:
     """FSDP's costs on this cluster (read by the fsdp strategy)."""
 
-    unit_overhead: Sourced | None = knob("unit_overhead_us", NONNEG, """host time FSDP2 spends per unit per step
+    unit_overhead: Sourced | None = knob(
+        "unit_overhead_us",
+        NONNEG,
+        """host time FSDP2 spends per unit per step
         outside its collectives and the copies the plan prices: its forward and backward hooks (pre-forward
         unshard, pre-backward, post-backward reduce) are Python on the training thread. Calls logged in the
         strategy steps of a calibration on an AMD EPYC (2 ranks) left 150-250 ms per convnext_tiny /
         efficientnet_v2_s step outside the calls and the local step, about as much with one collective per unit
         (NO_SHARD) as with three (FULL_SHARD): a cost per unit, not per call. Fitted by `simdl calibrate` with
-        the other step parameters; absent = 0 (GPU presets: there the hooks run ahead of the kernels)""")
+        the other step parameters; absent = 0 (GPU presets: there the hooks run ahead of the kernels)""",
+    )
 
 
 @dataclass(frozen=True)
 class StrategySections:
     """Costs of each strategy measured on this cluster."""
 
-    fsdp: FSDPSection = knob("fsdp", Section(FSDPSection, null_default=True), "FSDP's costs",
-                             default=FSDPSection(), dump_default=False)
+    fsdp: FSDPSection = knob(
+        "fsdp", Section(FSDPSection, null_default=True), "FSDP's costs", default=FSDPSection(), dump_default=False
+    )
 
     def with_fsdp(self, **changes: Any) -> StrategySections:
         return dataclasses.replace(self, fsdp=dataclasses.replace(self.fsdp, **changes))
@@ -64,8 +69,10 @@ def move_strategy_keys(raw: dict[str, Any], where: str) -> dict[str, Any]:
         section = strategies.get(strategy)
         section = dict(section) if isinstance(section, Mapping) else {}
         if key in section:
-            raise SimdlError(f"{where}: efficiency.{old} and strategies.{strategy}.{key} are one value; "
-                             f"accepted: strategies.{strategy}.{key} alone")
+            raise SimdlError(
+                f"{where}: efficiency.{old} and strategies.{strategy}.{key} are one value; "
+                f"accepted: strategies.{strategy}.{key} alone"
+            )
         section[key] = out["efficiency"].pop(old)
         strategies[strategy] = section
     out["strategies"] = strategies

@@ -50,8 +50,9 @@ def _num_pcie_switches(gpus_per_node: int, nics: int) -> int:
     return max(1, min(gpus_per_node, nics))
 
 
-def _duplex(graph: nx.DiGraph, u: str, v: str, bandwidth: float, latency: float, kind: str,
-            fabric: bool = False) -> None:
+def _duplex(
+    graph: nx.DiGraph, u: str, v: str, bandwidth: float, latency: float, kind: str, fabric: bool = False
+) -> None:
     graph.add_edge(u, v, bandwidth=bandwidth, latency=latency, kind=kind, fabric=fabric)
     graph.add_edge(v, u, bandwidth=bandwidth, latency=latency, kind=kind, fabric=fabric)
 
@@ -61,8 +62,13 @@ def build_topology(cluster: Cluster) -> nx.DiGraph:
     spec = cluster.spec
     net = spec.inter_node
     pcie_bw, pcie_lat = spec.intra_node.pcie_bandwidth.value, spec.intra_node.pcie_latency.value
-    graph = nx.DiGraph(cluster=spec.name, link=spec.intra_node.link, nodes=cluster.nodes,
-                       gpus_per_node=cluster.gpus_per_node, world_size=cluster.gpus)
+    graph = nx.DiGraph(
+        cluster=spec.name,
+        link=spec.intra_node.link,
+        nodes=cluster.nodes,
+        gpus_per_node=cluster.gpus_per_node,
+        world_size=cluster.gpus,
+    )
     if net is not None:
         graph.add_node("net", kind="net")
     attach = {n: _add_node(graph, cluster, n) for n in range(cluster.nodes)}  # where each NIC plugs in
@@ -106,8 +112,9 @@ def _add_node(graph: nx.DiGraph, cluster: Cluster, n: int) -> list[str]:
         graph.add_node(name, kind="pcie", node=n, switch=s)
         _duplex(graph, name, host, pcie_bw, pcie_lat / 2, "pcie")
     for local, name in enumerate(gpus):
-        _duplex(graph, name, pcie[local * switches // g_full], pcie_bw, pcie_lat / 2, "pcie",
-                fabric=link.link == "pcie")
+        _duplex(
+            graph, name, pcie[local * switches // g_full], pcie_bw, pcie_lat / 2, "pcie", fabric=link.link == "pcie"
+        )
 
     if link.link == "nvswitch":
         hub = f"nvswitch:{n}"
@@ -209,8 +216,7 @@ def flow_rates(graph: nx.DiGraph, pairs: Iterable[tuple[str, str]]) -> list[floa
     for edges in routes:
         for e in edges:
             load[e] = load.get(e, 0) + 1
-    return [min((graph.edges[e]["bandwidth"] / load[e] for e in edges), default=float("inf"))
-            for edges in routes]
+    return [min((graph.edges[e]["bandwidth"] / load[e] for e in edges), default=float("inf")) for edges in routes]
 
 
 def ring_bus_bandwidth(graph: nx.DiGraph, rings: Sequence[Sequence[int]]) -> float:
@@ -273,5 +279,8 @@ def intra_egress(graph: nx.DiGraph, rank: int) -> float:
 
 def node_network_egress(graph: nx.DiGraph, node: int) -> float:
     """Bytes/s all NICs of ``node`` can send into the network."""
-    return sum(d["bandwidth"] for u, v, d in graph.edges(data=True)
-               if v == "net" and graph.nodes[u].get("kind") == "nic" and graph.nodes[u].get("node") == node)
+    return sum(
+        d["bandwidth"]
+        for u, v, d in graph.edges(data=True)
+        if v == "net" and graph.nodes[u].get("kind") == "nic" and graph.nodes[u].get("node") == node
+    )

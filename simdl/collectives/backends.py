@@ -54,18 +54,18 @@ BACKENDS = {
             # gloo has no reduce-scatter: the input is cloned, the clone all-reduced in
             # place and the rank's chunk copied to the output when the work is waited on.
             "reduce_scatter": "ProcessGroupGloo::reduce_scatter_tensor_coalesced "
-                              "(torch/csrc/distributed/c10d/ProcessGroupGloo.cpp): "
-                              "buffers.push_back(inputTensors[i].clone()), then allreduce(buffers); "
-                              "seen in torch.profiler on 2-rank FSDP2 steps (torch 2.14.1): an "
-                              "input-sized aten::clone inside c10d::_reduce_scatter_base_, freed "
-                              "when FSDP's post-backward reduce returns",
+            "(torch/csrc/distributed/c10d/ProcessGroupGloo.cpp): "
+            "buffers.push_back(inputTensors[i].clone()), then allreduce(buffers); "
+            "seen in torch.profiler on 2-rank FSDP2 steps (torch 2.14.1): an "
+            "input-sized aten::clone inside c10d::_reduce_scatter_base_, freed "
+            "when FSDP's post-backward reduce returns",
             # _allgather_base chunks the output into views and runs the list all-gather,
             # which gathers into one flat temporary and copies it out.
             "all_gather": "ProcessGroupGloo::_allgather_base -> allgather -> AsyncAllgatherWork "
-                          "(torch/csrc/distributed/c10d/ProcessGroupGloo.cpp): a flat output "
-                          "temporary of the gathered size; seen in torch.profiler on 2-rank FSDP2 "
-                          "steps (torch 2.14.1): an output-sized allocation on gloo's worker thread "
-                          "for the length of gloo:all_gather",
+            "(torch/csrc/distributed/c10d/ProcessGroupGloo.cpp): a flat output "
+            "temporary of the gathered size; seen in torch.profiler on 2-rank FSDP2 "
+            "steps (torch 2.14.1): an output-sized allocation on gloo's worker thread "
+            "for the length of gloo:all_gather",
         },
     ),
 }

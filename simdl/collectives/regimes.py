@@ -126,8 +126,9 @@ class RegimeCurve:
             if not (a.lo_step_bytes <= a.hi_step_bytes < b.lo_step_bytes <= b.hi_step_bytes):
                 raise ValueError("regime step ranges must be ordered and must not overlap")
 
-    def parts(self, nbytes: float, n: int, bandwidth_scale: float = 1.0,
-              temp_threshold: float | None = None) -> tuple[float, float, float]:
+    def parts(
+        self, nbytes: float, n: int, bandwidth_scale: float = 1.0, temp_threshold: float | None = None
+    ) -> tuple[float, float, float]:
         """(overhead s, alpha s per step, bus bandwidth bytes/s) of the ring alpha-beta form
         that gives this call's time (in a gap between regimes: the blend's latency, and the
         bandwidth that makes up the rest of the blended time).
@@ -146,11 +147,13 @@ class RegimeCurve:
                     side = a if nbytes < temp_threshold else r
                     return self.overhead, side.alpha, side.bandwidth * bandwidth_scale
                 w = math.log(s / a.hi_step_bytes) / math.log(r.lo_step_bytes / a.hi_step_bytes)
-                t = math.exp((1 - w) * math.log(a.time(self.collective, nbytes, n, self.overhead, bandwidth_scale))
-                             + w * math.log(r.time(self.collective, nbytes, n, self.overhead, bandwidth_scale)))
+                t = math.exp(
+                    (1 - w) * math.log(a.time(self.collective, nbytes, n, self.overhead, bandwidth_scale))
+                    + w * math.log(r.time(self.collective, nbytes, n, self.overhead, bandwidth_scale))
+                )
                 # Weighted geometric means are superadditive, so t - overhead exceeds the blended
                 # latency and the bandwidth term left over is positive.
-                alpha = (a.alpha ** (1 - w)) * (r.alpha ** w)
+                alpha = (a.alpha ** (1 - w)) * (r.alpha**w)
                 wire = t - self.overhead - ring_steps(self.collective, n) * alpha
                 return self.overhead, alpha, wire_coefficient(self.collective, n) * nbytes / wire
         r = regs[-1]
@@ -166,8 +169,7 @@ class RegimeCurve:
         # Both MESSAGE_TEMPORARY collectives are CHUNKED: a step moves m / n bytes.
         return a.hi_step_bytes * n < temp_threshold <= b.lo_step_bytes * n
 
-    def time(self, nbytes: float, n: int, bandwidth_scale: float = 1.0,
-             temp_threshold: float | None = None) -> float:
+    def time(self, nbytes: float, n: int, bandwidth_scale: float = 1.0, temp_threshold: float | None = None) -> float:
         if n <= 1 or nbytes <= 0:
             return 0.0
         o, alpha, bw = self.parts(nbytes, n, bandwidth_scale, temp_threshold)

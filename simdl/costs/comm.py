@@ -52,7 +52,7 @@ class CommCosts:
         half = eff.collective_load_half_size
         self._load_half_size = half.value if half else float("inf")
         self._load_overhead = eff.collective_load_overhead.value if eff.collective_load_overhead else 0.0
-        self._blocking = ({c: f.value for c, f in eff.collective_blocking_factors.items()} if blocking else {})
+        self._blocking = {c: f.value for c, f in eff.collective_blocking_factors.items()} if blocking else {}
         self._cache: dict[tuple, float] = {}
         self._parts: dict[tuple, tuple] = {}
 

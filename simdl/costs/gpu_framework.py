@@ -86,8 +86,7 @@ def _unit_tensors(plan, table) -> dict[str, int]:
     return {(u.name or "root"): u.n_tensors for u in units.units}
 
 
-def _task_host_s(task, kind: str, prices, tensors: dict[str, int], n_params: int = 0,
-                 as_view: bool = False) -> float:
+def _task_host_s(task, kind: str, prices, tensors: dict[str, int], n_params: int = 0, as_view: bool = False) -> float:
     """Host seconds the framework spends around one plan task (0 for the model's rows)."""
     py, cpp, light = prices
     head, _, rest = task.name.partition(":")
@@ -147,8 +146,9 @@ def framework_host_rows(plan, table, profile: KernelProfile) -> tuple[tuple, tup
     for t in plan.tasks:
         if t.rows is None:
             reducer |= kind == "reducer" and t.collective == "all_reduce"
-            pending += _task_host_s(t, kind, prices, tensors, len(table.params),
-                                    bool(plan.details.get("gradient_as_bucket_view")))
+            pending += _task_host_s(
+                t, kind, prices, tensors, len(table.params), bool(plan.details.get("gradient_as_bucket_view"))
+            )
             continue
         direction = "fwd" if t.direction == "fwd" else "bwd"
         row = t.rows[0] if direction == "fwd" else t.rows[1] - 1

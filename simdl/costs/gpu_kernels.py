@@ -91,8 +91,9 @@ class StreamParams:
     floor_power: float
 
 
-def gemm_time(hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None,
-              element_bytes: float = 4.0, tiles=TILES):
+def gemm_time(
+    hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None, element_bytes: float = 4.0, tiles=TILES
+):
     """Seconds of ``B`` independent M x K by K x N products moving ``nbytes`` bytes, operands
     of ``element_bytes`` each."""
     B, M, N, K = (np.asarray(x, dtype=float) for x in (B, M, N, K))

@@ -80,8 +80,10 @@ class KernelProfile:
         return path
 
     def describe_paths(self, precision: str) -> str:
-        return ("PyTorch's defaults: torch.backends.cuda.matmul.allow_tf32=False since 1.12, "
-                "torch.backends.cudnn.allow_tf32=True (docs 'CUDA semantics', TensorFloat-32); autocast for AMP")
+        return (
+            "PyTorch's defaults: torch.backends.cuda.matmul.allow_tf32=False since 1.12, "
+            "torch.backends.cudnn.allow_tf32=True (docs 'CUDA semantics', TensorFloat-32); autocast for AMP"
+        )
 
 
 def _number(raw: Mapping, key: str, where: str) -> float:
@@ -104,8 +106,9 @@ def _class_params(raw: Any, cls: str, where: str):
     return cls_type(**{n: _number(raw, n, f"{where}: {cls}") for n in names})
 
 
-def parse_kernels(raw: Mapping, where: str, peaks: Mapping[str, float], memory_bandwidth: float,
-                  priors: Mapping[str, float]) -> KernelProfile:
+def parse_kernels(
+    raw: Mapping, where: str, peaks: Mapping[str, float], memory_bandwidth: float, priors: Mapping[str, float]
+) -> KernelProfile:
     """Validate a ``kernels:`` block; ``peaks`` in FLOP/s by precision key, ``priors`` the GPU
     file's measured fractions (``gemm_fp32_fraction``, ...)."""
     where = f"{where}: kernels"
@@ -123,13 +126,20 @@ def parse_kernels(raw: Mapping, where: str, peaks: Mapping[str, float], memory_b
     if missing:
         raise SimdlError(f"{where}: missing {', '.join(missing)}; a kernels block gives every class of {CLASSES}")
     fp32 = priors.get("gemm_fp32_fraction")
-    scale = dict((p, priors[f"gemm_{p}_fraction"] / fp32) for p in ("tf32", "bf16")
-                 if fp32 and f"gemm_{p}_fraction" in priors)
+    scale = dict(
+        (p, priors[f"gemm_{p}_fraction"] / fp32) for p in ("tf32", "bf16") if fp32 and f"gemm_{p}_fraction" in priors
+    )
     scale.update(_tensor_core(raw.get("tensor_core"), where))
-    return KernelProfile(kind=kind, source=raw["source"], sms=int(_number(raw, "sm_count", where)),
-                         params=tuple((c, _class_params(raw[c], c, where)) for c in CLASSES),
-                         peaks=tuple(sorted(peaks.items())), memory_bandwidth=memory_bandwidth,
-                         tensor_scale=tuple(sorted(scale.items())), low_reuse_fraction=_low_reuse(raw.get("low_reuse"), where))
+    return KernelProfile(
+        kind=kind,
+        source=raw["source"],
+        sms=int(_number(raw, "sm_count", where)),
+        params=tuple((c, _class_params(raw[c], c, where)) for c in CLASSES),
+        peaks=tuple(sorted(peaks.items())),
+        memory_bandwidth=memory_bandwidth,
+        tensor_scale=tuple(sorted(scale.items())),
+        low_reuse_fraction=_low_reuse(raw.get("low_reuse"), where),
+    )
 
 
 def _tensor_core(raw: Any, where: str) -> dict:

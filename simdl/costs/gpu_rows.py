@@ -69,8 +69,14 @@ HOST_BWD_FRACTION = 0.5
 HOST_MODULE_S = 5e-6
 ACTIVATION_BWD_BYTES = 1.5
 STREAM_BWD_BYTES = 2.0
-STREAM_CLASS = {"norm": "norm", "activation": "elementwise", "pool": "elementwise", "dropout": "elementwise",
-                "other": "elementwise", "softmax": "softmax"}
+STREAM_CLASS = {
+    "norm": "norm",
+    "activation": "elementwise",
+    "pool": "elementwise",
+    "dropout": "elementwise",
+    "other": "elementwise",
+    "softmax": "softmax",
+}
 # BatchNorm's training forward is two passes (statistics, then normalise): PyTorch
 # aten/src/ATen/native/cuda/Normalization.cuh, batch_norm_collect_statistics_kernel and
 # batch_norm_transform_input_kernel: it reads its input twice.
@@ -90,10 +96,25 @@ def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
         # fraction on that path over its fp32 one (priors); operands streamed at the elementwise
         # class's bandwidth (the fp32 fit's GEMM memory term binds only on small-K SIMT shapes,
         # where it absorbs their inefficiency, not the operand stream).
-        p = type(p)(**{**p.__dict__, "compute_efficiency": p.compute_efficiency * _scale(profile, path),
-                       "memory_efficiency": profile.param("elementwise").memory_efficiency})
-    return gemm_time(hw, p, 1.0, M, N, K, nbytes, floor=DEVICE_FLOOR_S, element_bytes=element_bytes,
-                     tiles=TILES if path == "fp32" else TENSOR_TILES)
+        p = type(p)(
+            **{
+                **p.__dict__,
+                "compute_efficiency": p.compute_efficiency * _scale(profile, path),
+                "memory_efficiency": profile.param("elementwise").memory_efficiency,
+            }
+        )
+    return gemm_time(
+        hw,
+        p,
+        1.0,
+        M,
+        N,
+        K,
+        nbytes,
+        floor=DEVICE_FLOOR_S,
+        element_bytes=element_bytes,
+        tiles=TILES if path == "fp32" else TENSOR_TILES,
+    )
 
 
 def _stream(profile, cls, nbytes):
@@ -108,7 +129,9 @@ def implicit_gemm(table, batch: int):
     mm = (fl > 0) & (out_el > 0)
     K = np.where(mm, fl / (2 * np.maximum(out_el, 1)), 1.0)
     params = table.fixed["params"]
-    N = np.where(params > 0, np.maximum(np.round(params / (K + 1)), 1), np.maximum(np.round(np.sqrt(out_el / batch)), 1))
+    N = np.where(
+        params > 0, np.maximum(np.round(params / (K + 1)), 1), np.maximum(np.round(np.sqrt(out_el / batch)), 1)
+    )
     N = np.minimum(N, np.maximum(out_el, 1))
     M = np.maximum(out_el / N, 1)
     # Filter area / groups / stride^2 = K x output positions / input elements.

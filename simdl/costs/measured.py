@@ -128,8 +128,10 @@ class ComputeProfile:
         return m
 
     def describe(self) -> list[dict]:
-        return [{"model": m.model, "dataset": m.dataset, "batches": [int(b) for b in m.batches]}
-                for m in self.models.values()]
+        return [
+            {"model": m.model, "dataset": m.dataset, "batches": [int(b) for b in m.batches]}
+            for m in self.models.values()
+        ]
 
 
 @lru_cache(maxsize=16)

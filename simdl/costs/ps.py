@@ -16,8 +16,8 @@ from ..errors import SimdlError
 from ..hosts import host_for
 from ..result import Staleness
 from ..strategies.plan import PSPlan
-from .step import bytes_sent
 from .rates import Rates, host_rates
+from .step import bytes_sent
 from .tasks import compute_split, compute_task_time, mapped_bytes
 
 
@@ -26,8 +26,10 @@ def ps_servers(cluster: Cluster) -> PSServers:
     servers simdl.cluster.ps_placement derives); a one-line error where it has none."""
     ps = cluster.spec.ps_servers
     if ps is None:
-        raise SimdlError(f"cluster {cluster.spec.name!r} has no parameter-server section (ps_servers) to price a "
-                         "PS plan on; accepted: a cluster with one (e.g. a10g-ps), or --ps-placement colocated")
+        raise SimdlError(
+            f"cluster {cluster.spec.name!r} has no parameter-server section (ps_servers) to price a "
+            "PS plan on; accepted: a cluster with one (e.g. a10g-ps), or --ps-placement colocated"
+        )
     return ps
 
 
@@ -161,8 +163,9 @@ def _fresh_shard_bytes(plan: PSPlan, host: dict) -> float:
     return mapped_bytes(getattr(plan.facts, "param_tensor_bytes", ()), host["mmap_threshold"]) / plan.servers
 
 
-def shared_host_bound(cluster: Cluster, plan: PSPlan, compute: float, transfers: float,
-                      server_per_round: float) -> float:
+def shared_host_bound(
+    cluster: Cluster, plan: PSPlan, compute: float, transfers: float, server_per_round: float
+) -> float:
     """Least seconds per iteration when the workers and the server share one host's cores
     (``shared_device`` clusters, cpu-local: validate starts the N workers and the server on
     one machine); 0 on clusters whose workers have devices of their own.

@@ -89,14 +89,19 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
         kernel_overhead=eff.kernel_launch.value,
         activation_factor=MIXED_PRECISION_ACTIVATION_FACTOR if precision in ("bf16", "fp16-amp") else 1.0,
         matmul_call_overhead=eff.matmul_call_overhead.value if eff.matmul_call_overhead else 0.0,
-        class_memory_bandwidth=tuple((c, cluster.per_rank_memory_bandwidth * v.value)
-                                     for c, v in eff.memory_bandwidth_by_class.items()),
+        class_memory_bandwidth=tuple(
+            (c, cluster.per_rank_memory_bandwidth * v.value) for c, v in eff.memory_bandwidth_by_class.items()
+        ),
         compute_memory_overlap=eff.compute_memory_overlap.value if eff.compute_memory_overlap else 1.0,
         class_call_overhead=tuple((c, v.value) for c, v in eff.call_overhead_by_class.items()),
-        conv_weight_grad_bandwidth=(cluster.per_rank_memory_bandwidth * eff.conv_weight_grad_bandwidth.value
-                                    if eff.conv_weight_grad_bandwidth else 0.0),
-        stream_bandwidth=(cluster.per_rank_memory_bandwidth * eff.stream_bandwidth.value
-                          if eff.stream_bandwidth else 0.0),
+        conv_weight_grad_bandwidth=(
+            cluster.per_rank_memory_bandwidth * eff.conv_weight_grad_bandwidth.value
+            if eff.conv_weight_grad_bandwidth
+            else 0.0
+        ),
+        stream_bandwidth=(
+            cluster.per_rank_memory_bandwidth * eff.stream_bandwidth.value if eff.stream_bandwidth else 0.0
+        ),
         stream_call_overhead=eff.stream_call_overhead.value if eff.stream_call_overhead else None,
         copy_bandwidth=(cluster.per_rank_memory_bandwidth * eff.copy_bandwidth.value if eff.copy_bandwidth else 0.0),
         copy_factor=eff.copy_in_step_factor.value if eff.copy_in_step_factor else 1.0,
@@ -138,4 +143,3 @@ def _measured(cluster: Cluster, precision: str) -> dict:
     # get cluster.device_share of it (1 on devices that are not shared).
     measured_share = 1.0 / prof.ranks_sharing_device if cluster.spec.shared_device else 1.0
     return {"measured": prof, "measured_scale": measured_share / cluster.device_share}
-

@@ -15,8 +15,15 @@ def data_time(workload: Workload, cluster: Cluster, loader_workers: int) -> floa
     return workload.batch_size * per_sample / max(loader_workers, 1)
 
 
-def step_split(kinds: dict[str, float], compute: float, iteration: float, *, interference: float = 0.0,
-               blocking_wait: float = 0.0, input_stall: float = 0.0) -> dict[str, float]:
+def step_split(
+    kinds: dict[str, float],
+    compute: float,
+    iteration: float,
+    *,
+    interference: float = 0.0,
+    blocking_wait: float = 0.0,
+    input_stall: float = 0.0,
+) -> dict[str, float]:
     """Where a step's seconds go (``Result.step_split_s``); the values add up to the step.
 
     ``kinds``: the plan's compute-stream seconds by kind (:func:`simdl.analytic.costs.compute_split`),
@@ -43,5 +50,8 @@ def bytes_sent(plan: SpmdPlan | PSPlan, cluster: Cluster) -> float:
     if isinstance(plan, PSPlan):
         return plan.push_bytes
     backend = get_backend(cluster.spec.collective_backend)
-    return sum(bus_bytes_factor(backend.wire_collective(t.collective), plan.groups[t.group].size) * t.comm_bytes
-               for t in plan.tasks if t.collective)
+    return sum(
+        bus_bytes_factor(backend.wire_collective(t.collective), plan.groups[t.group].size) * t.comm_bytes
+        for t in plan.tasks
+        if t.collective
+    )

@@ -24,17 +24,15 @@ import numpy as np
 from ..cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold  # noqa: F401
 from ..strategies.plan import PSPlan
 from ..workload.table import WorkloadTable
+
 # Re-exported: the callers of simdl.costs.tasks (and its alias simdl.analytic.costs) take these from here.
 from .comm import CommCosts, blocking_wait_time  # noqa: F401
-from .rates import (MIXED_PRECISION_ACTIVATION_FACTOR, PEAK_KEY, Rates, device_rates,  # noqa: F401
-                    host_rates)
+from .rates import MIXED_PRECISION_ACTIVATION_FACTOR, PEAK_KEY, Rates, device_rates, host_rates  # noqa: F401
 
 # Assumed: a backward kernel reads the saved input and the output gradient and writes
 # the input gradient (and the weight gradient), about twice the forward's traffic.
 # Calibration fits the memory-bandwidth efficiency that absorbs the error of this factor.
 BACKWARD_BYTES_FACTOR = 2.0
-
-
 
 
 @dataclass(frozen=True, eq=False)
@@ -102,14 +100,16 @@ def row_times(table: WorkloadTable, batch: int, rates: Rates) -> RowTimes:
         bandwidth[table.op_classes == cls] = bw
     fwd = _roofline(fwd_flops / rates.flops, fwd_bytes / bandwidth, rates.compute_memory_overlap)
     fwd += table.fixed["fwd_kernels"] * rates.kernel_overhead
-    bwd = _roofline(bwd_flops / rates.flops, BACKWARD_BYTES_FACTOR * fwd_bytes / bandwidth,
-                    rates.compute_memory_overlap)
+    bwd = _roofline(
+        bwd_flops / rates.flops, BACKWARD_BYTES_FACTOR * fwd_bytes / bandwidth, rates.compute_memory_overlap
+    )
     bwd += table.fixed["bwd_kernels"] * rates.kernel_overhead
     if rates.matmul_call_overhead:
         # One call per row with forward FLOPs; one per backward gradient (input, weight) computed.
         fwd += (fwd_flops > 0) * rates.matmul_call_overhead
-        bwd += ((table.column("bwd_input_flops", batch) > 0).astype(float)
-                + (table.column("bwd_weight_flops", batch) > 0)) * rates.matmul_call_overhead
+        bwd += (
+            (table.column("bwd_input_flops", batch) > 0).astype(float) + (table.column("bwd_weight_flops", batch) > 0)
+        ) * rates.matmul_call_overhead
     for cls, s in rates.class_call_overhead:
         calls = (table.op_classes == cls) * s
         fwd += calls
@@ -145,8 +145,9 @@ def _kernel_row_times(table: WorkloadTable, batch: int, rates: Rates) -> "RowTim
     fwd2, wait_f2 = fed_by_host(kf, hf + xf)
     bwd2_r, wait_b2_r = fed_by_host(kb[::-1], (hb + xb)[::-1])
     wait_b, wait_b2 = wait_b_r[::-1], wait_b2_r[::-1]
-    return _row_times(fwd2, bwd2_r[::-1].copy(), wait_f2, wait_b2.copy(),
-                      framework=(wait_f2 - wait_f, wait_b2 - wait_b))
+    return _row_times(
+        fwd2, bwd2_r[::-1].copy(), wait_f2, wait_b2.copy(), framework=(wait_f2 - wait_f, wait_b2 - wait_b)
+    )
 
 
 def _roofline(flops_time: np.ndarray, bytes_time: np.ndarray, overlap: float) -> np.ndarray:
@@ -168,8 +169,7 @@ def _row_times(fwd: np.ndarray, bwd: np.ndarray, wait_fwd=None, wait_bwd=None, f
     return RowTimes(fwd, bwd, np.concatenate([zero, np.cumsum(fwd)]), np.concatenate([zero, np.cumsum(bwd)]), wait, fw)
 
 
-def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: float = 0.0,
-                      copy: bool = False) -> float:
+def memory_bound_time(nbytes: float, kernels: int, rates: Rates, fresh_bytes: float = 0.0, copy: bool = False) -> float:
     """A task given only by bytes streamed and calls made (optimizer, copies), plus the page
     faults of ``fresh_bytes`` it allocates in buffers above the mmap threshold (host devices).
     ``copy``: the bytes move between two buffers (copy bandwidth) rather than in place; on a

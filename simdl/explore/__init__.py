@@ -24,6 +24,19 @@ def plot_sweep(*args, **kwargs):
     return _plot(*args, **kwargs)
 
 
-__all__ = ["CLUSTER_KEYS", "EXECUTORS", "Grid", "Recommendation", "accepted_keys", "derive_cluster",
-           "describe_keys", "parse_set", "plot_sweep", "recommend", "run_points", "sweep", "to_frame",
-           "write_rows"]
+__all__ = [
+    "CLUSTER_KEYS",
+    "EXECUTORS",
+    "Grid",
+    "Recommendation",
+    "accepted_keys",
+    "derive_cluster",
+    "describe_keys",
+    "parse_set",
+    "plot_sweep",
+    "recommend",
+    "run_points",
+    "sweep",
+    "to_frame",
+    "write_rows",
+]

@@ -10,9 +10,19 @@ from ..errors import SimdlError
 from ..units import format_bytes, format_seconds
 
 
-def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *, jobs: int | None,
-                  executor: str, progress: bool | None, output: str | None, plot: str | None,
-                  x: str | None, time_column: str, list_keys: bool) -> int:
+def sweep_command(
+    options: Mapping[str, str | None],
+    set_items: Sequence[str],
+    *,
+    jobs: int | None,
+    executor: str,
+    progress: bool | None,
+    output: str | None,
+    plot: str | None,
+    x: str | None,
+    time_column: str,
+    list_keys: bool,
+) -> int:
     """``options``: prediction options as given (comma lists, None when not given)."""
     from .grid import describe_keys, parse_set, parse_values
     from .sweep import sweep, write_rows
@@ -50,9 +60,11 @@ def sweep_command(options: Mapping[str, str | None], set_items: Sequence[str], *
     import os
 
     workers = 1 if executor == "serial" else (jobs or os.cpu_count() or 1)
-    msg = (f"simdl sweep: {len(rows)} configurations in {dt:.2f} s ({len(rows) / dt:,.0f}/s, "
-           f"{executor} executor, {workers} worker{'s' if workers != 1 else ''}; "
-           f"{_how(len(rows))})")
+    msg = (
+        f"simdl sweep: {len(rows)} configurations in {dt:.2f} s ({len(rows) / dt:,.0f}/s, "
+        f"{executor} executor, {workers} worker{'s' if workers != 1 else ''}; "
+        f"{_how(len(rows))})"
+    )
     if failed:
         internal = sum(1 for r in failed if r["error"].startswith("internal error"))
         msg += f"; {len(failed)} rejected by simdl (see the error column)"
@@ -96,8 +108,9 @@ def _write_or_keep(rows, output: str, write_rows) -> None:
         fd, kept = tempfile.mkstemp(prefix="simdl-sweep-", suffix=os.path.splitext(output)[1])
         os.close(fd)
         write_rows(rows, kept)
-        raise SimdlError(f"-o {output}: cannot write ({e.strerror or e}); the {len(rows)} rows were "
-                         f"written to {kept}") from None
+        raise SimdlError(
+            f"-o {output}: cannot write ({e.strerror or e}); the {len(rows)} rows were written to {kept}"
+        ) from None
 
 
 def _table(rows: Sequence[Mapping[str, Any]], swept: Sequence[str]) -> str:
@@ -109,17 +122,34 @@ def _table(rows: Sequence[Mapping[str, Any]], swept: Sequence[str]) -> str:
         if r.get("error"):
             cells += ["-", "-", "-", "-", r["error"]]
         else:
-            cells += [format_seconds(r["iteration_time_s"]), format_seconds(r["total_time_s"]),
-                      format_bytes(r["peak_memory_bytes"]), "yes" if r["fits_in_memory"] else "NO", ""]
+            cells += [
+                format_seconds(r["iteration_time_s"]),
+                format_seconds(r["total_time_s"]),
+                format_bytes(r["peak_memory_bytes"]),
+                "yes" if r["fits_in_memory"] else "NO",
+                "",
+            ]
         lines.append(cells)
     widths = [max(len(row[i]) for row in lines) for i in range(len(head) - 1)]
     return "\n".join("  ".join([*(c.ljust(w) for c, w in zip(row, widths)), row[-1]]).rstrip() for row in lines)
 
 
-def recommend_command(*, model: str, cluster: str | None, gpus: int | None, memory_budget: str | None,
-                      objective: str, price_per_gpu_hour: float | None, batch_sizes: str | None,
-                      precisions: str | None, strategies: str | None, allow_stale: bool,
-                      fixed: Mapping[str, Any], top: int, as_json: bool) -> int:
+def recommend_command(
+    *,
+    model: str,
+    cluster: str | None,
+    gpus: int | None,
+    memory_budget: str | None,
+    objective: str,
+    price_per_gpu_hour: float | None,
+    batch_sizes: str | None,
+    precisions: str | None,
+    strategies: str | None,
+    allow_stale: bool,
+    fixed: Mapping[str, Any],
+    top: int,
+    as_json: bool,
+) -> int:
     from .grid import parse_values
     from .recommend import recommend
 
@@ -130,8 +160,16 @@ def recommend_command(*, model: str, cluster: str | None, gpus: int | None, memo
         kw["precisions"] = parse_values("precision", precisions)
     if strategies is not None:
         kw["strategies"] = parse_values("strategy", strategies)
-    rec = recommend(model, cluster=cluster, gpus=gpus, memory_budget=memory_budget, objective=objective,
-                    price_per_gpu_hour=price_per_gpu_hour, allow_stale=allow_stale, **kw)
+    rec = recommend(
+        model,
+        cluster=cluster,
+        gpus=gpus,
+        memory_budget=memory_budget,
+        objective=objective,
+        price_per_gpu_hour=price_per_gpu_hour,
+        allow_stale=allow_stale,
+        **kw,
+    )
     if as_json:
         from ..jsonout import dumps
 

@@ -12,7 +12,6 @@ from typing import Callable
 from ..errors import SimdlError
 
 
-
 def _progress(total: int, show: bool | None):
     if show is None:
         show = sys.stderr.isatty()
@@ -35,8 +34,9 @@ def _mp_context():
     return None
 
 
-def _run_processes(chunks: list[list], jobs: int, tick: Callable[[int], None], vector: bool = False
-                   ) -> tuple[list[list[dict]], int]:
+def _run_processes(
+    chunks: list[list], jobs: int, tick: Callable[[int], None], vector: bool = False
+) -> tuple[list[list[dict]], int]:
     """Rows per chunk, and how many points the workers answered by link groups (``vector``)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -55,8 +55,10 @@ def _run_processes(chunks: list[list], jobs: int, tick: Callable[[int], None], v
 
 
 def _missing_extra(name: str) -> SimdlError:
-    return SimdlError(f"--executor {name} needs {name}, which is not installed; "
-                      f"accepted: pip install 'simdl[{name}]', or --executor process")
+    return SimdlError(
+        f"--executor {name} needs {name}, which is not installed; "
+        f"accepted: pip install 'simdl[{name}]', or --executor process"
+    )
 
 
 def _require_extra(name: str) -> None:

@@ -191,8 +191,13 @@ def _check_value(key: str, value: Any) -> None:
         from ..strategies.config import ALGORITHMS, SHARDINGS
         from ..workload.workload import OPTIMIZERS, PRECISIONS
 
-        accepted = {"sharding": SHARDINGS, "precision": PRECISIONS, "optimizer": OPTIMIZERS,
-                    "algorithm": ALGORITHMS, "engine": ENGINES}[key]
+        accepted = {
+            "sharding": SHARDINGS,
+            "precision": PRECISIONS,
+            "optimizer": OPTIMIZERS,
+            "algorithm": ALGORITHMS,
+            "engine": ENGINES,
+        }[key]
         if value not in accepted:
             raise SimdlError(f"{key}: {unknown(key, value, accepted)}")
     elif key in ("gpus", "batch_size", "nodes", "grad_accumulation", "ps_servers"):
@@ -230,8 +235,10 @@ class Grid:
                 _check_value(key, v)
             self.axes[key] = values
         if len(self) > MAX_CONFIGS:
-            raise SimdlError(f"the grid has {len(self):,} configurations; accepted: at most {MAX_CONFIGS:,} "
-                             "(split it, or run it in pieces with --executor dask|ray)")
+            raise SimdlError(
+                f"the grid has {len(self):,} configurations; accepted: at most {MAX_CONFIGS:,} "
+                "(split it, or run it in pieces with --executor dask|ray)"
+            )
 
     @property
     def swept(self) -> list[str]:

@@ -19,11 +19,14 @@ STYLES = ("-", "--", ":", "-.")
 MARKERS = ("o", "s", "^", "D", "v", "P")
 # How each time column scales with the GPU count when the per-GPU batch is held (weak
 # scaling): total and epoch time fall as 1/GPUs, the step stays, throughput grows as GPUs.
-IDEAL_EXPONENT = {"total_time_s": -1.0, "epoch_time_s": -1.0, "iteration_time_s": 0.0,
-                  "throughput_samples_per_s": 1.0}
-AXIS_NAMES = {"total_time_s": "total training time (s)", "epoch_time_s": "epoch time (s)",
-              "iteration_time_s": "iteration time (s)", "throughput_samples_per_s": "throughput (samples/s)",
-              "gpus": "GPUs"}
+IDEAL_EXPONENT = {"total_time_s": -1.0, "epoch_time_s": -1.0, "iteration_time_s": 0.0, "throughput_samples_per_s": 1.0}
+AXIS_NAMES = {
+    "total_time_s": "total training time (s)",
+    "epoch_time_s": "epoch time (s)",
+    "iteration_time_s": "iteration time (s)",
+    "throughput_samples_per_s": "throughput (samples/s)",
+    "gpus": "GPUs",
+}
 
 
 def _rows(data: Any) -> list[dict[str, Any]]:
@@ -63,9 +66,17 @@ def _choose(ok: list[dict], swept: list[str], x: str | None, time: str, facet: s
     return x, facet
 
 
-def plot_sweep(data: Any, x: str | None = None, output: str | None = None, *, time: str = "total_time_s",
-               keys: Sequence[str] | None = None, title: str | None = None, facet: str | None = None,
-               dpi: int = 100):
+def plot_sweep(
+    data: Any,
+    x: str | None = None,
+    output: str | None = None,
+    *,
+    time: str = "total_time_s",
+    keys: Sequence[str] | None = None,
+    title: str | None = None,
+    facet: str | None = None,
+    dpi: int = 100,
+):
     """Draw time and memory against ``x``; save to ``output`` (PNG, SVG, PDF) if given; return the figure.
 
     ``x``: the swept key on the horizontal axis (default: the first swept key other than the
@@ -133,8 +144,9 @@ def _draw_panel(ax_t, ax_m, rows, x, time, others, variants, colors, numeric, or
         xs = [r[x] if numeric else pos[r.get(x)] for r in rs]
         v = variants.index(variant)
         name = label + "".join(f", {k}={val}" for k, val in zip(others, variant))
-        style = dict(color=colors[label], ls=STYLES[v % len(STYLES)], marker=MARKERS[v % len(MARKERS)],
-                     ms=4, lw=1.4, label=name)
+        style = dict(
+            color=colors[label], ls=STYLES[v % len(STYLES)], marker=MARKERS[v % len(MARKERS)], ms=4, lw=1.4, label=name
+        )
         ax_t.plot(xs, [r[time] for r in rs], **style)
         ax_m.plot(xs, [r["peak_memory_bytes"] / GiB for r in rs], **style)
     if x == "gpus" and time in IDEAL_EXPONENT and numeric:
@@ -225,8 +237,9 @@ def _legend(fig, axes, others: list[str]) -> None:
 
 def _natural(values: tuple) -> tuple:
     """Numbers by value (32 before 128), then anything else by its text."""
-    return tuple((0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v))
-                 for v in values)
+    return tuple(
+        (0, v, "") if isinstance(v, (int, float)) and not isinstance(v, bool) else (1, 0, str(v)) for v in values
+    )
 
 
 def _spread(values: Sequence[float]) -> float:

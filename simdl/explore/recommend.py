@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..errors import SimdlError, unknown
-from ..units import GB, GiB, MB, MiB, format_bytes, format_seconds
+from ..units import GB, MB, GiB, MiB, format_bytes, format_seconds
 
 OBJECTIVES = ("time", "memory", "cost")
 #: Per-GPU batch sizes tried when the caller gives none.
@@ -85,9 +85,16 @@ def checkpointing_available() -> bool:
     return CHECKPOINT_KEY in inspect.signature(predict).parameters
 
 
-def knobs(cluster: str | Any, *, gpus: int | None = None, batch_sizes: Sequence[int] | None = None,
-          precisions: Sequence[str] | None = None, strategies: Sequence[str] | None = None,
-          allow_stale: bool = False, checkpointing: Sequence[bool] | None = None) -> dict[str, list]:
+def knobs(
+    cluster: str | Any,
+    *,
+    gpus: int | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    precisions: Sequence[str] | None = None,
+    strategies: Sequence[str] | None = None,
+    allow_stale: bool = False,
+    checkpointing: Sequence[bool] | None = None,
+) -> dict[str, list]:
     """The candidate values of every knob for this cluster (the grid that :func:`recommend` ranks)."""
     from ..cluster import ClusterSpec, load_cluster
     from ..strategies import registry
@@ -100,8 +107,9 @@ def knobs(cluster: str | Any, *, gpus: int | None = None, batch_sizes: Sequence[
         gpu_list = [gpus]
     multi_node = any(g > spec.gpus_per_node for g in gpu_list)
     if strategies is None:
-        strategies = registry.variants(registry.Variants(multi_node=multi_node, ps_servers=spec.ps_servers is not None,
-                                                         allow_stale=allow_stale))
+        strategies = registry.variants(
+            registry.Variants(multi_node=multi_node, ps_servers=spec.ps_servers is not None, allow_stale=allow_stale)
+        )
     for s in strategies:
         registry.split_label(s)  # validates
     if precisions is None:
@@ -121,8 +129,10 @@ def knobs(cluster: str | Any, *, gpus: int | None = None, batch_sizes: Sequence[
     }
     if checkpointing is not None:
         if not checkpointing_available() and any(checkpointing):
-            raise SimdlError("activation checkpointing is not modelled by this simdl's predict yet "
-                             f"(no {CHECKPOINT_KEY} keyword); accepted: leave it out")
+            raise SimdlError(
+                "activation checkpointing is not modelled by this simdl's predict yet "
+                f"(no {CHECKPOINT_KEY} keyword); accepted: leave it out"
+            )
         out[CHECKPOINT_KEY] = list(checkpointing)
     elif checkpointing_available():
         out[CHECKPOINT_KEY] = [False, True]
@@ -150,9 +160,15 @@ class Recommendation:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "objective": self.objective, "model": self.model, "cluster": self.cluster,
-            "memory_budget_bytes": self.memory_budget_bytes, "price_per_gpu_hour": self.price_per_gpu_hour,
-            "knobs": self.knobs, "winner": self.winner, "ranked": self.ranked, "rejected": self.rejected,
+            "objective": self.objective,
+            "model": self.model,
+            "cluster": self.cluster,
+            "memory_budget_bytes": self.memory_budget_bytes,
+            "price_per_gpu_hour": self.price_per_gpu_hour,
+            "knobs": self.knobs,
+            "winner": self.winner,
+            "ranked": self.ranked,
+            "rejected": self.rejected,
             "explanation": self.explanation,
             "winner_result": self.result.to_dict() if self.result is not None else None,
         }
@@ -170,8 +186,12 @@ class Recommendation:
             cells = [str(i), r["label"], str(r["gpus"]), str(r["batch_size"]), r["precision"]]
             if ckpt:
                 cells.append("on" if r.get(CHECKPOINT_KEY) else "off")
-            cells += [format_seconds(r["iteration_time_s"]), format_seconds(r["total_time_s"]),
-                      format_bytes(r["peak_memory_bytes"]), f"{r['gpu_hours']:.3g}"]
+            cells += [
+                format_seconds(r["iteration_time_s"]),
+                format_seconds(r["total_time_s"]),
+                format_bytes(r["peak_memory_bytes"]),
+                f"{r['gpu_hours']:.3g}",
+            ]
             if cost:
                 cells.append(f"{r['gpu_hours'] * self.price_per_gpu_hour:.3g}")
             lines.append(cells)
@@ -181,8 +201,10 @@ class Recommendation:
     def header(self) -> str:
         budget = f", memory budget {format_bytes(self.memory_budget_bytes)}" if self.memory_budget_bytes else ""
         n = len(self.ranked) + len(self.rejected)
-        return (f"{self.model} on {self.cluster}: {n} configurations ranked by {self.objective}{budget}; "
-                f"{len(self.ranked)} fit, {len(self.rejected)} do not or were rejected")
+        return (
+            f"{self.model} on {self.cluster}: {n} configurations ranked by {self.objective}{budget}; "
+            f"{len(self.ranked)} fit, {len(self.rejected)} do not or were rejected"
+        )
 
     def __str__(self) -> str:
         return self.header() + "\n" + self.table() + "\n\n" + self.explanation
@@ -191,9 +213,11 @@ class Recommendation:
 def _order(r: Mapping[str, Any]) -> tuple:
     s = r.get("label", "")
     p = r.get("precision", "fp32")
-    return (bool(r.get(CHECKPOINT_KEY)),
-            _strategy_order(s),
-            _PRECISION_ORDER.index(p) if p in _PRECISION_ORDER else len(_PRECISION_ORDER))
+    return (
+        bool(r.get(CHECKPOINT_KEY)),
+        _strategy_order(s),
+        _PRECISION_ORDER.index(p) if p in _PRECISION_ORDER else len(_PRECISION_ORDER),
+    )
 
 
 def _value(r: Mapping[str, Any], objective: str) -> float:
@@ -226,31 +250,45 @@ def _explain(rec: Recommendation, tied_with: dict | None) -> str:
     shares = {"compute": compute, "exposed communication": exposed, "data loading and other stalls": other}
     dominant = max(shares, key=lambda k: shares[k])
     limit = min(w["memory_capacity_bytes"], rec.memory_budget_bytes or float("inf"))
-    limit_name = "budget" if rec.memory_budget_bytes and rec.memory_budget_bytes < w["memory_capacity_bytes"] else "GPU memory"
+    limit_name = (
+        "budget" if rec.memory_budget_bytes and rec.memory_budget_bytes < w["memory_capacity_bytes"] else "GPU memory"
+    )
     headroom = limit - w["peak_memory_bytes"]
     verb = {"time": "fastest", "memory": "smallest peak memory", "cost": "fewest GPU-hours"}[rec.objective]
-    lines = [f"Recommended: {_describe(w)}: the {verb} of the {len(rec.ranked)} configurations that fit "
-             f"({len(rec.rejected)} did not).",
-             f"  predicted: {format_seconds(w['total_time_s'])} in total, {format_seconds(step)} per step, "
-             f"{w['gpu_hours']:.3g} GPU-hours"
-             + (f" = {w['gpu_hours'] * rec.price_per_gpu_hour:.3g} at {rec.price_per_gpu_hour:g} per GPU-hour"
-                if rec.price_per_gpu_hour is not None else "") + ".",
-             f"  step: {dominant} dominates -- compute {format_seconds(compute)} ({compute / step:.0%}), exposed "
-             f"communication {format_seconds(exposed)} ({exposed / step:.0%}), other {format_seconds(other)} "
-             f"({other / step:.0%}); {1 - exposed / comm if comm > 0 else 1:.0%} of its "
-             f"{format_seconds(comm)} of communication is hidden behind compute.",
-             f"  memory: peak {format_bytes(w['peak_memory_bytes'])} of {format_bytes(limit)} ({limit_name}), "
-             f"headroom {format_bytes(headroom)} ({headroom / limit:.0%})."]
+    lines = [
+        f"Recommended: {_describe(w)}: the {verb} of the {len(rec.ranked)} configurations that fit "
+        f"({len(rec.rejected)} did not).",
+        f"  predicted: {format_seconds(w['total_time_s'])} in total, {format_seconds(step)} per step, "
+        f"{w['gpu_hours']:.3g} GPU-hours"
+        + (
+            f" = {w['gpu_hours'] * rec.price_per_gpu_hour:.3g} at {rec.price_per_gpu_hour:g} per GPU-hour"
+            if rec.price_per_gpu_hour is not None
+            else ""
+        )
+        + ".",
+        f"  step: {dominant} dominates -- compute {format_seconds(compute)} ({compute / step:.0%}), exposed "
+        f"communication {format_seconds(exposed)} ({exposed / step:.0%}), other {format_seconds(other)} "
+        f"({other / step:.0%}); {1 - exposed / comm if comm > 0 else 1:.0%} of its "
+        f"{format_seconds(comm)} of communication is hidden behind compute.",
+        f"  memory: peak {format_bytes(w['peak_memory_bytes'])} of {format_bytes(limit)} ({limit_name}), "
+        f"headroom {format_bytes(headroom)} ({headroom / limit:.0%}).",
+    ]
     # Why not the alternatives: strategies that never fit, and the best of each other strategy.
     fit_labels = {r["label"] for r in rec.ranked}
-    never = sorted({r["label"] for r in rec.rejected if r.get("reason", "").startswith("needs")} - fit_labels,
-                   key=_strategy_order)
+    never = sorted(
+        {r["label"] for r in rec.rejected if r.get("reason", "").startswith("needs")} - fit_labels, key=_strategy_order
+    )
     for s in never:
-        least = min((r for r in rec.rejected if r["label"] == s and "peak_memory_bytes" in r),
-                    key=lambda r: r["peak_memory_bytes"], default=None)
+        least = min(
+            (r for r in rec.rejected if r["label"] == s and "peak_memory_bytes" in r),
+            key=lambda r: r["peak_memory_bytes"],
+            default=None,
+        )
         if least is not None:
-            lines.append(f"  {s} does not fit: it needs at least {format_bytes(least['peak_memory_bytes'])} "
-                         f"({_describe(least)}) > {format_bytes(limit)}.")
+            lines.append(
+                f"  {s} does not fit: it needs at least {format_bytes(least['peak_memory_bytes'])} "
+                f"({_describe(least)}) > {format_bytes(limit)}."
+            )
     best_other: dict[str, dict] = {}
     for r in rec.ranked[1:]:
         best_other.setdefault(r["label"], r)
@@ -260,15 +298,22 @@ def _explain(rec: Recommendation, tied_with: dict | None) -> str:
             continue
         ratio = _value(r, rec.objective) / best_val if best_val > 0 else float("nan")
         what = {"time": "slower", "memory": "more memory", "cost": "more GPU-hours"}[rec.objective]
-        lines.append(f"  best {s}: {ratio:.2f}x {what} ({_knobs_text(r)}"
-                     + (f", peak {format_bytes(r['peak_memory_bytes'])}" if rec.objective == "time" else "") + ").")
+        lines.append(
+            f"  best {s}: {ratio:.2f}x {what} ({_knobs_text(r)}"
+            + (f", peak {format_bytes(r['peak_memory_bytes'])}" if rec.objective == "time" else "")
+            + ")."
+        )
     if tied_with is not None:
-        lines.append(f"  {_describe(tied_with)} is predicted within {TIE_TOLERANCE:.0%} "
-                     f"({_value(tied_with, rec.objective) / best_val - 1:+.1%}): a tie at simdl's accuracy, "
-                     "so the simpler configuration is recommended.")
+        lines.append(
+            f"  {_describe(tied_with)} is predicted within {TIE_TOLERANCE:.0%} "
+            f"({_value(tied_with, rec.objective) / best_val - 1:+.1%}): a tie at simdl's accuracy, "
+            "so the simpler configuration is recommended."
+        )
     if len(rec.knobs["batch_size"]) > 1 and w["batch_size"] != 32:
-        lines.append(f"  note: batch {w['batch_size']}/GPU makes the global batch {w['batch_size'] * w['gpus']}; "
-                     "retune the learning rate if you change it.")
+        lines.append(
+            f"  note: batch {w['batch_size']}/GPU makes the global batch {w['batch_size'] * w['gpus']}; "
+            "retune the learning rate if you change it."
+        )
     if _stale(w):
         lines.append("  note: stale updates (asynchronous PS) can lower final accuracy; study 1 saw it on every model.")
     return "\n".join(lines)
@@ -280,22 +325,35 @@ def _explain_none(rec: Recommendation) -> str:
     if sized:
         least = min(sized, key=lambda r: r["peak_memory_bytes"])
         limit = rec.memory_budget_bytes or least.get("memory_capacity_bytes")
-        lines.append(f"  the smallest, {_describe(least)}, needs {format_bytes(least['peak_memory_bytes'])}"
-                     + (f" > {format_bytes(limit)}" if limit else "") + "; try more GPUs with fsdp-full, a "
-                     "smaller batch, or a larger budget.")
+        lines.append(
+            f"  the smallest, {_describe(least)}, needs {format_bytes(least['peak_memory_bytes'])}"
+            + (f" > {format_bytes(limit)}" if limit else "")
+            + "; try more GPUs with fsdp-full, a "
+            "smaller batch, or a larger budget."
+        )
     errors = sorted({r["reason"] for r in rec.rejected if not r.get("reason", "").startswith("needs")})
     for e in errors[:3]:
         lines.append(f"  rejected by simdl: {e}")
     return "\n".join(lines)
 
 
-def recommend(model: str, *, cluster: str | Any | None = None, gpus: int | None = None,
-              memory_budget: float | str | None = None, objective: str = "time",
-              price_per_gpu_hour: float | None = None, batch_size: int | None = None,
-              batch_sizes: Sequence[int] | None = None, precisions: Sequence[str] | None = None,
-              strategies: Sequence[str] | None = None, allow_stale: bool = False,
-              checkpointing: Sequence[bool] | None = None, jobs: int | None = None,
-              **fixed: Any) -> Recommendation:
+def recommend(
+    model: str,
+    *,
+    cluster: str | Any | None = None,
+    gpus: int | None = None,
+    memory_budget: float | str | None = None,
+    objective: str = "time",
+    price_per_gpu_hour: float | None = None,
+    batch_size: int | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    precisions: Sequence[str] | None = None,
+    strategies: Sequence[str] | None = None,
+    allow_stale: bool = False,
+    checkpointing: Sequence[bool] | None = None,
+    jobs: int | None = None,
+    **fixed: Any,
+) -> Recommendation:
     """Rank configurations of ``model`` on ``cluster``; see the module docstring.
 
     ``memory_budget``: GiB (a number) or a string with a unit (``"40GiB"``, ``"42GB"``);
@@ -318,12 +376,21 @@ def recommend(model: str, *, cluster: str | Any | None = None, gpus: int | None 
     cluster = cluster or DEFAULT_CLUSTER
     for k in ("strategy", "sharding", "precision", "batch_size", "gpus"):
         if k in fixed:
-            raise SimdlError(f"recommend: {k} is a knob it ranks; accepted: the strategies=, precisions=, "
-                             "batch_sizes= (or batch_size=) and gpus= arguments")
+            raise SimdlError(
+                f"recommend: {k} is a knob it ranks; accepted: the strategies=, precisions=, "
+                "batch_sizes= (or batch_size=) and gpus= arguments"
+            )
     if batch_size is not None:
         batch_sizes = [batch_size]
-    grid = knobs(cluster, gpus=gpus, batch_sizes=batch_sizes, precisions=precisions, strategies=strategies,
-                 allow_stale=allow_stale, checkpointing=checkpointing)
+    grid = knobs(
+        cluster,
+        gpus=gpus,
+        batch_sizes=batch_sizes,
+        precisions=precisions,
+        strategies=strategies,
+        allow_stale=allow_stale,
+        checkpointing=checkpointing,
+    )
     axes = {"model": model, "cluster": cluster, **fixed, **grid}
     points = list(Grid(axes))
     rows = run_points(points, jobs=jobs, progress=False)
@@ -349,9 +416,17 @@ def recommend(model: str, *, cluster: str | Any | None = None, gpus: int | None 
             ranked.remove(simplest)
             ranked.insert(0, simplest)
     spec_name = cluster if isinstance(cluster, str) else getattr(cluster, "name", str(cluster))
-    rec = Recommendation(objective=objective, model=str(model), cluster=spec_name, memory_budget_bytes=budget,
-                         knobs=grid, ranked=ranked, rejected=rejected, explanation="",
-                         price_per_gpu_hour=price_per_gpu_hour)
+    rec = Recommendation(
+        objective=objective,
+        model=str(model),
+        cluster=spec_name,
+        memory_budget_bytes=budget,
+        knobs=grid,
+        ranked=ranked,
+        rejected=rejected,
+        explanation="",
+        price_per_gpu_hour=price_per_gpu_hour,
+    )
     rec.explanation = _explain(rec, tied_with)
     if rec.winner is not None:
         point = {k: rec.winner[k] for k in axes if k in rec.winner}

@@ -44,10 +44,23 @@ EXECUTORS = ("process", "serial", "dask", "ray")
 #: Below this many analytic configurations a pool costs more than it saves.
 SERIAL_BELOW = 400
 #: Result fields copied into every row first, in this order (the rest of Result.row() follows).
-LEAD_COLUMNS = ("label", "iteration_time_s", "total_time_s", "gpu_hours", "throughput_samples_per_s",
-                "peak_memory_bytes", "max_memory_allocated_bytes", "max_memory_reserved_bytes",
-                "memory_capacity_bytes", "fits_in_memory", "gpu_utilization",
-                "compute_time_s", "comm_time_s", "exposed_comm_time_s", "comm_bytes_per_iteration")
+LEAD_COLUMNS = (
+    "label",
+    "iteration_time_s",
+    "total_time_s",
+    "gpu_hours",
+    "throughput_samples_per_s",
+    "peak_memory_bytes",
+    "max_memory_allocated_bytes",
+    "max_memory_reserved_bytes",
+    "memory_capacity_bytes",
+    "fits_in_memory",
+    "gpu_utilization",
+    "compute_time_s",
+    "comm_time_s",
+    "exposed_comm_time_s",
+    "comm_bytes_per_iteration",
+)
 
 
 # ----------------------------------------------------------------------------- one point
@@ -114,8 +127,15 @@ def _flat(result: Any) -> dict[str, Any]:
     """
     d: dict[str, Any] = {}
     for f in _RESULT_FIELDS:
-        if f not in ("memory_breakdown_bytes", "staleness", "step_split_s", "config", "notes",
-                     "iteration_time_band_s", "device_memory_bytes"):
+        if f not in (
+            "memory_breakdown_bytes",
+            "staleness",
+            "step_split_s",
+            "config",
+            "notes",
+            "iteration_time_band_s",
+            "device_memory_bytes",
+        ):
             d[f] = getattr(result, f)
     # Flattened as Result.row() does: one column per number, so a CSV cell never holds a dict.
     lo, hi = result.iteration_time_band_s or (None, None)
@@ -167,8 +187,9 @@ def run_chunk_counted(chunk: Sequence[Mapping[str, Any]], vector: bool) -> tuple
 # ----------------------------------------------------------------------------- the sweep
 
 
-def _points(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None, axes: Mapping[str, Any]
-            ) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
+def _points(
+    grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None, axes: Mapping[str, Any]
+) -> tuple[list[dict[str, Any]], Mapping[str, Any]]:
     if grid is None:
         g = Grid(axes)
         return list(g), g.axes
@@ -196,20 +217,28 @@ def _affinity(p: Mapping[str, Any]) -> tuple:
     from .vector import LINK_KEYS
 
     # Points that differ only in links next to each other (one group), then only in batch-like keys.
-    return (tuple(str(v) for k, v in p.items() if k not in _PLAN_FREE and k not in LINK_KEYS),
-            tuple(str(v) for k, v in p.items() if k in _PLAN_FREE))
+    return (
+        tuple(str(v) for k, v in p.items() if k not in _PLAN_FREE and k not in LINK_KEYS),
+        tuple(str(v) for k, v in p.items() if k in _PLAN_FREE),
+    )
 
 
 def _chunks(points: list, jobs: int, sim: bool, chunk_size: int | None) -> list[list]:
     if chunk_size is None:
         # ~8 chunks per worker balance the load; the cap keeps progress moving on huge grids.
         chunk_size = max(1, min(2 if sim else 1000, math.ceil(len(points) / (jobs * 8))))
-    return [points[i:i + chunk_size] for i in range(0, len(points), chunk_size)]
+    return [points[i : i + chunk_size] for i in range(0, len(points), chunk_size)]
 
 
-def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executor: str = "process",
-               progress: bool | None = None, chunk_size: int | None = None, vector: bool = True
-               ) -> list[dict[str, Any]]:
+def run_points(
+    points: list[dict[str, Any]],
+    *,
+    jobs: int | None = None,
+    executor: str = "process",
+    progress: bool | None = None,
+    chunk_size: int | None = None,
+    vector: bool = True,
+) -> list[dict[str, Any]]:
     """Rows for ``points``, in their order. ``vector``: analytic points that differ only in
     links are answered together (simdl.explore.vector; same rows, the template checked)."""
     if executor not in EXECUTORS:
@@ -239,8 +268,9 @@ def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executo
         # keep them in one chunk by ordering the work by everything else, then restore the order.
         rest.sort(key=lambda i: _affinity(points[i]))
         remaining = [points[i] for i in rest]
-        serial = executor == "serial" or (executor == "process" and (
-            jobs == 1 or (not sim and len(remaining) < SERIAL_BELOW)))
+        serial = executor == "serial" or (
+            executor == "process" and (jobs == 1 or (not sim and len(remaining) < SERIAL_BELOW))
+        )
         last_run.update(points=len(points), vectorised=0)
         if serial and vector and not sim:
             from .vector import rows_by_groups
@@ -270,9 +300,18 @@ def run_points(points: list[dict[str, Any]], *, jobs: int | None = None, executo
     return rows  # type: ignore[return-value]
 
 
-def sweep(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = None, /, *,
-          jobs: int | None = None, executor: str = "process", progress: bool | None = None,
-          as_frame: bool = True, chunk_size: int | None = None, vector: bool = True, **axes: Any):
+def sweep(
+    grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = None,
+    /,
+    *,
+    jobs: int | None = None,
+    executor: str = "process",
+    progress: bool | None = None,
+    as_frame: bool = True,
+    chunk_size: int | None = None,
+    vector: bool = True,
+    **axes: Any,
+):
     """Predict every point of a grid; a pandas DataFrame (or, ``as_frame=False``, a list of dicts).
 
     Keywords are the axes: a list sweeps, a scalar is fixed (``gpus=[1, 2, 4]``,
@@ -291,8 +330,7 @@ def sweep(grid: Grid | Mapping[str, Any] | Iterable[Mapping[str, Any]] | None = 
     bad = sim_keys_without_sim(ax)
     if bad:
         raise SimdlError(f"{bad} needs engine=sim (the analytic engine has no per-rank timeline)")
-    rows = run_points(points, jobs=jobs, executor=executor, progress=progress, chunk_size=chunk_size,
-                      vector=vector)
+    rows = run_points(points, jobs=jobs, executor=executor, progress=progress, chunk_size=chunk_size, vector=vector)
     if not as_frame:
         return rows
     return to_frame(rows)
@@ -302,8 +340,10 @@ def to_frame(rows: list[dict[str, Any]]):
     try:
         import pandas as pd
     except ImportError:
-        raise SimdlError("a DataFrame needs pandas, which is not installed; accepted: pip install "
-                         "'simdl[explore]', or as_frame=False for a list of dicts") from None
+        raise SimdlError(
+            "a DataFrame needs pandas, which is not installed; accepted: pip install "
+            "'simdl[explore]', or as_frame=False for a list of dicts"
+        ) from None
     return pd.DataFrame(rows, columns=columns(rows))
 
 

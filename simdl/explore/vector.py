@@ -38,8 +38,7 @@ from ..errors import SimdlError
 #: Cluster overrides that change only links (simdl.explore.whatif): the points of a grid that
 #: differ only in these share one vectorised evaluation. ``pcie_GB_per_s`` is not among them:
 #: the ZeRO plan prices its offload copies by it.
-LINK_KEYS = ("intra_bandwidth_GB_per_s", "intra_latency_us", "nic_Gb_per_s", "nics_per_node",
-             "inter_latency_us")
+LINK_KEYS = ("intra_bandwidth_GB_per_s", "intra_latency_us", "nic_Gb_per_s", "nics_per_node", "inter_latency_us")
 #: Relative difference above which the template's vectorised row counts as not matching.
 SELF_CHECK_RTOL = 1e-12
 
@@ -130,8 +129,9 @@ def _row(params, workload, cluster, plan, timing, loader_workers, config, notes,
     from .sweep import _plain, result_row
 
     echo = dict(config, cluster=cluster.spec.name)
-    result = result_of(workload, cluster, plan, timing, loader_workers=loader_workers, config=echo, notes=notes,
-                       memory=memory)
+    result = result_of(
+        workload, cluster, plan, timing, loader_workers=loader_workers, config=echo, notes=notes, memory=memory
+    )
     result = with_epoch_counts(with_band(result, cluster.spec), workload, plan)
     return result_row({k: _plain(v) for k, v in params.items()}, result)
 
@@ -191,8 +191,18 @@ def spmd_timings(workload, clusters: Sequence, plan, rows, rates, algorithm: str
         if interference is not None and interference.value > 0.0:
             slowdown = interference.value * max(cp + cm - ab, 0.0)  # as simdl.analytic.engine
         wait = blocking_wait_time(c, plan, cp)
-        out.append((float(makespan[j]) + slowdown + wait, cp, cm, ab, sent, _staleness(), dict(kinds),
-                    {"interference": slowdown, "blocking_wait": wait}))
+        out.append(
+            (
+                float(makespan[j]) + slowdown + wait,
+                cp,
+                cm,
+                ab,
+                sent,
+                _staleness(),
+                dict(kinds),
+                {"interference": slowdown, "blocking_wait": wait},
+            )
+        )
     return out
 
 

@@ -52,8 +52,10 @@ def _sourced(key: str, value: Any, unit: str | None, *, minimum_exclusive: bool 
 def _needs_network(spec: ClusterSpec, key: str) -> Network:
     """The cluster's inter-node network; a one-line error on a single-node cluster."""
     if spec.inter_node is None:
-        raise SimdlError(f"cluster override {key}: cluster {spec.name!r} is single-node (no inter_node network); "
-                         "accepted on multi-node presets only")
+        raise SimdlError(
+            f"cluster override {key}: cluster {spec.name!r} is single-node (no inter_node network); "
+            "accepted on multi-node presets only"
+        )
     return spec.inter_node
 
 
@@ -88,7 +90,11 @@ def _apply(spec: ClusterSpec, key: str, value: Any) -> ClusterSpec:
         return rep(spec, inter_node=rep(net, nic_bandwidth=_sourced(key, value, "Gb_per_s")))
     if key == "nics_per_node":
         net = _needs_network(spec, key)
-        if isinstance(value, bool) or not isinstance(value, int) and not (isinstance(value, float) and value.is_integer()):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int)
+            and not (isinstance(value, float) and value.is_integer())
+        ):
             raise SimdlError(f"cluster override nics_per_node={value!r}: accepted: an integer >= 1")
         return rep(spec, inter_node=rep(net, nics_per_node=_sourced(key, int(value), None)))
     if key == "inter_latency_us":
@@ -96,8 +102,10 @@ def _apply(spec: ClusterSpec, key: str, value: Any) -> ClusterSpec:
         return rep(spec, inter_node=rep(net, latency=_sourced(key, value, "us", minimum_exclusive=False)))
     if key == "ps_nic_Gb_per_s":
         if spec.ps_servers is None:
-            raise SimdlError(f"cluster override {key}: cluster {spec.name!r} has no parameter-server nodes; "
-                             "accepted on presets with ps_servers only (e.g. a10g-ps)")
+            raise SimdlError(
+                f"cluster override {key}: cluster {spec.name!r} has no parameter-server nodes; "
+                "accepted on presets with ps_servers only (e.g. a10g-ps)"
+            )
         return rep(spec, ps_servers=rep(spec.ps_servers, nic_bandwidth=_sourced(key, value, "Gb_per_s")))
     if key == "gpu":
         return rep(spec, gpu=load_gpu(str(value)), gpu_ref=str(value))

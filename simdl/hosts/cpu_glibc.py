@@ -60,7 +60,9 @@ class GlibcCpuHost:
         6.06 s in one run, 8.43 s in another)."""
         if not refault_bytes:
             return ()
-        return (f"glibc heap trimming: {refault_bytes / 1e6:.0f} MB of gradients per rank fault in again every "
-                "step; measured on CPU ranks it cost 1.9-7x the price used here and varied between runs "
-                "(benchmarks/fsdp2_refault_cost_cpu.py); ranks run with MALLOC_TRIM_THRESHOLD_ above the "
-                "step's heap (and a profile with host.trim_threshold_MiB) do not pay it",)
+        return (
+            f"glibc heap trimming: {refault_bytes / 1e6:.0f} MB of gradients per rank fault in again every "
+            "step; measured on CPU ranks it cost 1.9-7x the price used here and varied between runs "
+            "(benchmarks/fsdp2_refault_cost_cpu.py); ranks run with MALLOC_TRIM_THRESHOLD_ above the "
+            "step's heap (and a profile with host.trim_threshold_MiB) do not pay it",
+        )

@@ -14,8 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 _EXPORTS = {
-    "MemoryEstimate": "model", "estimate_memory": "model", "timeline_for": "model",
-    "MemoryOptions": "timeline", "Timeline": "timeline", "build_timeline": "timeline", "CATEGORIES": "timeline",
+    "MemoryEstimate": "model",
+    "estimate_memory": "model",
+    "timeline_for": "model",
+    "MemoryOptions": "timeline",
+    "Timeline": "timeline",
+    "build_timeline": "timeline",
+    "CATEGORIES": "timeline",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -51,7 +51,9 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
         elif key == "max_split_size_mb":
             mb = _int(key, value)
             if mb < _MIN_SPLIT_MB:
-                raise SimdlError(f"max_split_size_mb:{mb} is too small: accepted values are integers >= {_MIN_SPLIT_MB}")
+                raise SimdlError(
+                    f"max_split_size_mb:{mb} is too small: accepted values are integers >= {_MIN_SPLIT_MB}"
+                )
             fields["max_split_size_bytes"] = mb * _MiB
         else:
             div = _int(key, value)
@@ -61,8 +63,9 @@ def parse_alloc_conf(text: str) -> AllocatorConfig:
     return AllocatorConfig(**fields)  # type: ignore[arg-type]
 
 
-def alloc_conf_echo(flag: str | None, environ: Mapping[str, str] | None = None
-                    ) -> tuple[AllocatorConfig | None, str, str]:
+def alloc_conf_echo(
+    flag: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[AllocatorConfig | None, str, str]:
     """(the allocator options, their text, where they came from: ``flag``, ``env``
     (PYTORCH_CUDA_ALLOC_CONF) or ``default``), in :func:`resolve_alloc_conf`'s order."""
     env = os.environ if environ is None else environ
@@ -74,8 +77,9 @@ def alloc_conf_echo(flag: str | None, environ: Mapping[str, str] | None = None
     return config, "", "default"
 
 
-def resolve_alloc_conf(flag: str | None, environ: Mapping[str, str] | None = None
-                       ) -> tuple[AllocatorConfig | None, str]:
+def resolve_alloc_conf(
+    flag: str | None, environ: Mapping[str, str] | None = None
+) -> tuple[AllocatorConfig | None, str]:
     """The allocator options and where they came from: the flag if given, else the
     ``PYTORCH_CUDA_ALLOC_CONF`` environment variable, else PyTorch's defaults."""
     env = os.environ if environ is None else environ

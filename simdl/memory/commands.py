@@ -6,7 +6,6 @@ from typing import Any
 
 from ..errors import SimdlError
 
-
 FIGURE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -36,8 +35,13 @@ def sim_memory_plot_command(run, output: str) -> int:
         raise SimdlError("the simulated run recorded no memory events to plot")
     c = r.config
     title = f"{c.get('model')} {c.get('label')} {c.get('gpus')}x{c.get('gpu')} batch {c.get('batch_size')} (simulated):"
-    path = plot_memory(curves, output, title=title, capacity_bytes=r.memory_capacity_bytes,
-                       overhead_bytes=r.memory_breakdown_bytes.get("other", 0.0))
+    path = plot_memory(
+        curves,
+        output,
+        title=title,
+        capacity_bytes=r.memory_capacity_bytes,
+        overhead_bytes=r.memory_breakdown_bytes.get("other", 0.0),
+    )
     print(f"wrote {path}: {len(curves)} rank class(es), peak tensors {format_bytes(r.peak_tensor_bytes)}")
     return 0
 
@@ -54,8 +58,9 @@ def allocator_curve(cuda, times):
     return t, cuda.allocated[keep], cuda.reserved[keep], outside
 
 
-def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: bool = False,
-                    cuda_alloc_conf: str | None = None) -> int:
+def memplot_command(
+    kwargs: dict[str, Any], output: str, *, first_iteration: bool = False, cuda_alloc_conf: str | None = None
+) -> int:
     """Predict with the analytic engine, then draw each rank role's memory over one iteration.
     ``cuda_alloc_conf``: allocator options in ``PYTORCH_CUDA_ALLOC_CONF`` syntax (else the
     environment variable, else the defaults; :mod:`.allocconf`)."""
@@ -79,16 +84,28 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
         raise SimdlError("memplot draws the analytic schedule; `simdl plot --memory` draws the simulated one")
     r = predict(**kwargs)  # validates every argument and resolves the defaults
     c = r.config
-    table = load_workload(c["model"], dataset=None if kwargs.get("input_shape") or kwargs.get("num_classes") else c["dataset"],
-                          input_shape=tuple(int(x) for x in c["input_shape"].split("x")), num_classes=c["num_classes"],
-                          vocab=c.get("vocab_size"))
-    wl = Workload(table=table, batch_size=c["batch_size"], optimizer=c["optimizer"], precision=c["precision"],
-                  grad_accumulation=c["grad_accumulation"], activation_checkpointing=c["activation_checkpointing"])
+    table = load_workload(
+        c["model"],
+        dataset=None if kwargs.get("input_shape") or kwargs.get("num_classes") else c["dataset"],
+        input_shape=tuple(int(x) for x in c["input_shape"].split("x")),
+        num_classes=c["num_classes"],
+        vocab=c.get("vocab_size"),
+    )
+    wl = Workload(
+        table=table,
+        batch_size=c["batch_size"],
+        optimizer=c["optimizer"],
+        precision=c["precision"],
+        grad_accumulation=c["grad_accumulation"],
+        activation_checkpointing=c["activation_checkpointing"],
+    )
     alloc = allocate(load_cluster(kwargs.get("cluster") or c["cluster"]), c["gpus"], kwargs.get("nodes"))
     family = registry.get(c["strategy"])
-    knobs = {key.field: key.to_field(v) for k, key in family.predict_keys.items()
-             if (v := c.get(k) if kwargs.get(k) is None else kwargs[k]) is not None
-             and family.applies(k, c["strategy"])}
+    knobs = {
+        key.field: key.to_field(v)
+        for k, key in family.predict_keys.items()
+        if (v := c.get(k) if kwargs.get(k) is None else kwargs[k]) is not None and family.applies(k, c["strategy"])
+    }
     cfg = StrategyConfig(name=c["strategy"], **knobs)
     plan = build_plan(wl, alloc, cfg)
     opts = replace(memory_options(wl, plan, alloc), first_iteration=first_iteration)
@@ -100,12 +117,22 @@ def memplot_command(kwargs: dict[str, Any], output: str, *, first_iteration: boo
     allocator = None
     if mem.cuda is not None and not first_iteration:
         allocator = {role: allocator_curve(mem.cuda, times)}
-    path = plot_memory({role: (times, levels)}, output, title=title, capacity_bytes=mem.capacity_bytes,
-                       overhead_bytes=mem.breakdown["other"], allocator=allocator)
+    path = plot_memory(
+        {role: (times, levels)},
+        output,
+        title=title,
+        capacity_bytes=mem.capacity_bytes,
+        overhead_bytes=mem.breakdown["other"],
+        allocator=allocator,
+    )
     extra = ""
     if mem.cuda is not None:
-        extra = (f", max allocated {format_bytes(mem.cuda.max_allocated_bytes)}, "
-                 f"max reserved {format_bytes(mem.cuda.max_reserved_bytes)} ({alloc_source})")
-    print(f"wrote {path}: peak tensors {format_bytes(mem.peak_tensor_bytes)}{extra}, "
-          f"device {format_bytes(mem.peak_bytes)}")
+        extra = (
+            f", max allocated {format_bytes(mem.cuda.max_allocated_bytes)}, "
+            f"max reserved {format_bytes(mem.cuda.max_reserved_bytes)} ({alloc_source})"
+        )
+    print(
+        f"wrote {path}: peak tensors {format_bytes(mem.peak_tensor_bytes)}{extra}, "
+        f"device {format_bytes(mem.peak_bytes)}"
+    )
     return 0

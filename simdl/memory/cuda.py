@@ -61,13 +61,24 @@ def _fallback(cluster) -> tuple[float, float, str]:
     """Context and workspace from the cluster's ``memory:`` block, for a GPU file without
     ``device_memory:``."""
     m = cluster.spec.memory
-    return (m.context_bytes.value, m.workspace_bytes.value,
-            f"{cluster.spec.gpu.name} has no device_memory block: context and workspace from the cluster's "
-            "memory: block (assumed), no NCCL buffers counted")
+    return (
+        m.context_bytes.value,
+        m.workspace_bytes.value,
+        f"{cluster.spec.gpu.name} has no device_memory block: context and workspace from the cluster's "
+        "memory: block (assumed), no NCCL buffers counted",
+    )
 
 
-def cuda_memory(workload, plan, cluster, steady, options, tensor_peak: float, curves: bool = False,
-                allocator: AllocatorConfig | None = None) -> CudaMemory:
+def cuda_memory(
+    workload,
+    plan,
+    cluster,
+    steady,
+    options,
+    tensor_peak: float,
+    curves: bool = False,
+    allocator: AllocatorConfig | None = None,
+) -> CudaMemory:
     """The replay's figures. ``tensor_peak``: the timeline's peak (live tensors); ``curves``:
     also allocated/reserved after each op (for plots); ``allocator``: ``PYTORCH_CUDA_ALLOC_CONF``
     options (its capacity is replaced by the memory the allocator may use)."""
@@ -91,19 +102,38 @@ def cuda_memory(workload, plan, cluster, steady, options, tensor_peak: float, cu
     res, events = _replay(*key, workload.table, replace(conf, capacity_bytes=usable), curves)
     oom = res.oom_at is not None
     if oom:  # the figures of an unbounded device, to say by how much it does not fit
-        res, events = _replay(*key, workload.table, replace(conf, capacity_bytes=AllocatorConfig().capacity_bytes),
-                              curves)
-    parts = {"tensors": tensor_peak, "allocator_rounding": res.max_allocated_bytes - tensor_peak,
-             "allocator_cache": res.max_reserved_bytes - res.max_allocated_bytes,
-             "cuda_context": context, "nccl_buffers": nccl}
+        res, events = _replay(
+            *key, workload.table, replace(conf, capacity_bytes=AllocatorConfig().capacity_bytes), curves
+        )
+    parts = {
+        "tensors": tensor_peak,
+        "allocator_rounding": res.max_allocated_bytes - tensor_peak,
+        "allocator_cache": res.max_reserved_bytes - res.max_allocated_bytes,
+        "cuda_context": context,
+        "nccl_buffers": nccl,
+    }
     device = res.max_reserved_bytes + context + nccl
-    notes += (f"memory: peak = max reserved + CUDA {dm.cuda if dm else '?'} context + NCCL buffers; it fits when "
-              f"the allocator never runs out and the total leaves {FIT_MARGIN:.0%} of the memory free",)
+    notes += (
+        f"memory: peak = max reserved + CUDA {dm.cuda if dm else '?'} context + NCCL buffers; it fits when "
+        f"the allocator never runs out and the total leaves {FIT_MARGIN:.0%} of the memory free",
+    )
     if oom:
-        notes += (f"the caching allocator runs out of memory (after freeing its cache) with "
-                  f"{usable / 2**30:.2f} GiB usable",)
-    return CudaMemory(res.max_allocated_bytes, res.max_reserved_bytes, device, parts, limit, oom,
-                      res.fragmentation, res.allocated, res.reserved, events, notes)
+        notes += (
+            f"the caching allocator runs out of memory (after freeing its cache) with {usable / 2**30:.2f} GiB usable",
+        )
+    return CudaMemory(
+        res.max_allocated_bytes,
+        res.max_reserved_bytes,
+        device,
+        parts,
+        limit,
+        oom,
+        res.fragmentation,
+        res.allocated,
+        res.reserved,
+        events,
+        notes,
+    )
 
 
 def workspaces(dm: DeviceMemory | None, cluster) -> tuple[tuple[str, float], ...]:

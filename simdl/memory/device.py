@@ -30,12 +30,19 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-
 from ..errors import SimdlError
 from ..provenance import Sourced, read
 
-KEYS = ("cuda_context_MiB", "default_cuda", "cublas_workspace_bytes", "cublaslt_workspace_bytes",
-        "cudnn_workspace_MiB", "nccl_channels", "nccl_connections_per_channel", "nccl_connection_bytes")
+KEYS = (
+    "cuda_context_MiB",
+    "default_cuda",
+    "cublas_workspace_bytes",
+    "cublaslt_workspace_bytes",
+    "cudnn_workspace_MiB",
+    "nccl_channels",
+    "nccl_connections_per_channel",
+    "nccl_connection_bytes",
+)
 #: Threads that run cuBLAS in a training step, each with its own handle and workspace:
 #: the Python thread (forward, optimizer) and the autograd engine's device thread (backward).
 CUBLAS_THREADS = 2
@@ -92,13 +99,17 @@ def _parse(path: str, cuda: str | None) -> DeviceMemory | None:
     contexts = raw.get("cuda_context_MiB") or {}
     version = str(cuda or raw.get("default_cuda", ""))
     if version not in contexts:
-        raise SimdlError(f"{where}: no cuda_context_MiB for CUDA {version!r}; accepted: "
-                         f"{', '.join(sorted(map(str, contexts)))}")
+        raise SimdlError(
+            f"{where}: no cuda_context_MiB for CUDA {version!r}; accepted: {', '.join(sorted(map(str, contexts)))}"
+        )
     ctx = read({"c_MiB": contexts[version]}, "c_MiB", where=f"{where}: cuda_context_MiB.{version}")
-    return DeviceMemory(ctx, version,
-                        read(raw, "cublas_workspace_bytes", where=where),
-                        read(raw, "cublaslt_workspace_bytes", where=where),
-                        read(raw, "cudnn_workspace_MiB", where=where),
-                        read(raw, "nccl_channels", where=where),
-                        read(raw, "nccl_connections_per_channel", where=where),
-                        read(raw, "nccl_connection_bytes", where=where))
+    return DeviceMemory(
+        ctx,
+        version,
+        read(raw, "cublas_workspace_bytes", where=where),
+        read(raw, "cublaslt_workspace_bytes", where=where),
+        read(raw, "cudnn_workspace_MiB", where=where),
+        read(raw, "nccl_channels", where=where),
+        read(raw, "nccl_connections_per_channel", where=where),
+        read(raw, "nccl_connection_bytes", where=where),
+    )

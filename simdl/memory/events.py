@@ -66,9 +66,20 @@ class Timeline:
     notes: tuple[str, ...] = ()
 
     def with_shard_size(self, shard_size: int) -> "Timeline":
-        return Timeline(self.category, self.fixed, self.sharded, self.direction, self.row, self.edge,
-                        self.labels, self.baseline_fixed, self.baseline_sharded, shard_size, self.rank,
-                        self.notes)
+        return Timeline(
+            self.category,
+            self.fixed,
+            self.sharded,
+            self.direction,
+            self.row,
+            self.edge,
+            self.labels,
+            self.baseline_fixed,
+            self.baseline_sharded,
+            shard_size,
+            self.rank,
+            self.notes,
+        )
 
     @property
     def deltas(self) -> np.ndarray:
@@ -137,10 +148,18 @@ class _Events:
         pos, cat, fixed, sharded, direction, row, edge = m
         keep = np.flatnonzero((fixed != 0) | (sharded != 0))
         idx = keep[np.argsort(pos[keep], kind="stable")]
-        return Timeline(cat[idx].astype(np.int64), fixed[idx], sharded[idx], direction[idx].astype(np.int64),
-                        row[idx].astype(np.int64), edge[idx].astype(np.int64),
-                        _Labels(labels, idx), np.asarray(baseline_fixed, float),
-                        np.asarray(baseline_sharded, float), **kw)
+        return Timeline(
+            cat[idx].astype(np.int64),
+            fixed[idx],
+            sharded[idx],
+            direction[idx].astype(np.int64),
+            row[idx].astype(np.int64),
+            edge[idx].astype(np.int64),
+            _Labels(labels, idx),
+            np.asarray(baseline_fixed, float),
+            np.asarray(baseline_sharded, float),
+            **kw,
+        )
 
 
 class _Labels(tuple):
@@ -164,4 +183,3 @@ class _Labels(tuple):
 
     def __iter__(self):
         return (self._labels[i] for i in self._idx)
-

@@ -90,9 +90,17 @@ class _Fsdp:
 
 
 @lru_cache(maxsize=2048)
-def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: str, opts: MemoryOptions,
-                   wrap: str, reshard_after_forward: bool, gathered: bool = True,
-                   reshard_root: bool = False) -> Timeline:
+def _fsdp_timeline(
+    table: WorkloadTable,
+    batch: int,
+    optimizer: str,
+    precision: str,
+    opts: MemoryOptions,
+    wrap: str,
+    reshard_after_forward: bool,
+    gathered: bool = True,
+    reshard_root: bool = False,
+) -> Timeline:
     """FSDP2 with a shard group of ``shard_size`` ranks (set by ``with_shard_size``).
 
     ``reshard_root``: the root unit is resharded after forward too and gathered again
@@ -113,11 +121,23 @@ def _fsdp_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: 
     ev = _Events()
     # Under FSDP mixed precision the module computes in 16 bits with 16-bit parameters:
     # no autocast cache; activations in 16 bits.
-    _row_events(ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0,
-                opts.conv_backward_scratch)
+    _row_events(
+        ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0, opts.conv_backward_scratch
+    )
     units = [u for u in _unit_rows(table, wrap) if u.numel > 0]
-    c = _Fsdp(ev, tree, pf, pb, pe, gathered, opts.cpu_offload, opts.all_gather_scratch if gathered else 0.0,
-              opts.reduce_scatter_scratch if gathered else 0.0, reshard_after_forward, reshard_root)
+    c = _Fsdp(
+        ev,
+        tree,
+        pf,
+        pb,
+        pe,
+        gathered,
+        opts.cpu_offload,
+        opts.all_gather_scratch if gathered else 0.0,
+        opts.reduce_scatter_scratch if gathered else 0.0,
+        reshard_after_forward,
+        reshard_root,
+    )
     base_f = np.zeros(len(CATEGORIES))
     base_s = np.zeros(len(CATEGORIES))
     P = float(table.param_bytes)
@@ -160,12 +180,26 @@ def _forward_units(c: _Fsdp, called: list[_UnitRows]) -> None:
             ev.add(p + 0.003, COMM, -prev_ag[0], direction=FWD, row=u.row, label=f"all-gather output {prev_ag[1]}")
         prev_ag = (b, u.name or "root") if c.gathered else None
         if c.resharded(u):
-            ev.add(c.f_post(u.row), PARAMS, -b, direction=FWD, row=int(tree.end[u.row]) - 1,
-                   edge=1, label=f"reshard {u.name or 'root'}")
+            ev.add(
+                c.f_post(u.row),
+                PARAMS,
+                -b,
+                direction=FWD,
+                row=int(tree.end[u.row]) - 1,
+                edge=1,
+                label=f"reshard {u.name or 'root'}",
+            )
     if prev_ag is not None:
         last_row = int(tree.end[0]) - 1
-        ev.add(c.f_post(0) + 0.04, COMM, -prev_ag[0], direction=FWD, row=last_row, edge=1,
-               label=f"all-gather output {prev_ag[1]}")
+        ev.add(
+            c.f_post(0) + 0.04,
+            COMM,
+            -prev_ag[0],
+            direction=FWD,
+            row=last_row,
+            edge=1,
+            label=f"all-gather output {prev_ag[1]}",
+        )
 
 
 def _backward_units(c: _Fsdp, called: list[_UnitRows]) -> None:
@@ -223,10 +257,24 @@ def _post_backward_units(c: _Fsdp, called: list[_UnitRows], table: WorkloadTable
         ev.add(q + 0.003, GRADS, -grads_u, direction=BWD, row=anchor, edge=1, label="unsharded gradients")
         ev.add(q + 0.004, GRADS, 0.0, u.numel * 4.0, direction=BWD, row=anchor, edge=1, label="sharded gradient")
         if c.rs_scratch:  # the backend's scratch while the reduce-scatter runs (after the output exists)
-            ev.add(q + 0.0042, COMM, c.rs_scratch * rs, direction=BWD, row=anchor, edge=1,
-                   label=f"reduce-scatter scratch {name}")
-            ev.add(q + 0.0046, COMM, -c.rs_scratch * rs, direction=BWD, row=anchor, edge=1,
-                   label=f"reduce-scatter scratch {name}")
+            ev.add(
+                q + 0.0042,
+                COMM,
+                c.rs_scratch * rs,
+                direction=BWD,
+                row=anchor,
+                edge=1,
+                label=f"reduce-scatter scratch {name}",
+            )
+            ev.add(
+                q + 0.0046,
+                COMM,
+                -c.rs_scratch * rs,
+                direction=BWD,
+                row=anchor,
+                edge=1,
+                label=f"reduce-scatter scratch {name}",
+            )
         if c.offload:  # copied to host memory right away
             ev.add(q + 0.005, GRADS, 0.0, -u.numel * 4.0, direction=BWD, row=anchor, edge=1, label="D2H gradient")
         rs_held = rs

@@ -55,8 +55,12 @@ def _outer_range_end(node, stop_names: tuple[str, ...]) -> int | None:
     return best.end_time_ns if best is not None else None
 
 
-def allocations(profiler_result, device: str = "cpu", step_markers: tuple[str, ...] = (),
-                collective_input_ops: tuple[str, ...] | None = None) -> list[Allocation]:
+def allocations(
+    profiler_result,
+    device: str = "cpu",
+    step_markers: tuple[str, ...] = (),
+    collective_input_ops: tuple[str, ...] | None = None,
+) -> list[Allocation]:
     """Paired allocations of ``device`` from ``prof.profiler.kineto_results`` (see module doc).
 
     ``collective_input_ops``: ops whose still-open output is taken as a collective's input freed
@@ -126,8 +130,7 @@ def live_curve(allocs: list[Allocation]) -> tuple[np.ndarray, np.ndarray]:
     """(times in ns, live bytes after each event), frees before allocations at one instant."""
     if not allocs:
         return np.zeros(0, dtype=np.int64), np.zeros(0)
-    t = np.asarray([a.start_ns for a in allocs] + [a.end_ns for a in allocs if a.end_ns is not None],
-                   dtype=np.int64)
+    t = np.asarray([a.start_ns for a in allocs] + [a.end_ns for a in allocs if a.end_ns is not None], dtype=np.int64)
     d = np.asarray([a.nbytes for a in allocs] + [-a.nbytes for a in allocs if a.end_ns is not None], dtype=float)
     order = np.lexsort((d, t))  # at equal times frees (negative) first
     return t[order], np.cumsum(d[order])

@@ -73,7 +73,8 @@ class MemoryEstimate:
         if self.cuda is not None:
             return dict(self.cuda.parts)
         return {k: self.detail[k] for k in ("context", "workspace", "fragmentation")} | {
-            "tensors": self.peak_tensor_bytes}
+            "tensors": self.peak_tensor_bytes
+        }
 
 
 @lru_cache(maxsize=256)
@@ -105,25 +106,35 @@ def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster
 
     d = plan.details
     backend = get_backend(cluster.spec.collective_backend)
-    return MemoryOptions(activation_checkpointing=workload.activation_checkpointing,
-                         cpu_offload=bool(d.get("cpu_offload", False)),
-                         foreach=not cluster.spec.gpu.is_cpu,
-                         gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)),
-                         all_gather_scratch=backend.scratch_factor("all_gather"),
-                         reduce_scatter_scratch=backend.scratch_factor("reduce_scatter"),
-                         conv_backward_scratch=(cluster.spec.memory.conv_backward_scratch.value
-                                                if cluster.spec.memory.conv_backward_scratch else 0.0))
+    return MemoryOptions(
+        activation_checkpointing=workload.activation_checkpointing,
+        cpu_offload=bool(d.get("cpu_offload", False)),
+        foreach=not cluster.spec.gpu.is_cpu,
+        gradient_as_bucket_view=bool(d.get("gradient_as_bucket_view", False)),
+        all_gather_scratch=backend.scratch_factor("all_gather"),
+        reduce_scatter_scratch=backend.scratch_factor("reduce_scatter"),
+        conv_backward_scratch=(
+            cluster.spec.memory.conv_backward_scratch.value if cluster.spec.memory.conv_backward_scratch else 0.0
+        ),
+    )
 
 
-def timeline_for(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster,
-                 options: MemoryOptions | None = None) -> Timeline:
+def timeline_for(
+    workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, options: MemoryOptions | None = None
+) -> Timeline:
     """The rank's timeline with the options :func:`memory_options` derives."""
     return build_timeline(workload, plan, options or memory_options(workload, plan, cluster))
 
 
-def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster, act_factor: float | None = None,
-                    options: MemoryOptions | None = None, curves: bool = False,
-                    allocator=None) -> MemoryEstimate:
+def estimate_memory(
+    workload: Workload,
+    plan: SpmdPlan | PSPlan,
+    cluster: Cluster,
+    act_factor: float | None = None,
+    options: MemoryOptions | None = None,
+    curves: bool = False,
+    allocator=None,
+) -> MemoryEstimate:
     """Peak memory of the busiest rank. ``act_factor`` is accepted for compatibility: the
     timeline takes the precision from the workload. ``curves``: keep the caching
     allocator's allocated/reserved curves (CUDA; for plots). ``allocator``: a
@@ -150,8 +161,16 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
     if block > 1 and not isinstance(plan, PSPlan):
         from .cuda import cuda_memory
 
-        cuda = cuda_memory(workload, plan, cluster, tl, options or memory_options(workload, plan, cluster),
-                           timeline_peak, curves, allocator)
+        cuda = cuda_memory(
+            workload,
+            plan,
+            cluster,
+            tl,
+            options or memory_options(workload, plan, cluster),
+            timeline_peak,
+            curves,
+            allocator,
+        )
         other = max(cuda.device_bytes - total, 0.0)
         fragmentation = cuda.parts["allocator_cache"]
         context, workspace = cuda.parts["cuda_context"], cuda.parts["nccl_buffers"]
@@ -160,17 +179,24 @@ def estimate_memory(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluste
         context, workspace = spec.context_bytes.value, spec.workspace_bytes.value
         other = context + workspace + fragmentation
     bd = dict.fromkeys(MEMORY_CATEGORIES, 0.0)
-    bd.update(params=detail["params"], grads=detail["grads"], optimizer=detail["optimizer"],
-              activations=detail["activations"] + detail["temporaries"], comm_buffers=detail["comm_buffers"],
-              other=other)
+    bd.update(
+        params=detail["params"],
+        grads=detail["grads"],
+        optimizer=detail["optimizer"],
+        activations=detail["activations"] + detail["temporaries"],
+        comm_buffers=detail["comm_buffers"],
+        other=other,
+    )
     detail.update(context=context, workspace=workspace, fragmentation=fragmentation)
     capacity = cluster.spec.gpu.memory_bytes.value
     notes: tuple[str, ...] = ()
     if isinstance(plan, PSPlan):
         from ..units import format_bytes
 
-        notes = (f"parameter-server host memory per shard: {format_bytes(ps_server_bytes(workload, plan))} "
-                 "(parameters, optimizer state, gradient buffers)",)
+        notes = (
+            f"parameter-server host memory per shard: {format_bytes(ps_server_bytes(workload, plan))} "
+            "(parameters, optimizer state, gradient buffers)",
+        )
     if cuda is not None:
         notes += cuda.notes
     return MemoryEstimate(total, total + other, bd, capacity, detail, notes, cuda)
@@ -182,5 +208,3 @@ def ps_server_bytes(workload: Workload, plan: PSPlan) -> float:
     shard = workload.param_bytes / plan.servers
     pushes = plan.workers if plan.synchronous else 1
     return shard * (1 + workload.optimizer_state_copies + pushes)
-
-

@@ -19,7 +19,7 @@ def _row_tasks(tasks: tuple[Task, ...], n_rows: int) -> dict[str, np.ndarray]:
     out = {d: np.full(n_rows, -1, dtype=np.int64) for d in ("fwd", "bwd")}
     for i, t in enumerate(tasks):
         if t.rows and t.phase == t.direction and t.direction in out:
-            out[t.direction][t.rows[0]:t.rows[1]] = i
+            out[t.direction][t.rows[0] : t.rows[1]] = i
     return out
 
 
@@ -79,8 +79,14 @@ def analytic_memory_curve(workload, cluster, plan: SpmdPlan | PSPlan, timeline: 
 
     ``levels`` is (events + 1, categories) as :meth:`Timeline.levels`; ``times[0] = 0``.
     """
-    from ..analytic.costs import (CommCosts, compute_task_time, device_rates, memory_bound_time, row_times,
-                                  spmd_or_ps_rates)
+    from ..analytic.costs import (
+        CommCosts,
+        compute_task_time,
+        device_rates,
+        memory_bound_time,
+        row_times,
+        spmd_or_ps_rates,
+    )
     from ..analytic.schedule import schedule, task_durations
     from .model import timeline_for
 

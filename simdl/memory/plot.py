@@ -14,13 +14,25 @@ from ..report.memory_labels import cli_levels
 from ..report.memory_labels import label as category_label
 from .timeline import CATEGORIES
 
-COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
-          "temporaries": "#8172b3", "comm_buffers": "#937860"}
+COLORS = {
+    "params": "#4c72b0",
+    "grads": "#dd8452",
+    "optimizer": "#55a868",
+    "activations": "#c44e52",
+    "temporaries": "#8172b3",
+    "comm_buffers": "#937860",
+}
 
 
-def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: str | Path, *,
-                title: str = "", capacity_bytes: float | None = None, overhead_bytes: float = 0.0,
-                allocator: Mapping[str, tuple] | None = None) -> Path:
+def plot_memory(
+    curves: Mapping[str, tuple[Sequence[float], np.ndarray]],
+    path: str | Path,
+    *,
+    title: str = "",
+    capacity_bytes: float | None = None,
+    overhead_bytes: float = 0.0,
+    allocator: Mapping[str, tuple] | None = None,
+) -> Path:
     """Draw one panel per rank: live bytes per category (stacked) against time.
 
     ``curves``: rank label -> (times in s, levels of shape (len(times), len(CATEGORIES)))
@@ -42,8 +54,14 @@ def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: 
         t = np.asarray(times, dtype=float) * 1e3
         lv = np.asarray(levels, dtype=float) / 2**20
         parts = cli_levels(lv, CATEGORIES)  # the CLI's categories: temporaries count as activations
-        ax.stackplot(t, *parts.values(), labels=[category_label(c) for c in parts],
-                     colors=[COLORS[c] for c in parts], step="post", alpha=0.9)
+        ax.stackplot(
+            t,
+            *parts.values(),
+            labels=[category_label(c) for c in parts],
+            colors=[COLORS[c] for c in parts],
+            step="post",
+            alpha=0.9,
+        )
         total = lv.sum(axis=1)
         k = int(np.argmax(total))
         ax.annotate(f"peak tensors {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
@@ -52,15 +70,29 @@ def plot_memory(curves: Mapping[str, tuple[Sequence[float], np.ndarray]], path: 
             at, alloc, res, outside = allocator[label]
             at = np.asarray(at, dtype=float) * 1e3
             res = np.asarray(res, dtype=float) / 2**20
-            ax.step(at, np.asarray(alloc, dtype=float) / 2**20, where="post", color="k", lw=0.8,
-                    label="allocated (caching allocator)")
+            ax.step(
+                at,
+                np.asarray(alloc, dtype=float) / 2**20,
+                where="post",
+                color="k",
+                lw=0.8,
+                label="allocated (caching allocator)",
+            )
             ax.step(at, res, where="post", color="k", ls="--", lw=0.8, label="reserved")
-            ax.step(at, res + outside / 2**20, where="post", color="0.4", ls=":", lw=1.0,
-                    label="device (+ context, NCCL)")
+            ax.step(
+                at, res + outside / 2**20, where="post", color="0.4", ls=":", lw=1.0, label="device (+ context, NCCL)"
+            )
             top = max(top, (res.max() if len(res) else 0.0) + outside / 2**20)
         elif overhead_bytes:
-            ax.step(t, total + overhead_bytes / 2**20, where="post", ls="--", color="k", lw=0.8,
-                    label="+ other (context, workspace, fragmentation)")
+            ax.step(
+                t,
+                total + overhead_bytes / 2**20,
+                where="post",
+                ls="--",
+                color="k",
+                lw=0.8,
+                label="+ other (context, workspace, fragmentation)",
+            )
             top = total.max() + overhead_bytes / 2**20
         if capacity_bytes and capacity_bytes / 2**20 < 1.5 * top:  # only when it is in view
             ax.axhline(capacity_bytes / 2**20, color="red", lw=1, label="capacity")

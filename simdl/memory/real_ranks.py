@@ -31,8 +31,11 @@ def _wrap_fsdp2(replicas: int, reshard: bool):
         from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
-        mesh = (init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
-                if replicas > 1 else init_device_mesh("cpu", (world,)))
+        mesh = (
+            init_device_mesh("cpu", (world, 1), mesh_dim_names=("replicate", "shard"))
+            if replicas > 1
+            else init_device_mesh("cpu", (world,))
+        )
         for name in unit_names:
             fully_shard(model.get_submodule(name), mesh=mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
@@ -42,8 +45,12 @@ def _wrap_fsdp2(replicas: int, reshard: bool):
 
 
 # How real_fsdp_step wraps the model, by its ``sharding`` argument.
-_WRAPS = {"ddp": _wrap_ddp, "full": _wrap_fsdp2(1, True), "grad_op": _wrap_fsdp2(1, False),
-          "none": _wrap_fsdp2(2, False)}
+_WRAPS = {
+    "ddp": _wrap_ddp,
+    "full": _wrap_fsdp2(1, True),
+    "grad_op": _wrap_fsdp2(1, False),
+    "none": _wrap_fsdp2(2, False),
+}
 
 
 def _fsdp_worker(rank: int, world: int, port: int, args: tuple, out) -> None:
@@ -82,9 +89,17 @@ def _fsdp_worker(rank: int, world: int, port: int, args: tuple, out) -> None:
         dist.destroy_process_group()
 
 
-def real_fsdp_step(model_name: str, input_shape, num_classes: int, batch: int, unit_names: list[str],
-                   optimizer: str = "momentum", world: int = 2, sharding: str = "full",
-                   steps: int = 3) -> list[list[float]]:
+def real_fsdp_step(
+    model_name: str,
+    input_shape,
+    num_classes: int,
+    batch: int,
+    unit_names: list[str],
+    optimizer: str = "momentum",
+    world: int = 2,
+    sharding: str = "full",
+    steps: int = 3,
+) -> list[list[float]]:
     """Peak allocated bytes per rank and step of real data-parallel CPU steps: ``world``
     processes over gloo, FSDP2 (``sharding`` full / grad_op / none, wrapped as
     validate/train.py wraps) or DDP (``sharding="ddp"``). Returns ``[rank][step]``."""

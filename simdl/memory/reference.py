@@ -39,12 +39,20 @@ WARMUP_STEPS = 2
 
 # Tracker category (enum member name) -> simdl timeline category.
 CATEGORY_MAP = {
-    "PARAM": "params", "BUFFER": "params", "SHARDED_PARAM": "params", "UNSHARDED_PARAM": "params",
-    "GRAD": "grads", "SHARDED_GRAD": "grads", "UNSHARDED_GRAD": "grads",
+    "PARAM": "params",
+    "BUFFER": "params",
+    "SHARDED_PARAM": "params",
+    "UNSHARDED_PARAM": "params",
+    "GRAD": "grads",
+    "SHARDED_GRAD": "grads",
+    "UNSHARDED_GRAD": "grads",
     "OPT": "optimizer",
-    "ACT": "activations", "INP": "activations", "OTH": "activations",
+    "ACT": "activations",
+    "INP": "activations",
+    "OTH": "activations",
     "TEMP": "temporaries",
-    "ALL_GATHER": "comm_buffers", "REDUCE_SCATTER": "comm_buffers",
+    "ALL_GATHER": "comm_buffers",
+    "REDUCE_SCATTER": "comm_buffers",
 }
 
 
@@ -140,9 +148,18 @@ def _record(tracker, timeline: list[float]) -> None:
     tracker._update_peak_stats = update
 
 
-def memtracker_step(model_name: str, input_shape, num_classes: int, batch: int, optimizer: str = "momentum",
-                    *, foreach: bool = True, checkpoint_blocks: list[str] | None = None,
-                    precision: str = "fp32", record: bool = False) -> Reference:
+def memtracker_step(
+    model_name: str,
+    input_shape,
+    num_classes: int,
+    batch: int,
+    optimizer: str = "momentum",
+    *,
+    foreach: bool = True,
+    checkpoint_blocks: list[str] | None = None,
+    precision: str = "fp32",
+    record: bool = False,
+) -> Reference:
     """MemTracker's peak over a steady-state single-rank training step.
 
     ``foreach=True`` mimics CUDA, where PyTorch picks the foreach optimizer kernels
@@ -209,10 +226,22 @@ def _label_unsharded(tracker, model) -> None:
                 tracker._update_and_maybe_create_winfos(t, _FSDPRefType.UNSHARDED_PARAM)
 
 
-def fsdp_memtracker_step(model_name: str, input_shape, num_classes: int, batch: int, world: int,
-                         unit_names: list[str], optimizer: str = "momentum", *, sharding: str = "full",
-                         replicas: int = 1, foreach: bool = True, checkpoint_blocks: list[str] | None = None,
-                         precision: str = "fp32", record: bool = False) -> Reference:
+def fsdp_memtracker_step(
+    model_name: str,
+    input_shape,
+    num_classes: int,
+    batch: int,
+    world: int,
+    unit_names: list[str],
+    optimizer: str = "momentum",
+    *,
+    sharding: str = "full",
+    replicas: int = 1,
+    foreach: bool = True,
+    checkpoint_blocks: list[str] | None = None,
+    precision: str = "fp32",
+    record: bool = False,
+) -> Reference:
     """FSDPMemTracker's peak over a steady-state FSDP2 step on rank 0 of ``world`` fake ranks.
 
     ``unit_names``: the modules to ``fully_shard`` (inner first), then the root.

@@ -51,8 +51,16 @@ CONV_TYPES = ("Conv1d", "Conv2d", "Conv3d")
 OUT_OF_PLACE_JOIN_TYPES = ("SqueezeExcitation",)
 
 
-def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float, mixed: bool,
-                checkpoint: bool, grad_scale: float, conv_scratch: float = 0.0) -> None:
+def _row_events(
+    ev: _Events,
+    table: WorkloadTable,
+    batch: int,
+    act_factor: float,
+    mixed: bool,
+    checkpoint: bool,
+    grad_scale: float,
+    conv_scratch: float = 0.0,
+) -> None:
     """Forward and backward events of the rows: activations, temporaries, gradients."""
     tree = row_tree(table)
     r = _rows(table, batch, act_factor)
@@ -70,12 +78,12 @@ def _row_events(ev: _Events, table: WorkloadTable, batch: int, act_factor: float
     if conv_scratch:
         _conv_scratch_events(ev, table, tree, r, bwd, rows, g, conv_scratch)
     ev.add(bwd + 0.7, ACT, -r.saved, direction=BWD, row=rows, edge=1, label="saved activations")
-    ev.add(bwd + 0.8, TEMP, -np.where(tree.leaf, r.out, 0.0), direction=BWD, row=rows, edge=1,
-           label="output gradient")
+    ev.add(bwd + 0.8, TEMP, -np.where(tree.leaf, r.out, 0.0), direction=BWD, row=rows, edge=1, label="output gradient")
 
 
-def _checkpoint_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, fwd: np.ndarray,
-                       bwd: np.ndarray) -> np.ndarray:
+def _checkpoint_events(
+    ev: _Events, table: WorkloadTable, tree, r: _Rows, fwd: np.ndarray, bwd: np.ndarray
+) -> np.ndarray:
     """Activation checkpointing: rows inside a block save nothing in forward; the block
     keeps its input; in backward the block's forward is recomputed first. Returns which
     rows are inside a block."""
@@ -90,14 +98,21 @@ def _checkpoint_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, fwd: n
         if p >= 0 and not in_block[p] and r.saved[p] >= r.out[p]:
             inp = 0.0  # the row before saves its output already: the same storage
         ev.add(fwd[start] + 0.5, ACT, inp, direction=FWD, row=stop - 1, edge=1, label="checkpoint input")
-        ev.add(bwd[start] + 0.05, ACT, r.saved[start:stop].sum(), direction=BWD, row=stop - 1,
-               label="recomputed activations")
+        ev.add(
+            bwd[start] + 0.05,
+            ACT,
+            r.saved[start:stop].sum(),
+            direction=BWD,
+            row=stop - 1,
+            label="recomputed activations",
+        )
         ev.add(bwd[first] + 0.97, ACT, -inp, direction=BWD, row=first, edge=1, label="checkpoint input")
     return in_block
 
 
-def _forward_events(ev: _Events, tree, r: _Rows, fwd: np.ndarray, bwd: np.ndarray, rows: np.ndarray,
-                    in_block: np.ndarray, mixed: bool) -> None:
+def _forward_events(
+    ev: _Events, tree, r: _Rows, fwd: np.ndarray, bwd: np.ndarray, rows: np.ndarray, in_block: np.ndarray, mixed: bool
+) -> None:
     """Saved activations, the running row's output and autocast's weight copies."""
     fwd_saved = np.where(in_block, 0.0, r.saved)
     ev.add(fwd + 0.5, ACT, fwd_saved, direction=FWD, row=rows, edge=1, label="saved activations")
@@ -110,33 +125,42 @@ def _forward_events(ev: _Events, tree, r: _Rows, fwd: np.ndarray, bwd: np.ndarra
         # require grad: aten/src/ATen/autocast_mode.cpp, cached_cast); the op saves it for
         # backward, so it lives until that row's backward.
         cast = np.where(tree.castable, r.params / 2.0, 0.0)
-        ev.add(fwd + 0.4, ACT, np.where(in_block, 0.0, cast), direction=FWD, row=rows, edge=1,
-               label="autocast weight copy")
-        ev.add(bwd + 0.71, ACT, -np.where(in_block, 0.0, cast), direction=BWD, row=rows, edge=1,
-               label="autocast weight copy")
+        ev.add(
+            fwd + 0.4, ACT, np.where(in_block, 0.0, cast), direction=FWD, row=rows, edge=1, label="autocast weight copy"
+        )
+        ev.add(
+            bwd + 0.71,
+            ACT,
+            -np.where(in_block, 0.0, cast),
+            direction=BWD,
+            row=rows,
+            edge=1,
+            label="autocast weight copy",
+        )
 
 
-def _backward_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, pb, bwd: np.ndarray,
-                     rows: np.ndarray, g: np.ndarray) -> None:
+def _backward_events(
+    ev: _Events, table: WorkloadTable, tree, r: _Rows, pb, bwd: np.ndarray, rows: np.ndarray, g: np.ndarray
+) -> None:
     """Backward, rows in reverse post-order: the loss gradient, skip-path gradients, the
     parameter gradients (``g`` bytes per row) and each row's input gradient."""
     last_leaf = int(np.flatnonzero(tree.leaf)[-1]) if tree.leaf.any() else 0
-    ev.add(pb(tree.post_pos[0]) + 0.15, TEMP, r.out[last_leaf], direction=BWD, row=table.n_rows - 1,
-           label="loss gradient")
+    ev.add(
+        pb(tree.post_pos[0]) + 0.15, TEMP, r.out[last_leaf], direction=BWD, row=table.n_rows - 1, label="loss gradient"
+    )
     held = np.where(tree.merge, r.out, 0.0)
     ev.add(bwd + 0.1, TEMP, held, direction=BWD, row=rows, label="skip-path gradient")
-    ev.add(bwd[tree.first_leaf] + 0.95, TEMP, -held, direction=BWD, row=tree.first_leaf, edge=1,
-           label="skip-path gradient")
+    ev.add(
+        bwd[tree.first_leaf] + 0.95, TEMP, -held, direction=BWD, row=tree.first_leaf, edge=1, label="skip-path gradient"
+    )
     # A squeeze-and-excitation block multiplies its input by a scale computed from that
     # input: the two gradients of the input (the multiply's, held; the squeeze path's,
     # from its first row) are summed into a new tensor before both are freed, where a
     # residual add's are summed in place. Seen in MemTracker's trace of MobileNetV3-Large
     # (features.12.block.2, batch 32): +X at the end of the avgpool's backward, then -2X.
     joins = np.where(tree.merge & np.isin(np.asarray(table.types), OUT_OF_PLACE_JOIN_TYPES), r.out, 0.0)
-    ev.add(bwd[tree.first_leaf] + 0.93, TEMP, joins, direction=BWD, row=tree.first_leaf, edge=1,
-           label="gradient sum")
-    ev.add(bwd[tree.first_leaf] + 0.94, TEMP, -joins, direction=BWD, row=tree.first_leaf, edge=1,
-           label="gradient sum")
+    ev.add(bwd[tree.first_leaf] + 0.93, TEMP, joins, direction=BWD, row=tree.first_leaf, edge=1, label="gradient sum")
+    ev.add(bwd[tree.first_leaf] + 0.94, TEMP, -joins, direction=BWD, row=tree.first_leaf, edge=1, label="gradient sum")
     # A parameter gradient is first autograd's output (a temporary) and becomes ``.grad``
     # when AccumulateGrad steals it, after the row's backward kernels.
     ev.add(bwd + 0.2, TEMP, g, direction=BWD, row=rows, label="gradients")
@@ -155,8 +179,16 @@ def _backward_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, pb, bwd:
     ev.add(bwd + 0.36, TEMP, -extra, direction=BWD, row=rows, label="backward op working set")
 
 
-def _conv_scratch_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, bwd: np.ndarray, rows: np.ndarray,
-                         g: np.ndarray, conv_scratch: float) -> None:
+def _conv_scratch_events(
+    ev: _Events,
+    table: WorkloadTable,
+    tree,
+    r: _Rows,
+    bwd: np.ndarray,
+    rows: np.ndarray,
+    g: np.ndarray,
+    conv_scratch: float,
+) -> None:
     """The kernel's own copies beside the input gradient it has produced: oneDNN reorders
     the input and output gradient, or, when the weight is the larger (deep layers at small
     spatial size), works on a weight-sized gradient buffer instead -- measured: the larger
@@ -167,9 +199,18 @@ def _conv_scratch_events(ev: _Events, table: WorkloadTable, tree, r: _Rows, bwd:
     ev.add(bwd + 0.34, TEMP, -sc, direction=BWD, row=rows, label="convolution backward scratch")
 
 
-def _optimizer_events(ev: _Events, n: int, workload: Workload, opts: MemoryOptions, local_fixed: float,
-                      local_sharded: float, largest_fixed: float, largest_sharded: float,
-                      grads_fixed: float, grads_sharded: float) -> None:
+def _optimizer_events(
+    ev: _Events,
+    n: int,
+    workload: Workload,
+    opts: MemoryOptions,
+    local_fixed: float,
+    local_sharded: float,
+    largest_fixed: float,
+    largest_sharded: float,
+    grads_fixed: float,
+    grads_sharded: float,
+) -> None:
     """The optimizer step: lazily created state, Adam's sqrt scratch, ``zero_grad``."""
     pos = 3.0 + 2 * n
     copies = workload.optimizer_state_copies
@@ -191,4 +232,3 @@ def _act_factor(workload: Workload) -> float:
     from ..analytic.costs import MIXED_PRECISION_ACTIVATION_FACTOR
 
     return MIXED_PRECISION_ACTIVATION_FACTOR if workload.mixed_precision else 1.0
-

@@ -20,8 +20,7 @@ from ..workload.table import WorkloadTable
 
 # Row types whose parameters autocast does not cast to 16 bits (norms run in fp32 or
 # take fp32 affine parameters; aten/src/ATen/autocast_mode.cpp fp32 / promote lists).
-NORM_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "LayerNorm2d",
-              "InstanceNorm2d")
+NORM_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LayerNorm", "GroupNorm", "LayerNorm2d", "InstanceNorm2d")
 
 
 @dataclass(frozen=True, eq=False)

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from functools import lru_cache
+
 import numpy as np
 
 from .allocator.replay import ALLOC, FREE, Op
@@ -39,9 +40,13 @@ from .timeline import COMM, OPT, PARAMS, Timeline
 
 DEFAULT_STREAM, ALL_GATHER_STREAM, REDUCE_SCATTER_STREAM = 0, 1, 2
 _new = tuple.__new__  # builds an Op from a ready tuple without NamedTuple's Python-level __new__
-_STREAM_OF = (("all-gather", ALL_GATHER_STREAM), ("prefetched all-gather", ALL_GATHER_STREAM),
-              ("H2D shard", ALL_GATHER_STREAM), ("sharded gradient", REDUCE_SCATTER_STREAM),
-              ("reduce-scatter scratch", REDUCE_SCATTER_STREAM))
+_STREAM_OF = (
+    ("all-gather", ALL_GATHER_STREAM),
+    ("prefetched all-gather", ALL_GATHER_STREAM),
+    ("H2D shard", ALL_GATHER_STREAM),
+    ("sharded gradient", REDUCE_SCATTER_STREAM),
+    ("reduce-scatter scratch", REDUCE_SCATTER_STREAM),
+)
 BN_TYPES = ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d")
 INT64_BYTES = 8
 
@@ -225,7 +230,7 @@ def _events(b: _Builder, tl: Timeline) -> np.ndarray:
             if label == "gradients":
                 sizes = b.p.row_split(rows[k], amount)
             elif label.startswith("unsharded ") and cat == PARAMS:
-                sizes = _split(b.p.by_unit.get(label[len("unsharded "):], []), amount)
+                sizes = _split(b.p.by_unit.get(label[len("unsharded ") :], []), amount)
             elif cat == OPT:  # lazy state, foreach outputs: one tensor per parameter and copy
                 sizes = b.p.copies(amount, b.shard)
             else:

@@ -63,28 +63,80 @@ import numpy as np
 
 from ..workload.table import WorkloadTable
 from ..workload.workload import Workload
-from .events import (ACT, BWD, CATEGORIES, COMM, DIRECTIONS, FWD, GRADS, NONE, OPT, PARAMS, STEP, TEMP,
-                     MemoryOptions, Timeline, _Events)
+from .events import (
+    ACT,
+    BWD,
+    CATEGORIES,
+    COMM,
+    DIRECTIONS,
+    FWD,
+    GRADS,
+    NONE,
+    OPT,
+    PARAMS,
+    STEP,
+    TEMP,
+    MemoryOptions,
+    Timeline,
+    _Events,
+)
 from .fsdp_timeline import _fsdp_timeline
 from .rowevents import CONV_TYPES, OUT_OF_PLACE_JOIN_TYPES, _act_factor, _optimizer_events, _positions, _row_events
 
 # Re-exported: the strategies' timelines (simdl.strategies.zero_memory) build on these.
-__all__ = ["ACT", "BWD", "CATEGORIES", "COMM", "CONV_TYPES", "DIRECTIONS", "FWD", "GRADS", "NONE", "OPT",
-           "OUT_OF_PLACE_JOIN_TYPES", "PARAMS", "STEP", "TEMP", "MemoryOptions", "Timeline", "_Events",
-           "_act_factor", "_positions", "_row_events", "build_timeline", "fsdp_timeline", "ps_worker_timeline",
-           "replica_timeline"]
+__all__ = [
+    "ACT",
+    "BWD",
+    "CATEGORIES",
+    "COMM",
+    "CONV_TYPES",
+    "DIRECTIONS",
+    "FWD",
+    "GRADS",
+    "NONE",
+    "OPT",
+    "OUT_OF_PLACE_JOIN_TYPES",
+    "PARAMS",
+    "STEP",
+    "TEMP",
+    "MemoryOptions",
+    "Timeline",
+    "_Events",
+    "_act_factor",
+    "_positions",
+    "_row_events",
+    "build_timeline",
+    "fsdp_timeline",
+    "ps_worker_timeline",
+    "replica_timeline",
+]
 
 
 # -- replicas: single rank, DDP, PS worker, FSDP no_shard ------------------------------------
 @lru_cache(maxsize=2048)
-def _replica_timeline(table: WorkloadTable, batch: int, optimizer: str, precision: str, opts: MemoryOptions,
-                      bucket_bytes: float, ps_worker: bool) -> Timeline:
+def _replica_timeline(
+    table: WorkloadTable,
+    batch: int,
+    optimizer: str,
+    precision: str,
+    opts: MemoryOptions,
+    bucket_bytes: float,
+    ps_worker: bool,
+) -> Timeline:
     wl = Workload(table=table, batch_size=batch, optimizer=optimizer, precision=precision)
     n = table.n_rows
     ev = _Events()
     grad_scale = 0.0 if opts.gradient_as_bucket_view and bucket_bytes > 0 else 1.0
-    _row_events(ev, table, batch, _act_factor(wl), wl.mixed_precision, opts.activation_checkpointing, grad_scale,
-                opts.conv_backward_scratch)
+    _row_events(
+        ev,
+        table,
+        batch,
+        _act_factor(wl),
+        wl.mixed_precision,
+        opts.activation_checkpointing,
+        grad_scale,
+        opts.conv_backward_scratch,
+    )
     P = float(table.param_bytes)
     largest = max((p.numel for p in table.params), default=0) * 4.0
     base = np.zeros(len(CATEGORIES))

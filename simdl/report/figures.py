@@ -42,14 +42,21 @@ def parity(records: list[dict], out: Path, engine: str = "analytic") -> str | No
         seen = set()
         for r, m, p, _ in ps:
             lab = r["label"]
-            ax.scatter(m / scale, p / scale, color=colors[lab], label=None if lab in seen else lab,
-                       marker="o" if not r.get("oversubscribed") else "^", s=30)
+            ax.scatter(
+                m / scale,
+                p / scale,
+                color=colors[lab],
+                label=None if lab in seen else lab,
+                marker="o" if not r.get("oversubscribed") else "^",
+                s=30,
+            )
             seen.add(lab)
         vals = [v / scale for _, m, p, _ in ps for v in (m, p) if v > 0]
         lo, hi = min(vals) * 0.7, max(vals) * 1.4
         ax.plot([lo, hi], [lo, hi], "k-", lw=0.8)
-        ax.fill_between([lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="grey", alpha=0.15,
-                        label="+-15%")
+        ax.fill_between(
+            [lo, hi], [lo * 0.85, hi * 0.85], [lo * 1.15, hi * 1.15], color="grey", alpha=0.15, label="+-15%"
+        )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlim(lo, hi)
@@ -110,28 +117,37 @@ def memory_over_time(records: list[dict], out: Path, limit: int = 6) -> str | No
     cols = min(3, len(picked))
     rows = -(-len(picked) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False)
-    for ax in axes.flat[len(picked):]:
+    for ax in axes.flat[len(picked) :]:
         ax.axis("off")
     for ax, r in zip(axes.flat, picked):
         # Time as a fraction of each side's own step: the shapes compare even where the
         # step times differ; the legend gives each step's length.
         tl = r["measured"]["memory_timeline"]
         span = max(tl[-1][0], 1e-12)
-        ax.plot([t / span for t, _ in tl], [b / 2**20 for _, b in tl], lw=1,
-                label=f"measured (profiler), step {span * 1e3:.3g} ms")
+        ax.plot(
+            [t / span for t, _ in tl],
+            [b / 2**20 for _, b in tl],
+            lw=1,
+            label=f"measured (profiler), step {span * 1e3:.3g} ms",
+        )
         sim = (r.get("predicted") or {}).get("sim") or {}
         if isinstance(sim.get("memory_timeline"), list) and sim["memory_timeline"]:
             st = sim["memory_timeline"]
             try:
                 sspan = max(float(sim.get("iteration_time_s") or 0), st[-1][0], 1e-12)
-                ax.plot([p[0] / sspan for p in st], [p[1] / 2**20 for p in st], lw=1,
-                        label=f"simulated, step {sspan * 1e3:.3g} ms")
+                ax.plot(
+                    [p[0] / sspan for p in st],
+                    [p[1] / 2**20 for p in st],
+                    lw=1,
+                    label=f"simulated, step {sspan * 1e3:.3g} ms",
+                )
             except (TypeError, IndexError, KeyError):
                 pass
         an = (r.get("predicted") or {}).get("analytic") or {}
         if an.get("peak_tensor_bytes"):
-            ax.axhline(an["peak_tensor_bytes"] / 2**20, color="C3", ls="--", lw=1,
-                       label="predicted peak tensors (analytic)")
+            ax.axhline(
+                an["peak_tensor_bytes"] / 2**20, color="C3", ls="--", lw=1, label="predicted peak tensors (analytic)"
+            )
         ax.set_title(f"{r['model_name'].rpartition(':')[2]} {r['label']} x{r['spec']['ranks']}", fontsize=9)
         ax.set_xlabel("fraction of the step")
         ax.set_ylabel("tensor memory (MiB)")
@@ -147,14 +163,19 @@ def staleness_histograms(records: list[dict], out: Path) -> str | None:
     from ..strategies import registry
 
     plt = _plt()
-    runs = [r for r in records if r.get("status") == "ok" and registry.is_client_server(r["spec"]["strategy"])
-            and ((r.get("measured") or {}).get("staleness") or {}).get("histogram")]
+    runs = [
+        r
+        for r in records
+        if r.get("status") == "ok"
+        and registry.is_client_server(r["spec"]["strategy"])
+        and ((r.get("measured") or {}).get("staleness") or {}).get("histogram")
+    ]
     if not runs:
         return None
     cols = min(3, len(runs))
     rows = -(-len(runs) // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(4.5 * cols, 3.2 * rows), squeeze=False)
-    for ax in axes.flat[len(runs):]:
+    for ax in axes.flat[len(runs) :]:
         ax.axis("off")
     for ax, r in zip(axes.flat, runs):
         # The steady state (pooled over repeats) is what the tables compare with the prediction;
@@ -165,14 +186,26 @@ def staleness_histograms(records: list[dict], out: Path) -> str | None:
         hist = {int(k): v for k, v in st["histogram"].items()}
         n = sum(hist.values())
         what = "steady state" if st is steady else "every update"
-        ax.bar(list(hist), [v / n for v in hist.values()], width=0.8, alpha=0.7,
-               label=f"measured, {what} (mean {st['mean']:.2f}, {n} updates)")
+        ax.bar(
+            list(hist),
+            [v / n for v in hist.values()],
+            width=0.8,
+            alpha=0.7,
+            label=f"measured, {what} (mean {st['mean']:.2f}, {n} updates)",
+        )
         if st is steady:
             eh = {int(k): v for k, v in every["histogram"].items()}
             en = sum(eh.values())
             ks = sorted(eh)
-            ax.bar(ks, [eh[k] / en for k in ks], width=0.8, fill=False, edgecolor="0.4", ls=":",
-                   label=f"measured, every update (mean {every['mean']:.2f})")
+            ax.bar(
+                ks,
+                [eh[k] / en for k in ks],
+                width=0.8,
+                fill=False,
+                edgecolor="0.4",
+                ls=":",
+                label=f"measured, every update (mean {every['mean']:.2f})",
+            )
         sim = (r.get("predicted") or {}).get("sim") or {}
         sh = sim.get("staleness_histogram")
         if isinstance(sh, dict) and sh:
@@ -205,8 +238,12 @@ def exp1_times(records: list[dict], out: Path) -> str | None:
         keys = [(r["model_name"].rpartition(":")[2], r["label"]) for r in sub]
         x = range(len(sub))
         ax.bar([i - 0.2 for i in x], [r["measured"]["step_time_s"]["median"] for r in sub], 0.4, label="measured")
-        ax.bar([i + 0.2 for i in x], [r["predicted"]["analytic"].get("iteration_time_s", 0) for r in sub], 0.4,
-               label="predicted (analytic)")
+        ax.bar(
+            [i + 0.2 for i in x],
+            [r["predicted"]["analytic"].get("iteration_time_s", 0) for r in sub],
+            0.4,
+            label="predicted (analytic)",
+        )
         ax.set_xticks(list(x))
         ax.set_xticklabels([f"{m}\n{s}" for m, s in keys], fontsize=7, rotation=45)
         ax.set_ylabel("step time (s)")

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .kernel_classes import GROUPS, kernel_groups, row_groups
 
-MiB = 2 ** 20
+MiB = 2**20
 
 
 def is_gpu_record(r: dict) -> bool:
@@ -66,19 +66,25 @@ def _sides(r: dict) -> dict:
     p = (r.get("predicted") or {}).get("analytic") or {}
     m = r.get("measured") or {}
     alloc = p.get("max_memory_allocated_bytes")
-    return {"step": (p.get("iteration_time_s"), (m.get("step_time_s") or {}).get("median")),
-            "alloc": (alloc if alloc is not None else p.get("peak_tensor_bytes"), m.get("peak_allocated_bytes")),
-            "alloc_starred": alloc is None and p.get("peak_tensor_bytes") is not None,
-            "reserved": (p.get("max_memory_reserved_bytes"), m.get("max_memory_reserved_bytes")),
-            "device": (p.get("device_total_bytes", p.get("peak_memory_bytes")),
-                       (m.get("device_state") or {}).get("used_bytes"))}
+    return {
+        "step": (p.get("iteration_time_s"), (m.get("step_time_s") or {}).get("median")),
+        "alloc": (alloc if alloc is not None else p.get("peak_tensor_bytes"), m.get("peak_allocated_bytes")),
+        "alloc_starred": alloc is None and p.get("peak_tensor_bytes") is not None,
+        "reserved": (p.get("max_memory_reserved_bytes"), m.get("max_memory_reserved_bytes")),
+        "device": (
+            p.get("device_total_bytes", p.get("peak_memory_bytes")),
+            (m.get("device_state") or {}).get("used_bytes"),
+        ),
+    }
 
 
 def table(records: list[dict]) -> list[str]:
     """Predicted against measured, one row per configuration, and the step-time errors."""
-    lines = ["| configuration | status | step pred ms | step meas ms | step err | allocated pred / meas MiB | err | "
-             "reserved pred / meas MiB | err | device pred / meas MiB | err |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| configuration | status | step pred ms | step meas ms | step err | allocated pred / meas MiB | err | "
+        "reserved pred / meas MiB | err | device pred / meas MiB | err |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     errs = []
     for r in records:
         s = _sides(r)
@@ -96,12 +102,16 @@ def table(records: list[dict]) -> list[str]:
     n_ok = sum(r.get("status") == "ok" for r in records)
     lines += ["", f"{n_ok} of {len(records)} configurations measured."]
     if errs:
-        lines.append(f"Step time: MAPE {100 * statistics.fmean(abs(e) for e in errs):.1f} %, signed mean "
-                     f"{100 * statistics.fmean(errs):+.1f} %, max |err| {100 * max(abs(e) for e in errs):.1f} % "
-                     f"over {len(errs)}.")
-    lines.append("`*`: simdl's peak_tensor_bytes, where its Result has no max_memory_allocated_bytes (no CUDA "
-                 "allocator model on that device). Device: "
-                 "simdl's peak_memory_bytes against NVML's used memory after the timed steps.")
+        lines.append(
+            f"Step time: MAPE {100 * statistics.fmean(abs(e) for e in errs):.1f} %, signed mean "
+            f"{100 * statistics.fmean(errs):+.1f} %, max |err| {100 * max(abs(e) for e in errs):.1f} % "
+            f"over {len(errs)}."
+        )
+    lines.append(
+        "`*`: simdl's peak_tensor_bytes, where its Result has no max_memory_allocated_bytes (no CUDA "
+        "allocator model on that device). Device: "
+        "simdl's peak_memory_bytes against NVML's used memory after the timed steps."
+    )
     return lines
 
 
@@ -117,8 +127,7 @@ def error_pivot(records: list[dict]) -> list[str]:
         e = _err(*_sides(r)["step"]) if r.get("status") == "ok" else None
         cells[(r.get("model_name"), col)] = _pct(e) if e is not None else str(r.get("status", "-"))
     models = list(dict.fromkeys(r.get("model_name") for r in records))
-    lines = ["| model | " + " | ".join(f"{c[0]} px b{c[1]} {c[2]}" for c in cols) + " |",
-             "|---|" + "---|" * len(cols)]
+    lines = ["| model | " + " | ".join(f"{c[0]} px b{c[1]} {c[2]}" for c in cols) + " |", "|---|" + "---|" * len(cols)]
     for m in models:
         lines.append(f"| {m} | " + " | ".join(cells.get((m, c), "-") for c in cols) + " |")
     return lines
@@ -133,8 +142,15 @@ def kernel_rows(records: list[dict], kernels: dict[str, dict]) -> list[dict]:
         if r.get("status") != "ok" or k is None or not p.get("by_op_class_s"):
             continue
         pred = row_groups(p["by_op_class_s"], (p.get("step_split_s") or {}).get("optimizer"))
-        out.append({"run_id": r["run_id"], "predicted": pred, "profiled": kernel_groups(k["kernels"]),
-                    "profiled_step_s": k.get("profiled_step_s"), "source": k.get("source", "")})
+        out.append(
+            {
+                "run_id": r["run_id"],
+                "predicted": pred,
+                "profiled": kernel_groups(k["kernels"]),
+                "profiled_step_s": k.get("profiled_step_s"),
+                "source": k.get("source", ""),
+            }
+        )
     return out
 
 
@@ -142,25 +158,34 @@ def kernel_tables(rows: list[dict]) -> list[str]:
     if not rows:
         return ["No kernel profiles beside the results file (kernels.jsonl.gz).", ""]
     groups = [g for g in GROUPS if any(r["predicted"].get(g) or r["profiled"].get(g) for r in rows)]
-    lines = ["Per configuration, predicted / profiled milliseconds of one step per group (kernels: "
-             f"{rows[0]['source']}); the last column is the profiled kernels' sum against the profiled step's "
-             "wall time (under 100 %: the device waited for the host).", "",
-             "| configuration | " + " | ".join(groups) + " | kernels / step |",
-             "|---|" + "---|" * (len(groups) + 1)]
+    lines = [
+        "Per configuration, predicted / profiled milliseconds of one step per group (kernels: "
+        f"{rows[0]['source']}); the last column is the profiled kernels' sum against the profiled step's "
+        "wall time (under 100 %: the device waited for the host).",
+        "",
+        "| configuration | " + " | ".join(groups) + " | kernels / step |",
+        "|---|" + "---|" * (len(groups) + 1),
+    ]
     for r in rows:
         cells = [f"{_ms(r['predicted'].get(g))} / {_ms(r['profiled'].get(g))}" for g in groups]
         busy = sum(r["profiled"].values())
         ratio = f"{100 * busy / r['profiled_step_s']:.0f} %" if r.get("profiled_step_s") else "-"
         lines.append(f"| `{r['run_id']}` | " + " | ".join(cells) + f" | {ratio} |")
-    lines += ["", "| group | configurations | predicted s (sum) | profiled s (sum) | signed error of the sums | "
-              "MAPE per configuration |", "|---|---|---|---|---|---|"]
+    lines += [
+        "",
+        "| group | configurations | predicted s (sum) | profiled s (sum) | signed error of the sums | "
+        "MAPE per configuration |",
+        "|---|---|---|---|---|---|",
+    ]
     for g in groups:
         pairs = [(r["predicted"].get(g, 0.0), r["profiled"].get(g, 0.0)) for r in rows]
         both = [(p, m) for p, m in pairs if m > 0]
         sp, sm = sum(p for p, _ in pairs), sum(m for _, m in pairs)
         mape = statistics.fmean(abs(p - m) / m for p, m in both) if both else None
-        lines.append(f"| {g} | {len(both)} | {sp:.4g} | {sm:.4g} | {_pct(_err(sp, sm))} | "
-                     f"{'-' if mape is None else f'{100 * mape:.1f}%'} |")
+        lines.append(
+            f"| {g} | {len(both)} | {sp:.4g} | {sm:.4g} | {_pct(_err(sp, sm))} | "
+            f"{'-' if mape is None else f'{100 * mape:.1f}%'} |"
+        )
     return lines + [""]
 
 
@@ -176,17 +201,23 @@ def _env_lines(info: dict) -> list[str]:
     if not env:
         return []
     nv = env.get("nvml") or {}
-    lines = [f"- device `{env.get('device')}`: torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN "
-             f"{env.get('cudnn')}, torchvision {env.get('torchvision')}, Python {env.get('python')}"]
+    lines = [
+        f"- device `{env.get('device')}`: torch {env.get('torch')}, CUDA {env.get('cuda')}, cuDNN "
+        f"{env.get('cudnn')}, torchvision {env.get('torchvision')}, Python {env.get('python')}"
+    ]
     if env.get("flags"):
         lines.append("- numerics flags as found: " + ", ".join(f"`{k}={v}`" for k, v in env["flags"].items()))
     if nv.get("max_sm_clock_MHz") is not None:
-        lines.append(f"- idle clocks SM {nv.get('sm_clock_MHz')} / max {nv.get('max_sm_clock_MHz')} MHz, memory "
-                     f"{nv.get('mem_clock_MHz')} MHz ({nv.get('source')})")
+        lines.append(
+            f"- idle clocks SM {nv.get('sm_clock_MHz')} / max {nv.get('max_sm_clock_MHz')} MHz, memory "
+            f"{nv.get('mem_clock_MHz')} MHz ({nv.get('source')})"
+        )
     cal = info.get("calibration") or {}
     if cal:
-        lines.append(f"- calibration (`simdl calibrate --nproc-per-node 1 --quick --stages compute`, "
-                     f"{cal.get('models')}): {cal.get('status')}" + (f", {cal['wall_s']} s" if "wall_s" in cal else ""))
+        lines.append(
+            f"- calibration (`simdl calibrate --nproc-per-node 1 --quick --stages compute`, "
+            f"{cal.get('models')}): {cal.get('status')}" + (f", {cal['wall_s']} s" if "wall_s" in cal else "")
+        )
     return lines
 
 
@@ -194,11 +225,15 @@ def gpu_section(records: list[dict]) -> list[str]:
     gpu = [r for r in records if is_gpu_record(r)]
     if not gpu:
         return []
-    lines = ["## GPU check (`python -m validate.gpu_check`)", "",
-             "One device, no collective; every prediction was written to predictions.jsonl before the first "
-             "measured step (each record's `predicted_at` against its `measured.first_step_at`), with the "
-             "cluster profile above and its DataLoader cost set to 0: the check feeds one batch made on the "
-             "device to every step.", ""]
+    lines = [
+        "## GPU check (`python -m validate.gpu_check`)",
+        "",
+        "One device, no collective; every prediction was written to predictions.jsonl before the first "
+        "measured step (each record's `predicted_at` against its `measured.first_step_at`), with the "
+        "cluster profile above and its DataLoader cost set to 0: the check feeds one batch made on the "
+        "device to every step.",
+        "",
+    ]
     for src in sorted({r.get("_source_file", "") for r in gpu}):
         folder = Path(src).parent
         mine = [r for r in gpu if r.get("_source_file", "") == src]

@@ -30,19 +30,31 @@ _PATTERNS: tuple[tuple[str, str], ...] = (
     ("copy", r"memcpy|memset|\[memory\]"),
     ("optimizer", r"multi_tensor_apply|foreach|aten::_fused_sgd|sgd"),
     # LayerNorm's backward kernels are GammaBetaBackward / ComputeInternalGradients, its statistics RowwiseMoments.
-    ("norm", r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|welford|native_norm|gammabeta"
-             r"|rowwisemoments|computeinternalgradients"),
+    (
+        "norm",
+        r"batch_norm|batchnorm|bn_fw|bn_bw|layer_norm|layernorm|group_norm|welford|native_norm|gammabeta"
+        r"|rowwisemoments|computeinternalgradients",
+    ),
     # cuDNN's own convolution kernels (scudnn_*, cask_cudnn*, its FFT path's fft2d_* / flip_filter / gcgemm).
-    ("conv", r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn|depthwise|nchwtonhwc|nhwctonchw"
-             r"|im2col|col2im|fft2d|flip_filter|gcgemm"),
+    (
+        "conv",
+        r"conv|fprop|dgrad|wgrad|winograd|implicit_gemm|cudnn|depthwise|nchwtonhwc|nhwctonchw"
+        r"|im2col|col2im|fft2d|flip_filter|gcgemm",
+    ),
     ("softmax", r"softmax"),
     ("pool", r"pool"),
     # cuBLAS's split-K GEMMs end in a splitKreduce kernel: part of the GEMM, not a reduction.
-    ("gemm", r"gemm|gemv|cutlass|nvjet|cublas|xmma|matmul|splitk|aten::mm\b|aten::addmm|aten::bmm|aten::linear"
-             r"|scaled_dot_product|flash|efficient_attention|fmha"),
+    (
+        "gemm",
+        r"gemm|gemv|cutlass|nvjet|cublas|xmma|matmul|splitk|aten::mm\b|aten::addmm|aten::bmm|aten::linear"
+        r"|scaled_dot_product|flash|efficient_attention|fmha",
+    ),
     ("reduction", r"reduce|nll|aten::sum|aten::mean|cross_entropy"),
-    ("elementwise", r"elementwise|vectorized|unrolled|relu|gelu|silu|swish|sigmoid|tanh|dropout|fill|copy|"
-                    r"add|mul|div|cat|where|clamp|threshold|aten::"),
+    (
+        "elementwise",
+        r"elementwise|vectorized|unrolled|relu|gelu|silu|swish|sigmoid|tanh|dropout|fill|copy|"
+        r"add|mul|div|cat|where|clamp|threshold|aten::",
+    ),
 )
 _COMPILED = tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in _PATTERNS)
 # The launching op, where it settles the class: a cuDNN convolution may run a plain sgemm
@@ -58,11 +70,28 @@ _OP_PATTERNS: tuple[tuple[str, str], ...] = (
 _OPS = tuple((cls, re.compile(p, re.IGNORECASE)) for cls, p in _OP_PATTERNS)
 
 # simdl's row classes -> comparison group; kernel classes -> comparison group.
-ROW_GROUP = {"conv": "conv", "linear": "gemm", "attention": "gemm", "norm": "norm", "pool": "pool",
-             "activation": "elementwise", "dropout": "elementwise", "other": "elementwise"}
-KERNEL_GROUP = {"conv": "conv", "gemm": "gemm", "norm": "norm", "pool": "pool", "softmax": "elementwise",
-                "reduction": "elementwise", "elementwise": "elementwise", "optimizer": "optimizer",
-                "copy": "copy", "other": "other"}
+ROW_GROUP = {
+    "conv": "conv",
+    "linear": "gemm",
+    "attention": "gemm",
+    "norm": "norm",
+    "pool": "pool",
+    "activation": "elementwise",
+    "dropout": "elementwise",
+    "other": "elementwise",
+}
+KERNEL_GROUP = {
+    "conv": "conv",
+    "gemm": "gemm",
+    "norm": "norm",
+    "pool": "pool",
+    "softmax": "elementwise",
+    "reduction": "elementwise",
+    "elementwise": "elementwise",
+    "optimizer": "optimizer",
+    "copy": "copy",
+    "other": "other",
+}
 GROUPS = ("conv", "gemm", "norm", "pool", "elementwise", "optimizer", "copy", "other")
 
 

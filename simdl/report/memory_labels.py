@@ -36,5 +36,7 @@ def cli_levels(levels: np.ndarray, categories: Sequence[str]) -> dict[str, np.nd
 def peak_line(result) -> str:
     """The CLI's memory figure in words: ``peak memory 531 MiB (tensors 112 MiB + other 419 MiB)``."""
     other = result.memory_breakdown_bytes.get("other", result.peak_memory_bytes - result.peak_tensor_bytes)
-    return (f"peak memory {format_bytes(result.peak_memory_bytes)} (tensors {format_bytes(result.peak_tensor_bytes)}"
-            f" + other {format_bytes(other)})")
+    return (
+        f"peak memory {format_bytes(result.peak_memory_bytes)} (tensors {format_bytes(result.peak_tensor_bytes)}"
+        f" + other {format_bytes(other)})"
+    )

@@ -45,56 +45,97 @@ def _is_async_ps(r: dict) -> bool:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("step_time", "steady-state step time", "s",
-           "median wall time of the steps after warm-up and the profiled step (slowest rank per step; PS: all "
-           "workers' iterations pooled), time.perf_counter",
-           "Result.iteration_time_s",
-           lambda r: _m(r).get("step_time_s", {}).get("median"), lambda p: p.get("iteration_time_s")),
+    Metric(
+        "step_time",
+        "steady-state step time",
+        "s",
+        "median wall time of the steps after warm-up and the profiled step (slowest rank per step; PS: all "
+        "workers' iterations pooled), time.perf_counter",
+        "Result.iteration_time_s",
+        lambda r: _m(r).get("step_time_s", {}).get("median"),
+        lambda p: p.get("iteration_time_s"),
+    ),
     # The same steps without the transient the fixed warm-up left in (mser_truncation):
     # a check of the rule above, shown beside it, not a replacement of the goal's figure.
-    Metric("settled_step_time", "step time, initial transient removed", "s",
-           "median of the steady-state steps above after the MSER truncation of their initial transient "
-           "(White 1997; per worker for PS, per repeat when pooled)",
-           "Result.iteration_time_s",
-           lambda r: _settled_median(r), lambda p: p.get("iteration_time_s")),
-    Metric("total_time", "training time", "s",
-           "wall time of all training epochs (evaluation excluded; includes warm-up and the profiled step)",
-           "Result.total_time_s",
-           lambda r: _m(r).get("total_time_s"), lambda p: p.get("total_time_s")),
+    Metric(
+        "settled_step_time",
+        "step time, initial transient removed",
+        "s",
+        "median of the steady-state steps above after the MSER truncation of their initial transient "
+        "(White 1997; per worker for PS, per repeat when pooled)",
+        "Result.iteration_time_s",
+        lambda r: _settled_median(r),
+        lambda p: p.get("iteration_time_s"),
+    ),
+    Metric(
+        "total_time",
+        "training time",
+        "s",
+        "wall time of all training epochs (evaluation excluded; includes warm-up and the profiled step)",
+        "Result.total_time_s",
+        lambda r: _m(r).get("total_time_s"),
+        lambda p: p.get("total_time_s"),
+    ),
     # The harness profiles a few steps (memory and busy time), which a user's training does
     # not; runs that recorded every step say what that added (validate/run.py profiling_overhead).
-    Metric("total_time_unprofiled", "training time without the harness's profiling", "s",
-           "training time above less the profiled steps' excess over the median steady step and the "
-           "profiler's stop (runs that recorded every step's time)",
-           "Result.total_time_s",
-           lambda r: (_m(r)["total_time_s"] - _m(r)["profiling_overhead_s"]
-                      if _m(r).get("profiling_overhead_s") is not None and _m(r).get("total_time_s") is not None
-                      else None),
-           lambda p: p.get("total_time_s"),
-           applies=lambda r: _m(r).get("profiling_overhead_s") is not None),
-    Metric("peak_memory", "peak memory per rank (allocator)", "B",
-           "largest rank's peak of live CPU-allocator bytes over the profiled steady steps (torch.profiler "
-           "profile_memory allocations paired with their frees, from before the model was built; a "
-           "running sum would count gloo's unreported frees as live)",
-           "Result.peak_tensor_bytes (what torch.cuda.max_memory_allocated would report)",
-           lambda r: _m(r).get("peak_allocated_bytes"), lambda p: p.get("peak_tensor_bytes")),
-    Metric("busy", "compute busy fraction", "",
-           "union of aten op intervals on the training thread / step wall time (torch.profiler)",
-           "Result.gpu_utilization (compute-stream busy fraction)",
-           lambda r: _m(r).get("busy_fraction"), lambda p: p.get("gpu_utilization")),
-    Metric("comm_bytes", "bytes sent per rank per step", "B",
-           "collective payloads the backend ran (torch.profiler gloo:* records) x ring factor; PS: pushed "
-           "gradient bytes counted exactly",
-           "Result.comm_bytes_per_iteration",
-           lambda r: _m(r).get("comm_sent_bytes_per_step"), lambda p: p.get("comm_bytes_per_iteration"),
-           applies=lambda r: r["spec"]["ranks"] > 1),
-    Metric("staleness", "mean staleness of applied updates", "updates",
-           "server version counter at application minus the version the worker pulled; steady state (updates "
-           "computed after the worker's warm-up steps, applied while every worker still trained) where the run "
-           "logged it, else every update",
-           "Result.staleness.mean",
-           lambda r: _staleness(r).get("mean"), lambda p: (p.get("staleness") or {}).get("mean"),
-           applies=_is_async_ps),
+    Metric(
+        "total_time_unprofiled",
+        "training time without the harness's profiling",
+        "s",
+        "training time above less the profiled steps' excess over the median steady step and the "
+        "profiler's stop (runs that recorded every step's time)",
+        "Result.total_time_s",
+        lambda r: (
+            _m(r)["total_time_s"] - _m(r)["profiling_overhead_s"]
+            if _m(r).get("profiling_overhead_s") is not None and _m(r).get("total_time_s") is not None
+            else None
+        ),
+        lambda p: p.get("total_time_s"),
+        applies=lambda r: _m(r).get("profiling_overhead_s") is not None,
+    ),
+    Metric(
+        "peak_memory",
+        "peak memory per rank (allocator)",
+        "B",
+        "largest rank's peak of live CPU-allocator bytes over the profiled steady steps (torch.profiler "
+        "profile_memory allocations paired with their frees, from before the model was built; a "
+        "running sum would count gloo's unreported frees as live)",
+        "Result.peak_tensor_bytes (what torch.cuda.max_memory_allocated would report)",
+        lambda r: _m(r).get("peak_allocated_bytes"),
+        lambda p: p.get("peak_tensor_bytes"),
+    ),
+    Metric(
+        "busy",
+        "compute busy fraction",
+        "",
+        "union of aten op intervals on the training thread / step wall time (torch.profiler)",
+        "Result.gpu_utilization (compute-stream busy fraction)",
+        lambda r: _m(r).get("busy_fraction"),
+        lambda p: p.get("gpu_utilization"),
+    ),
+    Metric(
+        "comm_bytes",
+        "bytes sent per rank per step",
+        "B",
+        "collective payloads the backend ran (torch.profiler gloo:* records) x ring factor; PS: pushed "
+        "gradient bytes counted exactly",
+        "Result.comm_bytes_per_iteration",
+        lambda r: _m(r).get("comm_sent_bytes_per_step"),
+        lambda p: p.get("comm_bytes_per_iteration"),
+        applies=lambda r: r["spec"]["ranks"] > 1,
+    ),
+    Metric(
+        "staleness",
+        "mean staleness of applied updates",
+        "updates",
+        "server version counter at application minus the version the worker pulled; steady state (updates "
+        "computed after the worker's warm-up steps, applied while every worker still trained) where the run "
+        "logged it, else every update",
+        "Result.staleness.mean",
+        lambda r: _staleness(r).get("mean"),
+        lambda p: (p.get("staleness") or {}).get("mean"),
+        applies=_is_async_ps,
+    ),
 )
 METRIC_BY_KEY = {m.key: m for m in METRICS}
 
@@ -141,12 +182,12 @@ def settled_steps(r: dict) -> list[float]:
     workers = int(spec.get("ranks") or 1) if _client_server(spec.get("strategy")) else 1
     if workers > 1 and len(steps) % workers == 0:
         k = len(steps) // workers
-        chunks = [steps[i * k:(i + 1) * k] for i in range(workers)]
+        chunks = [steps[i * k : (i + 1) * k] for i in range(workers)]
     elif workers > 1:  # unequal workers: where one ends is unknown, so nothing is cut
         return steps
     else:
         chunks = [steps]
-    return [t for c in chunks for t in c[mser_truncation(c):]]
+    return [t for c in chunks for t in c[mser_truncation(c) :]]
 
 
 def _settled_median(r: dict) -> float | None:
@@ -168,8 +209,13 @@ def step_stats(step_times: list[float]) -> dict[str, float]:
     """Median and spread of steady-state step times (seconds)."""
     if not step_times:
         return {"median": float("nan"), "p10": float("nan"), "p90": float("nan"), "n": 0}
-    return {"median": statistics.median(step_times), "p10": percentile(step_times, 0.1),
-            "p90": percentile(step_times, 0.9), "mean": statistics.fmean(step_times), "n": len(step_times)}
+    return {
+        "median": statistics.median(step_times),
+        "p10": percentile(step_times, 0.1),
+        "p90": percentile(step_times, 0.9),
+        "mean": statistics.fmean(step_times),
+        "n": len(step_times),
+    }
 
 
 def staleness_summary(values: list[int]) -> dict[str, Any]:
@@ -179,9 +225,14 @@ def staleness_summary(values: list[int]) -> dict[str, Any]:
     hist: dict[str, int] = {}
     for v in values:
         hist[str(int(v))] = hist.get(str(int(v)), 0) + 1
-    return {"n": len(values), "mean": statistics.fmean(values), "p50": percentile(values, 0.5),
-            "p99": percentile(values, 0.99), "max": float(max(values)),
-            "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0])))}
+    return {
+        "n": len(values),
+        "mean": statistics.fmean(values),
+        "p50": percentile(values, 0.5),
+        "p99": percentile(values, 0.99),
+        "max": float(max(values)),
+        "histogram": dict(sorted(hist.items(), key=lambda kv: int(kv[0]))),
+    }
 
 
 def rel_error(predicted: float | None, measured: float | None) -> float | None:
@@ -210,8 +261,12 @@ def repeat_floor(records: list[dict]) -> dict[str, float] | None:
         if len(meds) < 2:
             continue
         runs += 1
-        errs += [abs(e) for i, a in enumerate(meds) for j, b in enumerate(meds)
-                 if i != j and (e := rel_error(a, b)) is not None]
+        errs += [
+            abs(e)
+            for i, a in enumerate(meds)
+            for j, b in enumerate(meds)
+            if i != j and (e := rel_error(a, b)) is not None
+        ]
     if not errs:
         return None
     return {"runs": runs, "pairs": len(errs), "mape": statistics.fmean(errs), "max": max(errs)}
@@ -244,8 +299,12 @@ def summary(records: list[dict], engine: str = "analytic", keys: tuple[str, ...]
         if not errs:
             out[metric.key] = {"n": 0, "mape": None, "max": None, "bias": None}
             continue
-        out[metric.key] = {"n": len(errs), "mape": sum(abs(e) for e in errs) / len(errs),
-                           "max": max(abs(e) for e in errs), "bias": sum(errs) / len(errs)}
+        out[metric.key] = {
+            "n": len(errs),
+            "mape": sum(abs(e) for e in errs) / len(errs),
+            "max": max(abs(e) for e in errs),
+            "bias": sum(errs) / len(errs),
+        }
     return out
 
 

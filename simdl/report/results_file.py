@@ -30,8 +30,9 @@ def _open_text(path: Path) -> str:
     if not path.is_file():
         raise SimdlError(f"{path}: not a regular file; accepted: a results JSONL file")
     if path.stat().st_size > MAX_BYTES:
-        raise SimdlError(f"{path}: {path.stat().st_size:,} bytes is larger than a results file can be "
-                         f"({MAX_BYTES:,} bytes at most)")
+        raise SimdlError(
+            f"{path}: {path.stat().st_size:,} bytes is larger than a results file can be ({MAX_BYTES:,} bytes at most)"
+        )
     try:
         from ..textfile import read_text
 
@@ -51,17 +52,23 @@ def _check_record(rec: Any, path: Path, line: int, for_report: bool) -> dict:
         raise SimdlError(f"{path}:{line}: a JSON {type(rec).__name__}; accepted: one JSON object per line")
     schema = rec.get("schema")
     if schema is not None and not (isinstance(schema, str) and schema.startswith(SCHEMA_PREFIX)):
-        raise SimdlError(f"{path}:{line}: schema {str(schema)[:60]!r} is not a results record "
-                         f"({SCHEMA_PREFIX}N, written by python -m validate.run)")
+        raise SimdlError(
+            f"{path}:{line}: schema {str(schema)[:60]!r} is not a results record "
+            f"({SCHEMA_PREFIX}N, written by python -m validate.run)"
+        )
     missing = [k for k in REQUIRED_KEYS if k not in rec]
     if missing:
-        raise SimdlError(f"{path}:{line}: not a results record (no {', '.join(missing)}); "
-                         "accepted: the JSONL python -m validate.run writes")
+        raise SimdlError(
+            f"{path}:{line}: not a results record (no {', '.join(missing)}); "
+            "accepted: the JSONL python -m validate.run writes"
+        )
     if for_report:
         spec = rec.get("spec")
         if not isinstance(spec, dict) or any(k not in spec for k in REPORT_SPEC_KEYS):
-            raise SimdlError(f"{path}:{line}: run {str(rec['run_id'])[:60]!r} has no spec with "
-                             f"{', '.join(REPORT_SPEC_KEYS)}; accepted: the JSONL python -m validate.run writes")
+            raise SimdlError(
+                f"{path}:{line}: run {str(rec['run_id'])[:60]!r} has no spec with "
+                f"{', '.join(REPORT_SPEC_KEYS)}; accepted: the JSONL python -m validate.run writes"
+            )
     return rec
 
 
@@ -83,14 +90,19 @@ def read_records(path: str | Path, warn=None, for_report: bool = False) -> list[
             rec = json.loads(ln)
         except json.JSONDecodeError as e:
             if i == last and torn_tail:
-                print(f"simdl: warning: {path}:{i + 1}: skipped a torn last line (a run stopped while "
-                      "writing its record)", file=warn or sys.stderr)
+                print(
+                    f"simdl: warning: {path}:{i + 1}: skipped a torn last line (a run stopped while "
+                    "writing its record)",
+                    file=warn or sys.stderr,
+                )
                 continue
             if i == 0 and ln.startswith("["):
-                raise SimdlError(f"{path}: a JSON document, not JSON lines; accepted: one JSON object "
-                                 "(a run's record) per line") from None
-            raise SimdlError(f"{path}:{i + 1}: not a JSON object ({e.msg} at column {e.colno}); "
-                             "only a torn last line may be skipped") from None
+                raise SimdlError(
+                    f"{path}: a JSON document, not JSON lines; accepted: one JSON object (a run's record) per line"
+                ) from None
+            raise SimdlError(
+                f"{path}:{i + 1}: not a JSON object ({e.msg} at column {e.colno}); only a torn last line may be skipped"
+            ) from None
         out.append(_check_record(rec, path, i + 1, for_report))
     if not out:
         raise SimdlError(f"{path}: no run records (empty file); accepted: the JSONL python -m validate.run writes")

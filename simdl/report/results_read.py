@@ -32,7 +32,9 @@ def _collect(records) -> list[dict]:
             same = finished.setdefault(rid, [])
             # The same measurement again (same start: a copy predicted again with
             # validate.repredict, read beside its original) is one repeat, not two.
-            k = next((i for i, f in enumerate(same) if rec.get("started") and f.get("started") == rec.get("started")), None)
+            k = next(
+                (i for i, f in enumerate(same) if rec.get("started") and f.get("started") == rec.get("started")), None
+            )
             if k is None:
                 same.append(rec)
             else:
@@ -87,14 +89,28 @@ def _same_harness(a: dict, b: dict) -> bool:
     later ones uv only: different step times, not repeats)."""
     ma, mb = a.get("measured") or {}, b.get("measured") or {}
     ha, hb = a.get("host") or {}, b.get("host") or {}
-    return (ma.get("transport") == mb.get("transport") and ha.get("hostname") == hb.get("hostname")
-            and ha.get("cpu_cores") == hb.get("cpu_cores"))
+    return (
+        ma.get("transport") == mb.get("transport")
+        and ha.get("hostname") == hb.get("hostname")
+        and ha.get("cpu_cores") == hb.get("cpu_cores")
+    )
 
 
 # A validation record's fields that describe its measurement rather than its configuration
 # or prediction (validate/run.py writes them).
-_MEASUREMENT_KEYS = ("started", "finished", "measured", "host_cpu", "host_cpu_before", "wall_s", "workdir",
-                     "host_min_available_bytes", "host", "command", "returncode")
+_MEASUREMENT_KEYS = (
+    "started",
+    "finished",
+    "measured",
+    "host_cpu",
+    "host_cpu_before",
+    "wall_s",
+    "workdir",
+    "host_min_available_bytes",
+    "host",
+    "command",
+    "returncode",
+)
 
 
 def pool_repeats(latest: dict, finished: list[dict]) -> dict:
@@ -107,8 +123,8 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
     Repeats measured on a busy host are left out when a quiet one exists
     (``measured.repeats_excluded``); if the latest is one of them, the latest quiet repeat's
     measurement stands in for it."""
-    from .metrics import settled_steps, staleness_summary, step_stats  # metrics re-exports this module
     from ..calibrate.host_load import busy_note
+    from .metrics import settled_steps, staleness_summary, step_stats  # metrics re-exports this module
 
     reps = [r for r in finished if _same_harness(r, latest)]
     # A repeat measured while other processes were busy (validate.run's host_cpu, more than
@@ -130,9 +146,14 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
                 out[k] = copy.deepcopy(reps[-1][k])
     m = out.setdefault("measured", {})
     if busy:
-        m["repeats_excluded"] = [{"started": r.get("started"),
-                                  "step_median_s": ((r.get("measured") or {}).get("step_time_s") or {}).get("median"),
-                                  "why": why} for r, why in busy]
+        m["repeats_excluded"] = [
+            {
+                "started": r.get("started"),
+                "step_median_s": ((r.get("measured") or {}).get("step_time_s") or {}).get("median"),
+                "why": why,
+            }
+            for r, why in busy
+        ]
     if len(reps) < 2:
         return out
     ms = [r.get("measured") or {} for r in reps]
@@ -159,9 +180,16 @@ def pool_repeats(latest: dict, finished: list[dict]) -> dict:
             for k, v in h.items():
                 pooled[k] = pooled.get(k, 0) + int(v)
         m["staleness_steady"] = staleness_summary([int(k) for k, v in pooled.items() for _ in range(v)])
-    m["repeats"] = [{"started": r.get("started"), "step_median_s": (x.get("step_time_s") or {}).get("median"),
-                     "total_time_s": x.get("total_time_s"), "test_accuracy": x.get("test_accuracy"),
-                     "staleness_steady_mean": (x.get("staleness_steady") or {}).get("mean")} for r, x in zip(reps, ms)]
+    m["repeats"] = [
+        {
+            "started": r.get("started"),
+            "step_median_s": (x.get("step_time_s") or {}).get("median"),
+            "total_time_s": x.get("total_time_s"),
+            "test_accuracy": x.get("test_accuracy"),
+            "staleness_steady_mean": (x.get("staleness_steady") or {}).get("mean"),
+        }
+        for r, x in zip(reps, ms)
+    ]
     return out
 
 

@@ -27,9 +27,12 @@ def format_result(r: Result) -> str:
     def row(label: str, value: str, extra: str = "") -> None:
         lines.append(f"  {label:<18}{value:>12}   {extra}".rstrip())
 
-    row("iteration", format_seconds(r.iteration_time_s),
+    row(
+        "iteration",
+        format_seconds(r.iteration_time_s),
         f"compute {format_seconds(r.compute_time_s)}, communication {format_seconds(r.comm_time_s)}, "
-        f"exposed {format_seconds(r.exposed_comm_time_s)}")
+        f"exposed {format_seconds(r.exposed_comm_time_s)}",
+    )
     if r.iteration_time_band_s:
         lo, hi = r.iteration_time_band_s
         lines.append(f"    band: {format_seconds(lo)} to {format_seconds(hi)} ({c.get('iteration_time_band', '')})")
@@ -42,37 +45,54 @@ def format_result(r: Result) -> str:
     row("epoch", format_seconds(r.epoch_time_s), f"{r.iterations_per_epoch:,} iterations")
     row(f"total ({c.get('epochs')} ep)", format_seconds(r.total_time_s))
     row("throughput", f"{r.throughput_samples_per_s:,.0f}", "samples/s")
-    row("GPU utilization", f"{100 * r.gpu_utilization:.0f} %",
-        f"compute stream; {100 * r.gpu_utilization_any_kernel:.0f} % any kernel")
+    row(
+        "GPU utilization",
+        f"{100 * r.gpu_utilization:.0f} %",
+        f"compute stream; {100 * r.gpu_utilization_any_kernel:.0f} % any kernel",
+    )
     row("comm per GPU", f"{r.comm_bytes_per_iteration / GB:.3f} GB", "sent per iteration")
     fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
-    row("peak memory", format_bytes(r.peak_memory_bytes),
-        f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}")
+    row(
+        "peak memory",
+        format_bytes(r.peak_memory_bytes),
+        f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}",
+    )
     parts = [f"{k.replace('_', ' ')} {format_bytes(r.memory_breakdown_bytes[k])}" for k in MEMORY_CATEGORIES]
     lines.append("    " + " | ".join(parts))
     if r.max_memory_reserved_bytes is not None:
         dm = r.device_memory_bytes
-        lines.append(f"    allocator: max allocated {format_bytes(r.max_memory_allocated_bytes or 0.0)}, max reserved "
-                     f"{format_bytes(r.max_memory_reserved_bytes)} | CUDA context "
-                     f"{format_bytes(dm.get('cuda_context', 0.0))} | NCCL buffers {format_bytes(dm.get('nccl_buffers', 0.0))}"
-                     f" | fits when the total leaves {100 * (1 - _fit_limit()):.0f} % of memory free")
+        lines.append(
+            f"    allocator: max allocated {format_bytes(r.max_memory_allocated_bytes or 0.0)}, max reserved "
+            f"{format_bytes(r.max_memory_reserved_bytes)} | CUDA context "
+            f"{format_bytes(dm.get('cuda_context', 0.0))} | NCCL buffers {format_bytes(dm.get('nccl_buffers', 0.0))}"
+            f" | fits when the total leaves {100 * (1 - _fit_limit()):.0f} % of memory free"
+        )
     # A strategy's own named buffers (its registry echo: buffers_bytes, host_buffers_bytes)
     named = [f"{k} {format_bytes(v)}" for k, v in (c.get("buffers_bytes") or {}).items() if v > 0]
     if named:
         lines.append("    buffers: " + " | ".join(named))
     if c.get("host_memory_bytes"):
-        row("host memory", format_bytes(c["host_memory_bytes"]),
-            f"per rank; PCIe {format_bytes(c.get('pcie_bytes_per_iteration', 0.0))} per iteration")
+        row(
+            "host memory",
+            format_bytes(c["host_memory_bytes"]),
+            f"per rank; PCIe {format_bytes(c.get('pcie_bytes_per_iteration', 0.0))} per iteration",
+        )
     s = r.staleness
     if registry.is_client_server(c.get("strategy", "")):
         if s.p50 is None or s.p99 is None or s.max is None:
-            row("staleness", f"{s.mean:.2f}", "mean updates (this engine models the mean only; --engine sim "
-                "gives percentiles)")
+            row(
+                "staleness",
+                f"{s.mean:.2f}",
+                "mean updates (this engine models the mean only; --engine sim gives percentiles)",
+            )
         else:
             row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.1f}, p99 {s.p99:.1f}, max {s.max:.0f}")
     if s.held_pulls is not None:
-        row("SSP bound", f"{100 * s.held_pulls:.0f} %", f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms "
-            f"mean wait per pull")
+        row(
+            "SSP bound",
+            f"{100 * s.held_pulls:.0f} %",
+            f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms mean wait per pull",
+        )
     for note in r.notes:
         lines.append(f"  note: {note}")
     assumed = c.get("assumed") or {}

@@ -15,27 +15,51 @@ from pathlib import Path
 
 from ..band import LEVEL
 from ..strategies import registry
-from .metrics import (METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, summary)
-
+from .metrics import METRIC_BY_KEY, METRICS, engines_present, pairs, read_result_files, summary
 from .validation_common import GOALS, ORDER_TOLERANCE, _ok, _pct, ordering
 from .validation_history import drift_table, relative_steps, relative_table, repeats_table, runs_table, split_table
 from .validation_setup import _calibration_section, _setup_section, calibration_configs
 from .validation_tables import exp1_table, exp2_table, ordering_table, ssp_bound_table, strategy_table, vit_table
 
-__all__ = ["GOALS", "band_coverage", "band_line", "build_report", "calibration_configs", "drift_table",
-           "engines_present", "exp1_table", "exp2_table", "goals", "mape_table", "ORDER_TOLERANCE", "ordering", "ordering_table",
-           "relative_steps", "relative_table", "repeats_table", "runs_table", "split_table", "ssp_bound_table",
-           "strategy_table", "vit_table", "_pct"]
+__all__ = [
+    "GOALS",
+    "band_coverage",
+    "band_line",
+    "build_report",
+    "calibration_configs",
+    "drift_table",
+    "engines_present",
+    "exp1_table",
+    "exp2_table",
+    "goals",
+    "mape_table",
+    "ORDER_TOLERANCE",
+    "ordering",
+    "ordering_table",
+    "relative_steps",
+    "relative_table",
+    "repeats_table",
+    "runs_table",
+    "split_table",
+    "ssp_bound_table",
+    "strategy_table",
+    "vit_table",
+    "_pct",
+]
 
 
 def mape_table(records: list[dict], engine: str) -> list[str]:
     s = summary(records, engine)
-    lines = [f"| metric | runs | MAPE | max abs error | mean signed error | measured (origin) | predicted ({engine}) |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        f"| metric | runs | MAPE | max abs error | mean signed error | measured (origin) | predicted ({engine}) |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for metric in METRICS:
         v = s[metric.key]
-        lines.append(f"| {metric.title} | {v['n']} | {_pct(v['mape'])} | {_pct(v['max'])} | "
-                     f"{_pct(v['bias'], True)} | {metric.measured_origin} | {metric.predicted_origin} |")
+        lines.append(
+            f"| {metric.title} | {v['n']} | {_pct(v['mape'])} | {_pct(v['max'])} | "
+            f"{_pct(v['bias'], True)} | {metric.measured_origin} | {metric.predicted_origin} |"
+        )
     return lines
 
 
@@ -59,10 +83,13 @@ def band_line(records: list[dict], engine: str) -> list[str]:
     c = band_coverage(records, engine)
     if not c["runs"]:
         return []
-    return [f"Measured step inside the predicted {100 * LEVEL:.0f} % band: {c['inside']} of {c['runs']} runs "
-            f"({100 * c['inside'] / c['runs']:.0f} %). The band comes from the profile's calibration (its held-out "
-            f"step errors and step jitter, simdl.band), not from these runs."
-            + (f" {c['without']} runs have no band (predicted before it existed)." if c["without"] else ""), ""]
+    return [
+        f"Measured step inside the predicted {100 * LEVEL:.0f} % band: {c['inside']} of {c['runs']} runs "
+        f"({100 * c['inside'] / c['runs']:.0f} %). The band comes from the profile's calibration (its held-out "
+        f"step errors and step jitter, simdl.band), not from these runs."
+        + (f" {c['without']} runs have no band (predicted before it existed)." if c["without"] else ""),
+        "",
+    ]
 
 
 def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str, str, str]]:
@@ -73,8 +100,15 @@ def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str,
     def verdict(v, limit):
         return "-" if v is None else ("met" if v <= limit else "not met")
 
-    rows.append(("step-time MAPE", "<= 5% (stretch 3%)", _pct(st["mape"]),
-                 verdict(st["mape"], GOALS["step_mape"]) + (" (stretch met)" if st["mape"] is not None and st["mape"] <= GOALS["step_mape_stretch"] else "")))
+    rows.append(
+        (
+            "step-time MAPE",
+            "<= 5% (stretch 3%)",
+            _pct(st["mape"]),
+            verdict(st["mape"], GOALS["step_mape"])
+            + (" (stretch met)" if st["mape"] is not None and st["mape"] <= GOALS["step_mape_stretch"] else ""),
+        )
+    )
     rows.append(("step-time max error", "<= 15%", _pct(st["max"]), verdict(st["max"], GOALS["step_max"])))
     rows.append(("peak-memory mean abs error", "<= 3%", _pct(mem["mape"]), verdict(mem["mape"], GOALS["memory_mean"])))
     # The goal names the asynchronous PS; stale-synchronous runs are judged the same way on a
@@ -84,13 +118,25 @@ def goals(records: list[dict], engine: str = "analytic") -> list[tuple[str, str,
         what = f"{mode} staleness mean, worst run"
         errs = [abs(e) for r, *_, e in stale_pairs if r["spec"]["strategy"] == mode]
         worst = max(errs) if errs else None
-        rows.append((what, "within 10% of measured", _pct(worst) + (f" ({len(errs)} runs)" if errs else ""),
-                     verdict(worst, GOALS["staleness"])))
+        rows.append(
+            (
+                what,
+                "within 10% of measured",
+                _pct(worst) + (f" ({len(errs)} runs)" if errs else ""),
+                verdict(worst, GOALS["staleness"]),
+            )
+        )
     for key, what in (("step_time", "time"), ("peak_memory", "memory")):
         o = ordering(records, key, engine)
         n_ok = sum(x["match"] for x in o)
-        rows.append((f"strategy order by {what}", "matches in every model", f"{n_ok}/{len(o)} groups",
-                     "-" if not o else ("met" if n_ok == len(o) else "not met")))
+        rows.append(
+            (
+                f"strategy order by {what}",
+                "matches in every model",
+                f"{n_ok}/{len(o)} groups",
+                "-" if not o else ("met" if n_ok == len(o) else "not met"),
+            )
+        )
     return rows
 
 
@@ -115,29 +161,53 @@ MEASUREMENT_NOTES = (
 )
 
 
-def _preamble(paths, records: list[dict], replaced, repeats: bool, command: str | None, engines: list[str],
-              ok: list[dict], profiles: list[str]) -> list[str]:
+def _preamble(
+    paths,
+    records: list[dict],
+    replaced,
+    repeats: bool,
+    command: str | None,
+    engines: list[str],
+    ok: list[dict],
+    profiles: list[str],
+) -> list[str]:
     """The report's title and what it was made from: files, repeats, sweeps, re-predictions."""
-    lines = [f"# simdl validation report ({', '.join(profiles)} profile)", "",
-             f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from "
-             f"{', '.join(f'`{p}`' for p in paths)} ({len(ok)} runs finished, {len(records) - len(ok)} failed)."]
+    lines = [
+        f"# simdl validation report ({', '.join(profiles)} profile)",
+        "",
+        f"Generated {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')} from "
+        f"{', '.join(f'`{p}`' for p in paths)} ({len(ok)} runs finished, {len(records) - len(ok)} failed).",
+    ]
     if repeats:
-        lines += ["", "A run found in more than one file is a repeat: its steady steps, training times and "
-                  "staleness are pooled over the repeats, and the table of repeats lists each one."]
+        lines += [
+            "",
+            "A run found in more than one file is a repeat: its steady steps, training times and "
+            "staleness are pooled over the repeats, and the table of repeats lists each one.",
+        ]
     if replaced:
-        lines += ["", f"Runs in more than one file, each counted once with its record from the later file "
-                  f"(its own measurement, prediction and profile): {', '.join(f'`{r}`' for r in sorted(replaced))}."]
+        lines += [
+            "",
+            f"Runs in more than one file, each counted once with its record from the later file "
+            f"(its own measurement, prediction and profile): {', '.join(f'`{r}`' for r in sorted(replaced))}.",
+        ]
     sweeps = sorted({str(r["sweep_command"]) for r in records if r.get("sweep_command")})
     if sweeps:
         lines += ["", "Runs made with: " + "; ".join(f"`{c}`" for c in sweeps)]
     repred = sorted({str(r["repredicted_from"]) for r in records if r.get("repredicted_from")})
     if repred:
-        lines += ["", f"Predictions remade (`python -m validate.repredict`) with the profile below; the runs were "
-                  f"first predicted with {', '.join(f'`{p}`' for p in repred)}."]
+        lines += [
+            "",
+            f"Predictions remade (`python -m validate.repredict`) with the profile below; the runs were "
+            f"first predicted with {', '.join(f'`{p}`' for p in repred)}.",
+        ]
     if command:
         lines += ["", f"Report made with: `{command}`"]
-    lines += ["", "Error = (predicted - measured) / measured. Every prediction was made from the run's "
-              "configuration alone, before the run started (`validate/run.py`), with the cluster profile named below.", ""]
+    lines += [
+        "",
+        "Error = (predicted - measured) / measured. Every prediction was made from the run's "
+        "configuration alone, before the run started (`validate/run.py`), with the cluster profile named below.",
+        "",
+    ]
     sim_missing = [r for r in records if "error" in ((r.get("predicted") or {}).get("sim") or {"error": 1})]
     if sim_missing and "sim" not in engines:
         err = ((sim_missing[0].get("predicted") or {}).get("sim") or {}).get("error", "not run")
@@ -145,8 +215,13 @@ def _preamble(paths, records: list[dict], replaced, repeats: bool, command: str 
     return lines
 
 
-def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = False,
-                 command: str | None = None, repeats: bool = False) -> Path:
+def build_report(
+    results: str | Path | list,
+    out_dir: str | Path,
+    paper: bool = False,
+    command: str | None = None,
+    repeats: bool = False,
+) -> Path:
     """Write ``out_dir/README.md`` and its PNG figures; return the Markdown path. ``results``:
     one results file, or several read as one sweep (:func:`read_result_files`; ``repeats``:
     a run in several files is a repeat, pooled)."""
@@ -162,13 +237,17 @@ def build_report(results: str | Path | list, out_dir: str | Path, paper: bool = 
     lines = _preamble(paths, records, replaced, repeats, command, engines, ok, profiles)
     lines += _setup_section(records) + _calibration_section(records)
     for eng in engines:
-        lines += [f"## Accuracy per metric ({eng} engine)", ""] + mape_table(records, eng) + [""] + band_line(records, eng)
+        lines += (
+            [f"## Accuracy per metric ({eng} engine)", ""] + mape_table(records, eng) + [""] + band_line(records, eng)
+        )
     lines += ["## Goals (on the local profile, configurations not used in calibration)", ""]
     if "local" not in profiles:
-        lines += [f"This report is of the {', '.join(profiles)} profile: the goals are judged on `local`; "
-                  "they are shown here only to exercise the check.", ""]
-    lines += [
-              "| goal | target | achieved (analytic) | verdict |", "|---|---|---|---|"]
+        lines += [
+            f"This report is of the {', '.join(profiles)} profile: the goals are judged on `local`; "
+            "they are shown here only to exercise the check.",
+            "",
+        ]
+    lines += ["| goal | target | achieved (analytic) | verdict |", "|---|---|---|---|"]
     lines += [f"| {a} | {b} | {c} | {d} |" for a, b, c, d in goals(records)] + [""]
     lines += exp1_table(records, "analytic") + exp2_table(records, "analytic") + ssp_bound_table(records)
     lines += vit_table(records, "analytic")

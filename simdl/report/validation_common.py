@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from .metrics import (METRIC_BY_KEY, pairs, rel_error)
+from .metrics import METRIC_BY_KEY, pairs, rel_error
 
 # simdl's accuracy goals on the local profile (fractions; validate/README.md, "Results").
 GOALS = {"step_mape": 0.05, "step_mape_stretch": 0.03, "step_max": 0.15, "memory_mean": 0.03, "staleness": 0.10}
@@ -73,7 +73,7 @@ def ordering(records: list[dict], key: str, engine: str = "analytic", tol: float
             continue
         discordant, judged = [], 0
         for i, (la, ma, pa) in enumerate(items):
-            for lb, mb, pb in items[i + 1:]:
+            for lb, mb, pb in items[i + 1 :]:
                 if abs(ma - mb) <= tol * max(abs(ma), abs(mb)):
                     continue
                 judged += 1
@@ -81,12 +81,26 @@ def ordering(records: list[dict], key: str, engine: str = "analytic", tol: float
                     # A prediction that calls the pair equal (within ``tol``) orders it by a
                     # rounding of the model, not by a mechanism: say so, with the measured gap.
                     tie = abs(pa - pb) <= tol * max(abs(pa), abs(pb))
-                    discordant.append(f"{la}/{lb}" + (f" (predicted within {100 * _gap(pa, pb):.1f}%, measured "
-                                                      f"{100 * _gap(ma, mb):.1f}% apart)" if tie else ""))
+                    discordant.append(
+                        f"{la}/{lb}"
+                        + (
+                            f" (predicted within {100 * _gap(pa, pb):.1f}%, measured {100 * _gap(ma, mb):.1f}% apart)"
+                            if tie
+                            else ""
+                        )
+                    )
         meas = [lab for lab, *_ in sorted(items, key=lambda t: t[1])]
         pred = [lab for lab, *_ in sorted(items, key=lambda t: t[2])]
-        out.append({"group": k, "measured": meas, "predicted": pred, "match": not discordant,
-                    "pairs_judged": judged, "discordant": discordant})
+        out.append(
+            {
+                "group": k,
+                "measured": meas,
+                "predicted": pred,
+                "match": not discordant,
+                "pairs_judged": judged,
+                "discordant": discordant,
+            }
+        )
     return out
 
 

@@ -20,12 +20,17 @@ def _calibration_section(records: list[dict]) -> list[str]:
     for p in profiles:
         # One path may name several versions of a profile (a sweep resumed after the file was
         # refitted): each digest with the runs it predicted.
-        shas = Counter(r.get("cluster_profile_sha256") or "not recorded" for r in records
-                       if r.get("cluster_profile") == p)
+        shas = Counter(
+            r.get("cluster_profile_sha256") or "not recorded" for r in records if r.get("cluster_profile") == p
+        )
         if len(shas) == 1:
             lines.append(f"- `{_rel(p)}` (sha256 {next(iter(shas))})")
         else:
-            lines.append(f"- `{_rel(p)}` (sha256 " + ", ".join(f"{h}: {n} run{'s' if n != 1 else ''}" for h, n in shas.items()) + ")")
+            lines.append(
+                f"- `{_rel(p)}` (sha256 "
+                + ", ".join(f"{h}: {n} run{'s' if n != 1 else ''}" for h, n in shas.items())
+                + ")"
+            )
     # Every profile's calibration record: runs at 2 and 4 ranks are predicted with profiles
     # calibrated separately, each on its own configurations.
     fitted, calibs = False, []
@@ -52,39 +57,66 @@ def _calibration_section(records: list[dict]) -> list[str]:
             calibs.append(calib)
     lines.append("")
     if not fitted:
-        lines += ["The profile holds no `kind: calibrated` value: the prediction used the **uncalibrated** "
-                  "cpu-local preset (most values `assumed`). Errors below measure the preset, not a fit. "
-                  "Rerun `python -m validate.run ... --cluster <fitted profile>` after `simdl calibrate`.", ""]
+        lines += [
+            "The profile holds no `kind: calibrated` value: the prediction used the **uncalibrated** "
+            "cpu-local preset (most values `assumed`). Errors below measure the preset, not a fit. "
+            "Rerun `python -m validate.run ... --cluster <fitted profile>` after `simdl calibrate`.",
+            "",
+        ]
     configs = [c for calib in calibs if isinstance(calib, dict) for c in calibration_configs(calib)]
     if configs:
-        lines += ["Configurations the calibration measured (from each profile's `calibration` record):", "",
-                  "| stage | model | dataset | batch/rank | ranks | variant |", "|---|---|---|---|---|---|"]
-        lines += [f"| {c['stage']} | {c['model']} | {c.get('dataset') or '-'} | {c['batch']} | {c.get('ranks') or '-'} | "
-                  f"{c.get('variant') or '-'} |" for c in configs]
+        lines += [
+            "Configurations the calibration measured (from each profile's `calibration` record):",
+            "",
+            "| stage | model | dataset | batch/rank | ranks | variant |",
+            "|---|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {c['stage']} | {c['model']} | {c.get('dataset') or '-'} | {c['batch']} | {c.get('ranks') or '-'} | "
+            f"{c.get('variant') or '-'} |"
+            for c in configs
+        ]
         lines.append("")
     elif calibs:
         lines += ["The profile's calibration record lists no model configurations.", ""]
     else:
         lines += ["No calibration configurations are recorded in the profile.", ""]
     vals = _ok(records) or records
-    clash = sorted({r["run_id"] for r in vals for c in configs
-                    if c["model"] == _model(r) and int(c["batch"]) == r["spec"]["batch_size"]
-                    and c.get("dataset") in (None, r["spec"]["dataset"])})
+    clash = sorted(
+        {
+            r["run_id"]
+            for r in vals
+            for c in configs
+            if c["model"] == _model(r)
+            and int(c["batch"]) == r["spec"]["batch_size"]
+            and c.get("dataset") in (None, r["spec"]["dataset"])
+        }
+    )
     if configs:
-        lines += ["Validation runs with a model, dataset and batch size the calibration also measured: "
-                  + (", ".join(f"`{c}`" for c in clash) if clash else "**none**") + ".", ""]
+        lines += [
+            "Validation runs with a model, dataset and batch size the calibration also measured: "
+            + (", ".join(f"`{c}`" for c in clash) if clash else "**none**")
+            + ".",
+            "",
+        ]
     profiled = sorted({(c["model"], c.get("dataset") or "?") for c in configs if c["stage"] == "compute profile"})
     if profiled:
-        lines += ["The per-row compute times of " + ", ".join(f"`{m}` ({d})" for m, d in profiled) + " come from the "
-                  "profile's compute profile: each row timed by `simdl calibrate` (compute stage, every rank "
-                  "at once, no communication) at the batch sizes listed above, and interpolated linearly in "
-                  "the batch to each validation run's batch size, which the calibration did not measure. "
-                  "Communication, overlap, copies, the optimizer and memory are predicted, not measured.", ""]
+        lines += [
+            "The per-row compute times of " + ", ".join(f"`{m}` ({d})" for m, d in profiled) + " come from the "
+            "profile's compute profile: each row timed by `simdl calibrate` (compute stage, every rank "
+            "at once, no communication) at the batch sizes listed above, and interpolated linearly in "
+            "the batch to each validation run's batch size, which the calibration did not measure. "
+            "Communication, overlap, copies, the optimizer and memory are predicted, not measured.",
+            "",
+        ]
     models = sorted({_model(r) for r in vals})
     batches = sorted({r["spec"]["batch_size"] for r in vals})
     worlds = sorted({r["spec"]["ranks"] for r in vals})
-    lines += [f"Validation runs: models {', '.join(models)}; per-rank batch sizes "
-              f"{', '.join(map(str, batches))}; world sizes {', '.join(map(str, worlds))}; full training loops.", ""]
+    lines += [
+        f"Validation runs: models {', '.join(models)}; per-rank batch sizes "
+        f"{', '.join(map(str, batches))}; world sizes {', '.join(map(str, worlds))}; full training loops.",
+        "",
+    ]
     return lines
 
 
@@ -112,12 +144,21 @@ def calibration_configs(calib: dict) -> list[dict]:
     for (model, dataset), batches in sorted(measured.items(), key=lambda kv: (kv[0][0], str(kv[0][1]))):
         # "compute profile": these rows are also the per-row times predictions use for this model
         stage = "compute profile" if (model, dataset) in profiled else "compute"
-        out += [{"stage": stage, "model": model, "dataset": dataset, "batch": b, "ranks": ranks}
-                for b in sorted(batches)]
+        out += [
+            {"stage": stage, "model": model, "dataset": dataset, "batch": b, "ranks": ranks} for b in sorted(batches)
+        ]
     for key, v in (calib.get("strategy_steps_measured") or {}).items():
         if isinstance(v, dict) and v.get("model") and v.get("batch") and not v.get("skipped"):
-            out.append({"stage": "strategies", "model": v["model"], "dataset": v.get("dataset"),
-                        "batch": int(v["batch"]), "ranks": ranks, "variant": v.get("variant") or key.split("/")[0]})
+            out.append(
+                {
+                    "stage": "strategies",
+                    "model": v["model"],
+                    "dataset": v.get("dataset"),
+                    "batch": int(v["batch"]),
+                    "ranks": ranks,
+                    "variant": v.get("variant") or key.split("/")[0],
+                }
+            )
     return out
 
 
@@ -132,11 +173,18 @@ def _setup_section(records: list[dict]) -> list[str]:
     lines = ["## Setup", ""]
     for name, h in hosts.items():
         # The processor, where the run recorded it (a VM keeps its hostname when it changes).
-        cpus = sorted({(r.get("host") or {}).get("cpu_model") or "not recorded" for r in records
-                       if (r.get("host") or {}).get("hostname", "?") == name})
-        lines.append(f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores ({', '.join(cpus)}), "
-                     f"torch {h.get('torch', '?')}, CUDA {'yes' if h.get('cuda') else 'no'}, "
-                     f"Python {h.get('python', '?')}")
+        cpus = sorted(
+            {
+                (r.get("host") or {}).get("cpu_model") or "not recorded"
+                for r in records
+                if (r.get("host") or {}).get("hostname", "?") == name
+            }
+        )
+        lines.append(
+            f"- host `{name}`: {h.get('cpu_cores', '?')} CPU cores ({', '.join(cpus)}), "
+            f"torch {h.get('torch', '?')}, CUDA {'yes' if h.get('cuda') else 'no'}, "
+            f"Python {h.get('python', '?')}"
+        )
     # glibc malloc settings (where recorded; simdl.cluster.host.allocator_env): they
     # decide whether FSDP2's CPU steps fault their gradients in again every step.
     from collections import Counter
@@ -144,57 +192,80 @@ def _setup_section(records: list[dict]) -> list[str]:
     envs = Counter(_env_text(r) for r in records)
     if any(envs):
         named = {e: f"`{e}`" if e else "glibc's defaults" for e in envs}
-        lines.append("- C allocator settings of the ranks: "
-                     + "; ".join(f"{named[e]} ({n} runs)" for e, n in sorted(envs.items())))
+        lines.append(
+            "- C allocator settings of the ranks: "
+            + "; ".join(f"{named[e]} ({n} runs)" for e, n in sorted(envs.items()))
+        )
     malloc = sorted({r["allocator_mismatch"] for r in records if r.get("allocator_mismatch")})
     if malloc:
         n = sum(1 for r in records if r.get("allocator_mismatch"))
-        lines.append(f"- **Predicted with a profile timed under other malloc settings** ({n} of {len(records)} "
-                     "runs): " + "; ".join(malloc) + ". glibc's heap trimming moved the same runs by up to 40 % "
-                     "on the Zen 4 (validate/README), so their errors include it.")
+        lines.append(
+            f"- **Predicted with a profile timed under other malloc settings** ({n} of {len(records)} "
+            "runs): " + "; ".join(malloc) + ". glibc's heap trimming moved the same runs by up to 40 % "
+            "on the Zen 4 (validate/README), so their errors include it."
+        )
     other = sorted({r["host_mismatch"] for r in records if r.get("host_mismatch")})
     if other:
         n = sum(1 for r in records if r.get("host_mismatch"))
-        lines += [f"- **Predicted with a profile of another processor** ({n} of {len(records)} runs): "
-                  + "; ".join(other) + ". Their errors measure the move between hosts as much as simdl."]
+        lines += [
+            f"- **Predicted with a profile of another processor** ({n} of {len(records)} runs): "
+            + "; ".join(other)
+            + ". Their errors measure the move between hosts as much as simdl."
+        ]
     torn = [r for r in records if r.get("teardown_error")]
     if torn:
         # validate.run keeps a run whose ranks all wrote their records before one failed.
-        lines += [f"- **A rank failed while tearing down** ({len(torn)} of {len(records)} runs: "
-                  + ", ".join(f"`{r['run_id']}`" for r in torn) + "): every rank had written its complete "
-                  "record first, so the measurements are used; the runs' `teardown_error` says what failed."]
+        lines += [
+            f"- **A rank failed while tearing down** ({len(torn)} of {len(records)} runs: "
+            + ", ".join(f"`{r['run_id']}`" for r in torn)
+            + "): every rank had written its complete "
+            "record first, so the measurements are used; the runs' `teardown_error` says what failed."
+        ]
     # validate.run measures what other processes took of the CPU before and
     # during each run (simdl.calibrate.host_load): on 2 cores one other job slows a run by a third.
     metered = [r for r in records if (r.get("host_cpu") or {}).get("others_cores") is not None]
     busy = [(r, host_load.busy_note(r)) for r in records if host_load.busy_note(r)]
     if busy:
-        lines += [f"- **Other processes were busy** ({len(busy)} of {len(records)} runs, more than "
-                  f"{host_load.BUSY_CORES:g} of a core on average): "
-                  + "; ".join(f"`{r['run_id']}`: {why}" for r, why in busy)
-                  + ". Their measured times include that contention; simdl's predictions do not."]
+        lines += [
+            f"- **Other processes were busy** ({len(busy)} of {len(records)} runs, more than "
+            f"{host_load.BUSY_CORES:g} of a core on average): "
+            + "; ".join(f"`{r['run_id']}`: {why}" for r, why in busy)
+            + ". Their measured times include that contention; simdl's predictions do not."
+        ]
     elif metered:
         worst = max((r["host_cpu"]["others_cores"] for r in metered), default=0.0)
-        lines += [f"- Other processes' CPU, measured during {len(metered)} of {len(records)} runs: at most "
-                  f"{worst:.2f} cores on average (runs above {host_load.BUSY_CORES:g} would be listed here)."]
+        lines += [
+            f"- Other processes' CPU, measured during {len(metered)} of {len(records)} runs: at most "
+            f"{worst:.2f} cores on average (runs above {host_load.BUSY_CORES:g} would be listed here)."
+        ]
     over = [r for r in records if r.get("oversubscribed")]
     # validate/train.py records the RPC transport of each PS run (uv: TensorPipe's default shm
     # transport's busy-polling reactor slows oversubscribed runs; older records ran shm).
-    kinds = sorted({str(t) for r in records
-                    if registry.is_client_server(str((r.get("spec") or {}).get("strategy", "")))
-                    and (t := (r.get("measured") or {}).get("transport")) is not None})
+    kinds = sorted(
+        {
+            str(t)
+            for r in records
+            if registry.is_client_server(str((r.get("spec") or {}).get("strategy", "")))
+            and (t := (r.get("measured") or {}).get("transport")) is not None
+        }
+    )
     ps_transport = ("; transport as recorded per run: " + ", ".join(f"`{k}`" for k in kinds)) if kinds else ""
-    lines += ["- DDP / FSDP: torchrun, gloo on CPU (NCCL on GPU); FSDP is FSDP2 `fully_shard` per block unit "
-              "(the units simdl's plan assumes), full = reshard after forward, grad_op = keep, none = a "
-              "world x 1 replicate x shard mesh.",
-              f"- Parameter server: `torch.distributed.rpc` (TensorPipe{ps_transport}) with one server process holding the "
-              "parameters, the SGD-momentum optimizer and a version counter; staleness = server version at "
-              "application minus the version the worker pulled.",
-              "- Every run: SGD(momentum 0.9), fp32, `DataLoader(num_workers=0)` over in-memory tensors, "
-              "test accuracy after the last epoch, no checkpoints."]
+    lines += [
+        "- DDP / FSDP: torchrun, gloo on CPU (NCCL on GPU); FSDP is FSDP2 `fully_shard` per block unit "
+        "(the units simdl's plan assumes), full = reshard after forward, grad_op = keep, none = a "
+        "world x 1 replicate x shard mesh.",
+        f"- Parameter server: `torch.distributed.rpc` (TensorPipe{ps_transport}) with one server process holding the "
+        "parameters, the SGD-momentum optimizer and a version counter; staleness = server version at "
+        "application minus the version the worker pulled.",
+        "- Every run: SGD(momentum 0.9), fp32, `DataLoader(num_workers=0)` over in-memory tensors, "
+        "test accuracy after the last epoch, no checkpoints.",
+    ]
     if over:
-        lines.append(f"- **Oversubscribed runs** ({len(over)} of {len(records)}): more processes than CPU cores "
-                     "(4-rank runs, and PS runs whose server is one more process). Allowed here because the "
-                     "prediction is given the same sharing: the cluster profile is a derived copy with one device "
-                     "slot per rank (named per run); marked with triangles in the parity plot and `*` in tables.")
+        lines.append(
+            f"- **Oversubscribed runs** ({len(over)} of {len(records)}): more processes than CPU cores "
+            "(4-rank runs, and PS runs whose server is one more process). Allowed here because the "
+            "prediction is given the same sharing: the cluster profile is a derived copy with one device "
+            "slot per rank (named per run); marked with triangles in the parity plot and `*` in tables."
+        )
     lines.append("")
     return lines

@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from ..strategies import registry
-from .metrics import (METRIC_BY_KEY, summary)
+from .metrics import METRIC_BY_KEY, summary
 from .validation_common import ORDER_TOLERANCE, _model, _ok, _pct, _triple, ordering
+
 
 def _flag(r: dict) -> str:
     return "*" if r.get("oversubscribed") else ""
@@ -27,9 +28,13 @@ def exp1_table(records: list[dict], engine: str) -> list[str]:
     if not runs:
         return []
     ranks = sorted({r["spec"]["ranks"] for r in runs})
-    lines = ["## Study 1, experiment 1: DDP and FSDP on CIFAR-10-shaped data", "",
-             "Step time and peak memory per rank, measured / predicted / error, by model and strategy "
-             "(the layout of the study's training-time table). `*`: oversubscribed.", ""]
+    lines = [
+        "## Study 1, experiment 1: DDP and FSDP on CIFAR-10-shaped data",
+        "",
+        "Step time and peak memory per rank, measured / predicted / error, by model and strategy "
+        "(the layout of the study's training-time table). `*`: oversubscribed.",
+        "",
+    ]
     head = "| model | strategy | " + " | ".join(f"step {n} ranks | mem {n} ranks" for n in ranks) + " |"
     lines += [head, "|" + "---|" * (2 + 2 * len(ranks))]
     keys = []
@@ -40,8 +45,9 @@ def exp1_table(records: list[dict], engine: str) -> list[str]:
     for model, label in keys:
         cells = []
         for n in ranks:
-            r: dict[str, Any] | None = next((x for x in runs if (_model(x), x["label"]) == (model, label)
-                                   and x["spec"]["ranks"] == n), None)
+            r: dict[str, Any] | None = next(
+                (x for x in runs if (_model(x), x["label"]) == (model, label) and x["spec"]["ranks"] == n), None
+            )
             if r is None:
                 cells += ["", ""]
             elif r.get("status") != "ok":
@@ -59,10 +65,14 @@ def exp2_table(records: list[dict], engine: str) -> list[str]:
     runs = [r for r in records if r["spec"]["experiment"] == "exp2"]
     if not runs:
         return []
-    lines = ["## Study 1, experiment 2: parameter server, sync vs async", "",
-             "Measured / predicted / error. Accuracy is measured only (simdl predicts none). `*`: oversubscribed.", "",
-             "| model | mode | workers | step time | training time | peak memory | test accuracy | staleness mean (measured, every update / steady state / predicted) | data |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Study 1, experiment 2: parameter server, sync vs async",
+        "",
+        "Measured / predicted / error. Accuracy is measured only (simdl predicts none). `*`: oversubscribed.",
+        "",
+        "| model | mode | workers | step time | training time | peak memory | test accuracy | staleness mean (measured, every update / steady state / predicted) | data |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         if r.get("status") != "ok":
             lines.append(f"| {_model(r)} | {r['label']} | {r['spec']['ranks']} | failed | | | | | |")
@@ -71,14 +81,16 @@ def exp2_table(records: list[dict], engine: str) -> list[str]:
         st = m.get("staleness") or {}
         steady = m.get("staleness_steady") or {}
         steady_mean = f"{steady['mean']:.2f}" if steady else "-"
-        ps = ((r["predicted"].get(engine) or {}).get("staleness") or {})
+        ps = (r["predicted"].get(engine) or {}).get("staleness") or {}
         acc = m.get("test_accuracy")
-        lines.append(f"| {_model(r)} | {r['label']} | {r['spec']['ranks']}{_flag(r)} | "
-                     f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'total_time', engine))} | "
-                     f"{' / '.join(_triple(r, 'peak_memory', engine))} | "
-                     f"{'-' if acc is None else f'{100 * acc:.1f}%'} | "
-                     f"{st.get('mean', 0):.2f} / {steady_mean} / {ps.get('mean', 0):.2f} | "
-                     f"{m.get('data', '')} |")
+        lines.append(
+            f"| {_model(r)} | {r['label']} | {r['spec']['ranks']}{_flag(r)} | "
+            f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'total_time', engine))} | "
+            f"{' / '.join(_triple(r, 'peak_memory', engine))} | "
+            f"{'-' if acc is None else f'{100 * acc:.1f}%'} | "
+            f"{st.get('mean', 0):.2f} / {steady_mean} / {ps.get('mean', 0):.2f} | "
+            f"{m.get('data', '')} |"
+        )
     lines.append("")
     return lines
 
@@ -95,14 +107,22 @@ def ssp_bound_table(records: list[dict]) -> list[str]:
     runs = [r for r in _ok(records) if (r.get("measured") or {}).get("ssp_held_pulls")]
     if not runs:
         return []
-    asyn = {(_model(r), r["spec"]["ranks"], r["spec"]["batch_size"]): r for r in _ok(records)
-            if _unbounded_stale(r["spec"]["strategy"])}
-    lines = ["## Stale-synchronous bound", "",
-             "How often the bound held a pull back (a worker more than the bound ahead of the slowest waits): "
-             "measured by the server (every pull of the run), predicted by the SimPy engine. SSP / async: the step "
-             "time of the SSP run over the async run of the same model, measured and predicted (sim).", "",
-             "| model | mode | pulls held, measured | predicted (sim) | mean wait per pull, measured / predicted | "
-             "SSP / async step, measured / predicted |", "|---|---|---|---|---|---|"]
+    asyn = {
+        (_model(r), r["spec"]["ranks"], r["spec"]["batch_size"]): r
+        for r in _ok(records)
+        if _unbounded_stale(r["spec"]["strategy"])
+    }
+    lines = [
+        "## Stale-synchronous bound",
+        "",
+        "How often the bound held a pull back (a worker more than the bound ahead of the slowest waits): "
+        "measured by the server (every pull of the run), predicted by the SimPy engine. SSP / async: the step "
+        "time of the SSP run over the async run of the same model, measured and predicted (sim).",
+        "",
+        "| model | mode | pulls held, measured | predicted (sim) | mean wait per pull, measured / predicted | "
+        "SSP / async step, measured / predicted |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in runs:
         h = r["measured"]["ssp_held_pulls"]
         sim = (r.get("predicted") or {}).get("sim") or {}
@@ -119,8 +139,10 @@ def ssp_bound_table(records: list[dict]) -> list[str]:
             mr = ms / ma if ms and ma else None
             pr = ps_ / pa if ps_ and pa else None
             ratio = f"{'-' if mr is None else f'{mr:.3f}'} / {'-' if pr is None else f'{pr:.3f}'}"
-        lines.append(f"| {_model(r)} | {r['label']} | {h['held']}/{h['pulls']} ({100 * h['fraction']:.0f}%) | {pred} | "
-                     f"{wait_m} / {wait_p} | {ratio} |")
+        lines.append(
+            f"| {_model(r)} | {r['label']} | {h['held']}/{h['pulls']} ({100 * h['fraction']:.0f}%) | {pred} | "
+            f"{wait_m} / {wait_p} | {ratio} |"
+        )
     lines.append("")
     return lines
 
@@ -129,44 +151,63 @@ def vit_table(records: list[dict], engine: str) -> list[str]:
     runs = [r for r in records if r["spec"]["experiment"] == "vit"]
     if not runs:
         return []
-    lines = ["## Study 2: ViT under FSDP at several batch sizes", "",
-             "| model | sharding | ranks | batch/rank | step time | peak memory | bytes sent/step |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "## Study 2: ViT under FSDP at several batch sizes",
+        "",
+        "| model | sharding | ranks | batch/rank | step time | peak memory | bytes sent/step |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in runs:
         if r.get("status") != "ok":
-            lines.append(f"| {_model(r)} | {r['spec']['sharding']}{_mesh(r)} | {r['spec']['ranks']} | {r['spec']['batch_size']} | failed | | |")
+            lines.append(
+                f"| {_model(r)} | {r['spec']['sharding']}{_mesh(r)} | {r['spec']['ranks']} | {r['spec']['batch_size']} | failed | | |"
+            )
             continue
-        lines.append(f"| {_model(r)} | {r['spec']['sharding']}{_mesh(r)} | {r['spec']['ranks']}{_flag(r)} | {r['spec']['batch_size']} | "
-                     f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'peak_memory', engine))} | "
-                     f"{' / '.join(_triple(r, 'comm_bytes', engine))} |")
+        lines.append(
+            f"| {_model(r)} | {r['spec']['sharding']}{_mesh(r)} | {r['spec']['ranks']}{_flag(r)} | {r['spec']['batch_size']} | "
+            f"{' / '.join(_triple(r, 'step_time', engine))} | {' / '.join(_triple(r, 'peak_memory', engine))} | "
+            f"{' / '.join(_triple(r, 'comm_bytes', engine))} |"
+        )
     lines.append("")
     return lines
 
 
 def strategy_table(records: list[dict], engine: str) -> list[str]:
-    lines = ["## Error by strategy", "", "| strategy | runs | step-time MAPE | step-time bias | memory MAPE | busy-fraction MAPE |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "## Error by strategy",
+        "",
+        "| strategy | runs | step-time MAPE | step-time bias | memory MAPE | busy-fraction MAPE |",
+        "|---|---|---|---|---|---|",
+    ]
     labels = sorted({r["label"] for r in _ok(records)})
     for lab in labels:
         sub = [r for r in records if r.get("label") == lab]
         s = summary(sub, engine)
-        lines.append(f"| {lab} | {s['step_time']['n']} | {_pct(s['step_time']['mape'])} | {_pct(s['step_time']['bias'], True)} | "
-                     f"{_pct(s['peak_memory']['mape'])} | {_pct(s['busy']['mape'])} |")
+        lines.append(
+            f"| {lab} | {s['step_time']['n']} | {_pct(s['step_time']['mape'])} | {_pct(s['step_time']['bias'], True)} | "
+            f"{_pct(s['peak_memory']['mape'])} | {_pct(s['busy']['mape'])} |"
+        )
     lines.append("")
     return lines
 
 
 def ordering_table(records: list[dict], engine: str) -> list[str]:
-    lines = ["## Ordering of strategies", "",
-             f"Fastest / smallest first. Every pair of strategies whose measured values differ by more than "
-             f"{100 * ORDER_TOLERANCE:.0f}% must be ordered the same way by the prediction (closer pairs are ties).", "",
-             "| by | experiment, model, ranks, batch | measured | predicted | pairs judged | discordant pairs |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        "## Ordering of strategies",
+        "",
+        f"Fastest / smallest first. Every pair of strategies whose measured values differ by more than "
+        f"{100 * ORDER_TOLERANCE:.0f}% must be ordered the same way by the prediction (closer pairs are ties).",
+        "",
+        "| by | experiment, model, ranks, batch | measured | predicted | pairs judged | discordant pairs |",
+        "|---|---|---|---|---|---|",
+    ]
     for key, what in (("step_time", "time"), ("peak_memory", "memory")):
         for o in ordering(records, key, engine):
             g = o["group"]
-            lines.append(f"| {what} | {g[0]}, {g[1]}, {g[2]}, {g[3]} | {' < '.join(o['measured'])} | "
-                         f"{' < '.join(o['predicted'])} | {o['pairs_judged']} | {', '.join(o['discordant']) or 'none'} |")
+            lines.append(
+                f"| {what} | {g[0]}, {g[1]}, {g[2]}, {g[3]} | {' < '.join(o['measured'])} | "
+                f"{' < '.join(o['predicted'])} | {o['pairs_judged']} | {', '.join(o['discordant']) or 'none'} |"
+            )
     lines.append("")
     return lines
 

@@ -47,6 +47,7 @@ from ..errors import SimdlError
 from ..strategies.plan import Group
 from .router import Router  # noqa: F401  (simdl.sim.collectives.Router, as before)
 
+
 @dataclass(frozen=True)
 class FlowSpec:
     """Links one flow crosses, its demand weight on each (per unit rate) and its payload share."""
@@ -89,8 +90,10 @@ def group_instances(group: Group, cluster) -> list[tuple[str, tuple[int, ...]]]:
     if group.name == "replicate" and world % group.size == 0:
         stride = world // group.size
         return [("strided", tuple(lr + k * stride for k in range(group.size))) for lr in range(stride)]
-    raise SimdlError(f"group {group.name!r} of {group.size} ranks (scope {group.scope}) does not match "
-                     f"{world} GPUs on {nodes} nodes; accepted: the whole world, one node, or one rank per node")
+    raise SimdlError(
+        f"group {group.name!r} of {group.size} ranks (scope {group.scope}) does not match "
+        f"{world} GPUs on {nodes} nodes; accepted: the whole world, one node, or one rank per node"
+    )
 
 
 class Collectives:
@@ -168,8 +171,12 @@ class Collectives:
             weights += wa
             payload += pa
         ul, inv = np.unique(np.array(links, dtype=np.int64), return_inverse=True)
-        spec = FlowSpec(ul, np.bincount(inv, weights=weights, minlength=len(ul)),
-                        np.bincount(inv, weights=payload, minlength=len(ul)), share)
+        spec = FlowSpec(
+            ul,
+            np.bincount(inv, weights=weights, minlength=len(ul)),
+            np.bincount(inv, weights=payload, minlength=len(ul)),
+            share,
+        )
         self._flow_cache[key] = spec
         return spec
 
@@ -243,8 +250,9 @@ class Collectives:
             trees = self._trees(kind, ranks)
             share = 1.0 / len(trees)
             up = tuple(self._flow(("tree-up", t) + key, edges, share) for t, edges in enumerate(trees))
-            down = tuple(self._flow(("tree-down", t) + key, [(p, c) for c, p in edges], share)
-                         for t, edges in enumerate(trees))
+            down = tuple(
+                self._flow(("tree-down", t) + key, [(p, c) for c, p in edges], share) for t, edges in enumerate(trees)
+            )
             if op == "all_reduce":
                 return [(up, 1.0, depth), (down, 1.0, depth)]
             if op == "reduce":
@@ -274,6 +282,10 @@ def run_collective(env, network, phases: list[Phase], overhead: float, name: str
         yield env.timeout(overhead)
     group = object()  # this call's flows share links among themselves even without contention
     for ph in phases:
-        events = [network.transfer(f.links, f.weights, ph.edge_bytes * f.share, ph.latency, f.payload,
-                                   name=name, tag=tag, group=group) for f in ph.flows]
+        events = [
+            network.transfer(
+                f.links, f.weights, ph.edge_bytes * f.share, ph.latency, f.payload, name=name, tag=tag, group=group
+            )
+            for f in ph.flows
+        ]
         yield env.all_of(events)

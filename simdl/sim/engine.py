@@ -85,30 +85,91 @@ class SimRun:
 
     def busiest_links(self, k: int = 10) -> list[tuple[str, float, float]]:
         order = np.argsort(-self.link_utilization, kind="stable")[:k]
-        return [(self.link_names[i], float(self.link_utilization[i]), float(self.link_bytes_per_iteration[i]))
-                for i in order if self.link_utilization[i] > 0]
+        return [
+            (self.link_names[i], float(self.link_utilization[i]), float(self.link_bytes_per_iteration[i]))
+            for i in order
+            if self.link_utilization[i] > 0
+        ]
 
 
-def simulate(workload, cluster, plan: SpmdPlan | PSPlan, *, algorithm: str = "auto", loader_workers: int = 4,
-             config: dict | None = None, notes: tuple[str, ...] = (), iterations: int | None = None,
-             warmup: int | None = None, straggler=None, jitter=None, seed: int = 0, free_comm: bool = False,
-             contention: bool = True, return_run: bool = False, allocator=None, **unknown_options):
+def simulate(
+    workload,
+    cluster,
+    plan: SpmdPlan | PSPlan,
+    *,
+    algorithm: str = "auto",
+    loader_workers: int = 4,
+    config: dict | None = None,
+    notes: tuple[str, ...] = (),
+    iterations: int | None = None,
+    warmup: int | None = None,
+    straggler=None,
+    jitter=None,
+    seed: int = 0,
+    free_comm: bool = False,
+    contention: bool = True,
+    return_run: bool = False,
+    allocator=None,
+    **unknown_options,
+):
     """Simulate ``plan`` and return a :class:`Result` (or the :class:`SimRun` with ``return_run``)."""
     with _without_cyclic_gc():
-        return _simulate(workload, cluster, plan, algorithm=algorithm, loader_workers=loader_workers, config=config,
-                         notes=notes, iterations=iterations, warmup=warmup, straggler=straggler, jitter=jitter,
-                         seed=seed, free_comm=free_comm, contention=contention, return_run=return_run,
-                         allocator=allocator, **unknown_options)
+        return _simulate(
+            workload,
+            cluster,
+            plan,
+            algorithm=algorithm,
+            loader_workers=loader_workers,
+            config=config,
+            notes=notes,
+            iterations=iterations,
+            warmup=warmup,
+            straggler=straggler,
+            jitter=jitter,
+            seed=seed,
+            free_comm=free_comm,
+            contention=contention,
+            return_run=return_run,
+            allocator=allocator,
+            **unknown_options,
+        )
 
 
-def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, notes, iterations, warmup, straggler,
-              jitter, seed, free_comm, contention, return_run, allocator=None, **unknown_options):
+def _simulate(
+    workload,
+    cluster,
+    plan,
+    *,
+    algorithm,
+    loader_workers,
+    config,
+    notes,
+    iterations,
+    warmup,
+    straggler,
+    jitter,
+    seed,
+    free_comm,
+    contention,
+    return_run,
+    allocator=None,
+    **unknown_options,
+):
     """One run in phases: settings, the timeline played (simdl.sim.play), its steady state
     measured (simdl.sim.steady), the memory model's figures, the result."""
     iterations, warmup = _iteration_settings(plan, iterations, warmup, unknown_options)
     hetero = _heterogeneity(cluster, plan, straggler, jitter, seed)
-    played = play(workload, cluster, plan, hetero, algorithm=algorithm, loader_workers=loader_workers,
-                  iterations=iterations, free_comm=free_comm, contention=contention)
+    played = play(
+        workload,
+        cluster,
+        plan,
+        hetero,
+        algorithm=algorithm,
+        loader_workers=loader_workers,
+        iterations=iterations,
+        free_comm=free_comm,
+        contention=contention,
+    )
     steady = steady_state(played, plan, cluster, warmup, iterations, notes)
     link_bytes, link_util = link_window(played, warmup, iterations - warmup)
     # Memory: the allocation events of simdl.memory's timeline. The caching allocator sees
@@ -133,19 +194,32 @@ def _simulate(workload, cluster, plan, *, algorithm, loader_workers, config, not
     peak_by_rank = {r: est.peak_tensor_bytes for members in played.classes for r in members}
     mem = memory_curves(timeline_for(workload, plan, cluster), tasks, steady.by_class, iterations - 1, played.rows)
     router, net = played.router, played.net
-    return SimRun(result=result, plan=plan, cluster=cluster, records=played.run.records, classes=played.classes,
-                  window=(steady.t_start, steady.t_end), link_names=router.names, link_kinds=router.kinds,
-                  link_capacity=router.capacity, link_bytes_per_iteration=link_bytes,
-                  link_utilization=link_util, network=net,
-                  peak_memory_by_rank=peak_by_rank, memory=mem, staleness_histogram=hist,
-                  recomputes=net.recomputes)
+    return SimRun(
+        result=result,
+        plan=plan,
+        cluster=cluster,
+        records=played.run.records,
+        classes=played.classes,
+        window=(steady.t_start, steady.t_end),
+        link_names=router.names,
+        link_kinds=router.kinds,
+        link_capacity=router.capacity,
+        link_bytes_per_iteration=link_bytes,
+        link_utilization=link_util,
+        network=net,
+        peak_memory_by_rank=peak_by_rank,
+        memory=mem,
+        staleness_histogram=hist,
+        recomputes=net.recomputes,
+    )
 
 
 def _iteration_settings(plan, iterations: int | None, warmup: int | None, unknown_options: dict) -> tuple[int, int]:
     """(iterations, warmup), checked; asynchronous PS modes default to more of both."""
     if unknown_options:
-        raise SimdlError(f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: "
-                         + ", ".join(SIM_OPTIONS))
+        raise SimdlError(
+            f"unknown simulator option(s) {', '.join(sorted(unknown_options))}; accepted: " + ", ".join(SIM_OPTIONS)
+        )
     async_ps = isinstance(plan, PSPlan) and not plan.synchronous
     if iterations is None:
         iterations = DEFAULT_ITERATIONS_ASYNC if async_ps else DEFAULT_ITERATIONS
@@ -217,8 +291,9 @@ def _result(workload, cluster, plan, played, steady, est, staleness, notes: tupl
         # link_bytes_per_iteration keeps that traffic.
         comm_bytes_per_iteration=bytes_sent(plan, cluster),
         staleness=staleness,
-        step_split_s=step_split(compute_split(tasks, played.rows, played.durations), compute, iteration,
-                                **steady.added),
+        step_split_s=step_split(
+            compute_split(tasks, played.rows, played.durations), compute, iteration, **steady.added
+        ),
         config=cfg,
         notes=notes + tuple(getattr(plan, "notes", ())) + est.notes,
         max_memory_allocated_bytes=est.max_allocated_bytes,

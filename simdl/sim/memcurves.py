@@ -67,8 +67,9 @@ def memory_curves(timeline, tasks, by_class: list[list], iteration: int, row_tim
         rows.append(unique[key])
     times: list[np.ndarray] = []
     for lo in range(0, len(starts), CHUNK):
-        t = event_times(timeline, tasks, np.array(starts[lo:lo + CHUNK]), np.array(stops[lo:lo + CHUNK]), row_times,
-                        anchors)
+        t = event_times(
+            timeline, tasks, np.array(starts[lo : lo + CHUNK]), np.array(stops[lo : lo + CHUNK]), row_times, anchors
+        )
         t = np.maximum.accumulate(t, axis=1)
         zeros = np.zeros((len(t), 1))
         times.extend(np.concatenate([zeros, t], axis=1))

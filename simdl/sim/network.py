@@ -32,7 +32,6 @@ number of flows), plus O(F) for the F flows in flight and O(L) numpy work on the
 from __future__ import annotations
 
 import math
-
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -69,8 +68,9 @@ class LinkStats:
     load_s: np.ndarray  # integral of (capacity used / capacity) dt: utilisation x time
 
 
-def max_min_rates(capacity: np.ndarray, flow_of_pair: np.ndarray, link_of_pair: np.ndarray,
-                  weight_of_pair: np.ndarray, n_flows: int) -> np.ndarray:
+def max_min_rates(
+    capacity: np.ndarray, flow_of_pair: np.ndarray, link_of_pair: np.ndarray, weight_of_pair: np.ndarray, n_flows: int
+) -> np.ndarray:
     """Max-min fair rates by progressive filling (Bertsekas & Gallager, section 6.5.2).
 
     ``capacity[l]``: capacity of link l; each (flow, link, weight) triple says the flow uses
@@ -111,8 +111,14 @@ def max_min_rates(capacity: np.ndarray, flow_of_pair: np.ndarray, link_of_pair: 
 class Network:
     """The links of a topology and the flows crossing them, on ``env``'s timeline."""
 
-    def __init__(self, env: simpy.Environment, capacity: np.ndarray, names: list[str],
-                 record_segments: bool = True, contention: bool = True):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        capacity: np.ndarray,
+        names: list[str],
+        record_segments: bool = True,
+        contention: bool = True,
+    ):
         self.env = env
         # contention=False: every collective (flow group) runs at the rates it would get alone
         # (the analytic model's assumption); a diagnostic that isolates what sharing costs.
@@ -137,8 +143,17 @@ class Network:
 
     # ------------------------------------------------------------------ public
 
-    def transfer(self, links, weights, nbytes: float, latency: float = 0.0, payload=None,
-                 name: str = "", tag: dict | None = None, group: object = None) -> simpy.Event:
+    def transfer(
+        self,
+        links,
+        weights,
+        nbytes: float,
+        latency: float = 0.0,
+        payload=None,
+        name: str = "",
+        tag: dict | None = None,
+        group: object = None,
+    ) -> simpy.Event:
         """Start a flow; the returned event fires when its bytes have drained and its
         latency has passed. ``links``/``weights`` may repeat a link (weights add up)."""
         done = self.env.event()
@@ -154,8 +169,19 @@ class Network:
             p = np.bincount(inv, weights=payload, minlength=len(ul))
         else:
             ul, w, p = links, weights, payload
-        flow = Flow(name, ul, w, p, float(nbytes), float(latency), done, started=self.env.now,
-                    nbytes=float(nbytes), tag=tag or {}, group=group if group is not None else object())
+        flow = Flow(
+            name,
+            ul,
+            w,
+            p,
+            float(nbytes),
+            float(latency),
+            done,
+            started=self.env.now,
+            nbytes=float(nbytes),
+            tag=tag or {},
+            group=group if group is not None else object(),
+        )
         self._advance()
         self.flows.append(flow)
         self._added.append(flow)
@@ -170,6 +196,7 @@ class Network:
 
     def _after_latency(self, done: simpy.Event, latency: float) -> None:
         if latency > 0:
+
             def arrive(_event: simpy.Event) -> None:
                 done.succeed()
 
@@ -302,8 +329,12 @@ class Network:
         for members in groups.values():
             sub = [flows[k] for k in members]
             rates[members] = max_min_rates(
-                self.capacity, np.repeat(np.arange(len(sub)), [len(f.links) for f in sub]),
-                np.concatenate([f.links for f in sub]), np.concatenate([f.weights for f in sub]), len(sub))
+                self.capacity,
+                np.repeat(np.arange(len(sub)), [len(f.links) for f in sub]),
+                np.concatenate([f.links for f in sub]),
+                np.concatenate([f.weights for f in sub]),
+                len(sub),
+            )
         for f, r in zip(flows, rates):
             f.rate = float(r)
         flow_of_pair = np.repeat(np.arange(len(flows)), [len(f.links) for f in flows])
@@ -312,8 +343,10 @@ class Network:
         finite = np.isfinite(r_pair)
         w = np.concatenate([f.weights for f in flows])[finite] * r_pair[finite]
         p = np.concatenate([f.payload for f in flows])[finite] * r_pair[finite]
-        return (np.bincount(link_of_pair[finite], weights=w, minlength=n),
-                np.bincount(link_of_pair[finite], weights=p, minlength=n))
+        return (
+            np.bincount(link_of_pair[finite], weights=w, minlength=n),
+            np.bincount(link_of_pair[finite], weights=p, minlength=n),
+        )
 
     def _wake(self, version: int) -> None:
         if version == self._version and not self._pending:

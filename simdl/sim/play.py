@@ -37,8 +37,18 @@ class Played:
         return self.run.iteration_end
 
 
-def play(workload, cluster, plan, hetero, *, algorithm: str, loader_workers: int, iterations: int,
-         free_comm: bool, contention: bool) -> Played:
+def play(
+    workload,
+    cluster,
+    plan,
+    hetero,
+    *,
+    algorithm: str,
+    loader_workers: int,
+    iterations: int,
+    free_comm: bool,
+    contention: bool,
+) -> Played:
     """Build the timeline of ``iterations`` iterations of ``plan`` and run it to the end."""
     from ..cluster.topology import build_topology
     from ..costs.comm import CommCosts
@@ -64,20 +74,49 @@ def play(workload, cluster, plan, hetero, *, algorithm: str, loader_workers: int
 
     is_ps = isinstance(plan, PSPlan)
     start = _start_ps if is_ps else _start_spmd
-    run, classes, durations = start(env, net, router, plan, cluster, hetero, rows, rates, comm, algorithm,
-                                    iterations, loader_workers, batch_time, free_comm, on_iteration_end)
+    run, classes, durations = start(
+        env,
+        net,
+        router,
+        plan,
+        cluster,
+        hetero,
+        rows,
+        rates,
+        comm,
+        algorithm,
+        iterations,
+        loader_workers,
+        batch_time,
+        free_comm,
+        on_iteration_end,
+    )
     env.run()
     if not is_ps:
         run.close()
     for c, e in enumerate(run.iteration_end):
         if len(e) != iterations:
             raise SimdlError(f"simulation deadlocked: rank class {c} finished {len(e)} of {iterations} iterations")
-    return Played(run=run, classes=classes, durations=durations, rows=rows, router=router, net=net,
-                  snapshots=snapshots)
+    return Played(run=run, classes=classes, durations=durations, rows=rows, router=router, net=net, snapshots=snapshots)
 
 
-def _start_ps(env, net, router, plan, cluster, hetero, rows, rates, comm, algorithm: str, iterations: int,
-              loader_workers: int, batch_time: float, free_comm: bool, on_iteration_end: Callable[[int], None]):
+def _start_ps(
+    env,
+    net,
+    router,
+    plan,
+    cluster,
+    hetero,
+    rows,
+    rates,
+    comm,
+    algorithm: str,
+    iterations: int,
+    loader_workers: int,
+    batch_time: float,
+    free_comm: bool,
+    on_iteration_end: Callable[[int], None],
+):
     """The workers' and shards' processes (simdl.sim.ps), the server's costs from
     simdl.costs.ps; (run, one class per worker, compute durations)."""
     from functools import lru_cache
@@ -98,14 +137,43 @@ def _start_ps(env, net, router, plan, cluster, hetero, rows, rates, comm, algori
 
         k = int(cluster.spec.host.cpu_cores.value)
         cores = SharedCores(env, k, min(1.0, k / plan.workers))
-    run = run_ps(env, net, router, plan, cluster, durations, hetero, iterations, loader_workers,
-                 batch_time, update_time, free_comm, on_iteration_end, ps_snapshot_time(cluster, plan),
-                 cores=cores)
+    run = run_ps(
+        env,
+        net,
+        router,
+        plan,
+        cluster,
+        durations,
+        hetero,
+        iterations,
+        loader_workers,
+        batch_time,
+        update_time,
+        free_comm,
+        on_iteration_end,
+        ps_snapshot_time(cluster, plan),
+        cores=cores,
+    )
     return run, [(w,) for w in range(plan.workers)], durations
 
 
-def _start_spmd(env, net, router, plan, cluster, hetero, rows, rates, comm, algorithm: str, iterations: int,
-                loader_workers: int, batch_time: float, free_comm: bool, on_iteration_end: Callable[[int], None]):
+def _start_spmd(
+    env,
+    net,
+    router,
+    plan,
+    cluster,
+    hetero,
+    rows,
+    rates,
+    comm,
+    algorithm: str,
+    iterations: int,
+    loader_workers: int,
+    batch_time: float,
+    free_comm: bool,
+    on_iteration_end: Callable[[int], None],
+):
     """The rank classes of an SPMD plan (simdl.sim.ranks) and their collectives; (run,
     classes, task durations from simdl.costs.schedule)."""
     from ..costs.schedule import task_durations
@@ -116,6 +184,5 @@ def _start_spmd(env, net, router, plan, cluster, hetero, rows, rates, comm, algo
     classes = hetero.classes(plan.world_size)
     colls = Collectives(router, cluster, comm, algorithm)
     hub = CollectiveHub(env, net, colls, plan, classes, free_comm)
-    run = run_spmd(env, plan, durations, hub, classes, hetero, iterations, loader_workers, batch_time,
-                   on_iteration_end)
+    run = run_spmd(env, plan, durations, hub, classes, hetero, iterations, loader_workers, batch_time, on_iteration_end)
     return run, classes, durations

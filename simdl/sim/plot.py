@@ -13,8 +13,13 @@ from pathlib import Path
 
 _COLORS = {"fwd": "#4c72b0", "bwd": "#dd8452", "opt": "#55a868", "comm": "#c44e52"}
 # Memory categories in the colours simdl.memory.plot gives them.
-_MEMORY_COLORS = {"params": "#4c72b0", "grads": "#dd8452", "optimizer": "#55a868", "activations": "#c44e52",
-                  "comm_buffers": "#937860"}
+_MEMORY_COLORS = {
+    "params": "#4c72b0",
+    "grads": "#dd8452",
+    "optimizer": "#55a868",
+    "activations": "#c44e52",
+    "comm_buffers": "#937860",
+}
 MAX_CLASSES = 8  # rank classes drawn (the first ones); symmetric runs have one
 SCALE = 1e3  # seconds -> ms on the time axis
 
@@ -44,8 +49,9 @@ def run_figure(run):
 
     classes = list(range(min(len(run.classes), MAX_CLASSES)))
     rows = _stream_rows(run, classes)
-    fig, (ax, axm) = plt.subplots(2, 1, figsize=(12, 3 + 0.35 * len(rows) + 3),
-                                  gridspec_kw={"height_ratios": [max(len(rows), 1), 4]})
+    fig, (ax, axm) = plt.subplots(
+        2, 1, figsize=(12, 3 + 0.35 * len(rows) + 3), gridspec_kw={"height_ratios": [max(len(rows), 1), 4]}
+    )
     _timeline(ax, run, rows, plt)
     _memory(axm, run, classes)
     _align(ax, axm, run)
@@ -87,8 +93,10 @@ def _timeline(ax, run, rows: list[tuple[int, str]], plt) -> None:
     end = max((r.end for r in run.records if r.cls == 0), default=start)
     ax.axvspan(start * SCALE, end * SCALE, ymin=0, ymax=0.04, color="#333333", zorder=3)
     c = run.result.config
-    ax.set_title(f"simulated timeline: {c.get('model', '')} {c.get('label', '')} on {c.get('gpus', '')} GPUs "
-                 "(grey: steady-state window; black bar: the iteration drawn below)")
+    ax.set_title(
+        f"simulated timeline: {c.get('model', '')} {c.get('label', '')} on {c.get('gpus', '')} GPUs "
+        "(grey: steady-state window; black bar: the iteration drawn below)"
+    )
     handles = [plt.Rectangle((0, 0), 1, 1, color=col) for col in _COLORS.values()]
     ax.legend(handles, list(_COLORS), loc="upper left", fontsize=8, ncol=4)
 
@@ -122,16 +130,27 @@ def _memory(axm, run, classes: list[int]) -> None:
         t = (m.times + last_iteration_start(run, c)) * SCALE
         if c == 0:
             parts = cli_levels(m.levels, CATEGORIES)
-            axm.stackplot(t, *[v / factor for v in parts.values()], labels=[label(k) for k in parts],
-                          colors=[_MEMORY_COLORS[k] for k in parts], step="post", alpha=0.85)
+            axm.stackplot(
+                t,
+                *[v / factor for v in parts.values()],
+                labels=[label(k) for k in parts],
+                colors=[_MEMORY_COLORS[k] for k in parts],
+                step="post",
+                alpha=0.85,
+            )
         else:
             axm.step(t, m.total / factor, where="post", lw=1, label=f"{_label(run.classes[c])} tensors")
-    axm.axhline(r.peak_tensor_bytes / factor, color="k", ls="--", lw=0.8,
-                label=f"tensors {r.peak_tensor_bytes / factor:,.2f} {unit} (simdl predict's figure)")
+    axm.axhline(
+        r.peak_tensor_bytes / factor,
+        color="k",
+        ls="--",
+        lw=0.8,
+        label=f"tensors {r.peak_tensor_bytes / factor:,.2f} {unit} (simdl predict's figure)",
+    )
     axm.set_ylim(bottom=0)
     axm.set_ylabel(f"tensor memory ({unit})")
     axm.set_xlabel("simulated time (ms)")
-    axm.set_title(f"{_label(run.classes[0])}: live tensors over the last iteration, by category\n"
-                  f"{peak_line(r)}", fontsize=10)
+    axm.set_title(
+        f"{_label(run.classes[0])}: live tensors over the last iteration, by category\n{peak_line(r)}", fontsize=10
+    )
     axm.legend(fontsize=8, loc="upper left", ncol=3)
-

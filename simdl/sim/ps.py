@@ -51,7 +51,9 @@ class PSRun:
     workers: int
     records: list[TaskRecord] = field(default_factory=list)
     iteration_end: list[list[float]] = field(default_factory=list)  # per worker
-    transfers: list[tuple[int, int, float, float, str]] = field(default_factory=list)  # (worker, it, start, end, push|pull), shard 0
+    transfers: list[tuple[int, int, float, float, str]] = field(
+        default_factory=list
+    )  # (worker, it, start, end, push|pull), shard 0
     staleness: list[int] = field(default_factory=list)  # one per applied push (per shard)
     staleness_it: list[int] = field(default_factory=list)  # iteration of each staleness sample
     data_wait: list[list] = field(default_factory=list)
@@ -68,16 +70,45 @@ class _Shard:
         self.ready: dict[int, simpy.Event] = {}  # sync: iteration -> update applied
 
 
-def run_ps(env, network, router, plan, cluster, durations, hetero, iterations: int,
-           loader_workers: int, batch_time: float, update_time, free_comm: bool = False,
-           on_iteration_end=None, snapshot_time: float = 0.0, cores=None) -> PSRun:
+def run_ps(
+    env,
+    network,
+    router,
+    plan,
+    cluster,
+    durations,
+    hetero,
+    iterations: int,
+    loader_workers: int,
+    batch_time: float,
+    update_time,
+    free_comm: bool = False,
+    on_iteration_end=None,
+    snapshot_time: float = 0.0,
+    cores=None,
+) -> PSRun:
     """Start the worker processes; ``update_time(k)`` = server seconds for k aggregated
     gradients and their workers' pulls, ``snapshot_time`` = the seconds of one pull;
     ``cores``: a :class:`simdl.sim.cores.SharedCores` the workers' computes and the server's
     work share (processes of one host), or None (workers with devices of their own, servers
     with their own CPUs)."""
-    ps = _ParameterServer(env, network, router, plan, cluster, durations, hetero, iterations, loader_workers,
-                          batch_time, update_time, free_comm, on_iteration_end, snapshot_time, cores)
+    ps = _ParameterServer(
+        env,
+        network,
+        router,
+        plan,
+        cluster,
+        durations,
+        hetero,
+        iterations,
+        loader_workers,
+        batch_time,
+        update_time,
+        free_comm,
+        on_iteration_end,
+        snapshot_time,
+        cores,
+    )
     for w in range(plan.workers):
         env.process(ps.worker(w))
     return ps.run
@@ -87,16 +118,35 @@ class _ParameterServer:
     """The shards, the workers' clocks and the processes of one run: a worker's iteration,
     its exchange with each shard (push, the update applied, pull) and the transfers."""
 
-    def __init__(self, env, network, router, plan, cluster, durations, hetero, iterations: int,
-                 loader_workers: int, batch_time: float, update_time, free_comm: bool, on_iteration_end,
-                 snapshot_time: float, cores):
+    def __init__(
+        self,
+        env,
+        network,
+        router,
+        plan,
+        cluster,
+        durations,
+        hetero,
+        iterations: int,
+        loader_workers: int,
+        batch_time: float,
+        update_time,
+        free_comm: bool,
+        on_iteration_end,
+        snapshot_time: float,
+        cores,
+    ):
         from ..costs.ps import ps_transfer_extras
 
         self.env, self.network, self.router, self.plan = env, network, router, plan
         self.durations, self.hetero, self.iterations = durations, hetero, iterations
         self.loader_workers, self.batch_time, self.update_time = loader_workers, batch_time, update_time
         self.free_comm, self.on_iteration_end, self.snapshot_time, self.cores = (
-            free_comm, on_iteration_end, snapshot_time, cores)
+            free_comm,
+            on_iteration_end,
+            snapshot_time,
+            cores,
+        )
         N, S = plan.workers, plan.servers
         self.push_extra, self.pull_extra = ps_transfer_extras(cluster, plan)
         self.run = PSRun(N, iteration_end=[[] for _ in range(N)], data_wait=[[] for _ in range(N)])

@@ -81,7 +81,6 @@ class TaskRecord:
     is_comm: bool
 
 
-
 @dataclass
 class SpmdRun:
     classes: list[tuple[int, ...]]
@@ -170,8 +169,11 @@ class CollectiveHub:
         def start() -> None:
             phases = self.colls.phases(task.collective, task.comm_bytes, kind, ranks, g.scope)
             overhead = self.colls.overhead(task.collective, task.comm_bytes, n, g.scope)
-            proc = env.process(run_collective(env, self.network, phases, overhead, task.name,
-                                              {"task": task.name, "ranks": (ranks[0], n)}))
+            proc = env.process(
+                run_collective(
+                    env, self.network, phases, overhead, task.name, {"task": task.name, "ranks": (ranks[0], n)}
+                )
+            )
             proc.callbacks.append(lambda _e: self._finish(task.group, i, iteration, index, env.now))
 
         if when <= env.now:
@@ -197,13 +199,17 @@ class _Shared:
             streams.setdefault(t.stream, []).append(i)
         self.streams = list(streams.values())
         self.compute_idx = [i for i, t in enumerate(plan.tasks) if not t.is_comm]
-        self.starts_micro = {i for i, t in enumerate(plan.tasks)
-                             if not t.is_comm and t.phase == "fwd" and t.rows is not None and t.rows[0] == 0
-                             and t.direction == "fwd"}
+        self.starts_micro = {
+            i
+            for i, t in enumerate(plan.tasks)
+            if not t.is_comm and t.phase == "fwd" and t.rows is not None and t.rows[0] == 0 and t.direction == "fwd"
+        }
         # Per task, what resolving it reads: (deps, 0 compute | 1 collective | 2 compute that
         # takes a batch, record fields).
-        self.info = [(t.deps, 1 if t.is_comm else 2 if i in self.starts_micro else 0, t.stream, t.name, t.phase,
-                      t.is_comm) for i, t in enumerate(plan.tasks)]
+        self.info = [
+            (t.deps, 1 if t.is_comm else 2 if i in self.starts_micro else 0, t.stream, t.name, t.phase, t.is_comm)
+            for i, t in enumerate(plan.tasks)
+        ]
         self.classes: list[_RankClass] = []
         self._queue: deque = deque()
         self._draining = False
@@ -347,14 +353,25 @@ class _RankClass:
         return True
 
 
-def run_spmd(env, plan, durations: list[float], hub: CollectiveHub, classes, hetero, iterations: int,
-             loader_workers: int, batch_time: float, on_iteration_end=None) -> SpmdRun:
+def run_spmd(
+    env,
+    plan,
+    durations: list[float],
+    hub: CollectiveHub,
+    classes,
+    hetero,
+    iterations: int,
+    loader_workers: int,
+    batch_time: float,
+    on_iteration_end=None,
+) -> SpmdRun:
     """Set up every rank class at time 0; returns the run record, filled as the env runs."""
     run = SpmdRun(classes=classes, iteration_end=[[] for _ in classes], data_wait=[[] for _ in classes])
     sh = _Shared(env, plan, durations, hub, hetero, iterations, run, on_iteration_end)
     hub.notify = sh.notify
-    sh.classes = [_RankClass(sh, c, members[0], LoaderClock(loader_workers, batch_time))
-                  for c, members in enumerate(classes)]
+    sh.classes = [
+        _RankClass(sh, c, members[0], LoaderClock(loader_workers, batch_time)) for c, members in enumerate(classes)
+    ]
 
     def begin() -> None:
         sh._draining = True  # arrivals that finish a collective at once queue their notices

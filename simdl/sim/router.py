@@ -30,8 +30,9 @@ class Router:
         # Canonical routes are searched on a copy of the cluster with at most two nodes:
         # the same node structure, but a Dijkstra search that does not visit 1024 GPUs.
         if cluster.nodes > 2:
-            small = Cluster(spec=cluster.spec, gpus=2 * cluster.gpus_per_node, nodes=2,
-                            gpus_per_node=cluster.gpus_per_node)
+            small = Cluster(
+                spec=cluster.spec, gpus=2 * cluster.gpus_per_node, nodes=2, gpus_per_node=cluster.gpus_per_node
+            )
             self._canon_graph = build_topology(small)
         else:
             self._canon_graph = graph
@@ -109,8 +110,10 @@ class Router:
             pattern = self._templates[(la, lb, same)] = [(self._parse(u), self._parse(v)) for u, v in self._canon[ck]]
         links = self._link_by_parts
         try:
-            ids = tuple(links[((ku, None if nu is None else back[nu], ru), (kv, None if nv is None else back[nv], rv))]
-                        for (ku, nu, ru), (kv, nv, rv) in pattern)
+            ids = tuple(
+                links[((ku, None if nu is None else back[nu], ru), (kv, None if nv is None else back[nv], rv))]
+                for (ku, nu, ru), (kv, nv, rv) in pattern
+            )
         except (KeyError, IndexError):
             ids = self.path(f"gpu:{a}", f"gpu:{b}")
         self._gpu_cache[key] = ids

@@ -62,8 +62,17 @@ def steady_state(played, plan, cluster, warmup: int, iterations: int, notes: tup
     compute, comm_busy, any_busy = mean(comp), mean(commb), mean(anyb)
     added = {} if is_ps else _spmd_added(cluster, plan, compute, comm_busy, any_busy)
     iteration += sum(added.values())
-    return Steady(t_start=t_start, t_end=t_end, iteration=iteration, compute=compute, comm_busy=comm_busy,
-                  any_busy=any_busy, added=added, by_class=by_class, notes=notes)
+    return Steady(
+        t_start=t_start,
+        t_end=t_end,
+        iteration=iteration,
+        compute=compute,
+        comm_busy=comm_busy,
+        any_busy=any_busy,
+        added=added,
+        by_class=by_class,
+        notes=notes,
+    )
 
 
 def _ps_host_floor(cluster, plan, durations, iteration: float, notes: tuple[str, ...]):
@@ -82,7 +91,8 @@ def _ps_host_floor(cluster, plan, durations, iteration: float, notes: tuple[str,
         notes = tuple(notes) + (
             f"shared host: the workers' and the server's CPU on {cluster.spec.host.cpu_cores.value:g} cores "
             f"floor the step at {host_floor:.4g} s (the timeline's {iteration:.4g} s leaves out the CPU "
-            f"the transfers take; its staleness is the timeline's)",)
+            f"the transfers take; its staleness is the timeline's)",
+        )
         iteration = host_floor
     return iteration, notes
 
@@ -125,12 +135,17 @@ def staleness_of(plan, run, warmup: int) -> tuple[Staleness, dict[int, int]]:
     if samples:
         arr = np.array(samples, dtype=float)
         hist = dict(sorted(Counter(int(x) for x in samples).items()))
-        staleness = Staleness(mean=float(arr.mean()), p50=float(np.percentile(arr, 50)),
-                              p99=float(np.percentile(arr, 99)), max=float(arr.max()))
+        staleness = Staleness(
+            mean=float(arr.mean()),
+            p50=float(np.percentile(arr, 50)),
+            p99=float(np.percentile(arr, 99)),
+            max=float(arr.max()),
+        )
         pulls = [d for *_, d in run.pulls]  # every pull, as validate/train.py counts them
         if pulls:
-            staleness = replace(staleness, held_pulls=sum(d > 0 for d in pulls) / len(pulls),
-                                held_wait_s=float(np.mean(pulls)))
+            staleness = replace(
+                staleness, held_pulls=sum(d > 0 for d in pulls) / len(pulls), held_wait_s=float(np.mean(pulls))
+            )
     return staleness, hist
 
 
@@ -142,10 +157,12 @@ def run_notes(steady: Steady, played, hetero, iterations: int, warmup: int) -> t
     if max(waited, default=0.0) > 1e-3 * steady.iteration:
         notes += (f"input pipeline bound: compute waited up to {max(waited):.4g} s per iteration for data",)
     if hetero.factors or hetero.jittered:
-        notes += (f"heterogeneity: {len(hetero.factors)} straggler rank(s), jitter {hetero.jitter}"
-                  f"{':' + format(hetero.jitter_param, 'g') if hetero.jittered else ''}"
-                  f"{' per worker and step' if hetero.per_step else ''}, seed {hetero.seed}"
-                  + (f"; from {hetero.source}" if hetero.source else ""),)
+        notes += (
+            f"heterogeneity: {len(hetero.factors)} straggler rank(s), jitter {hetero.jitter}"
+            f"{':' + format(hetero.jitter_param, 'g') if hetero.jittered else ''}"
+            f"{' per worker and step' if hetero.per_step else ''}, seed {hetero.seed}"
+            + (f"; from {hetero.source}" if hetero.source else ""),
+        )
     notes += (f"simulated {iterations} iterations ({warmup} warm-up); {len(played.classes)} rank class(es)",)
     return notes
 
@@ -159,8 +176,11 @@ def _class_busy(recs, ends, warmup: int, measured: int, is_ps: bool, run, c: int
     comm_iv = [(r.start, r.end) for r in recs if r.is_comm]
     if is_ps:
         comm_iv = [(s, t) for (w, _, s, t, _) in run.transfers if w == c]
-    return (busy(comp_iv, w0, w1) / measured, busy(comm_iv, w0, w1) / measured,
-            busy(comp_iv + ([] if is_ps else comm_iv), w0, w1) / measured)
+    return (
+        busy(comp_iv, w0, w1) / measured,
+        busy(comm_iv, w0, w1) / measured,
+        busy(comp_iv + ([] if is_ps else comm_iv), w0, w1) / measured,
+    )
 
 
 def _records_by_class(records, n: int) -> list[list]:

@@ -140,8 +140,10 @@ def parse_jitter(spec: str | None) -> tuple[str, float]:
     name, colon, value = str(spec).partition(":")
     name = name.strip()
     if name not in JITTERS or not colon:
-        raise SimdlError(f"--jitter {spec!r}: expected DIST:SPREAD with DIST one of lognormal, normal, uniform "
-                         "(e.g. lognormal:0.1), or none")
+        raise SimdlError(
+            f"--jitter {spec!r}: expected DIST:SPREAD with DIST one of lognormal, normal, uniform "
+            "(e.g. lognormal:0.1), or none"
+        )
     try:
         s = float(value)
     except ValueError:
@@ -164,8 +166,9 @@ def build(straggler=None, jitter=None, seed: int = 0, default=None) -> Heterogen
             factors[int(r)] = float(f)
     if jitter is None and default is not None:
         sigma, source = default
-        return Heterogeneity(tuple(sorted(factors.items())), "lognormal", float(sigma), seed, per_step=True,
-                             source=source)
+        return Heterogeneity(
+            tuple(sorted(factors.items())), "lognormal", float(sigma), seed, per_step=True, source=source
+        )
     if isinstance(jitter, tuple):
         name, param = jitter
     else:

@@ -43,13 +43,35 @@ def chrome_trace(run, max_links: int | None = None) -> dict:
         events.append({"ph": "M", "name": "process_name", "pid": c, "args": {"name": _label(members)}})
         events.append({"ph": "M", "name": "process_sort_index", "pid": c, "args": {"sort_index": c}})
     for r in run.records:
-        events.append({"ph": "X", "name": r.name, "cat": r.phase, "pid": r.cls, "tid": tid(r.cls, r.stream),
-                       "ts": r.start * 1e6, "dur": (r.end - r.start) * 1e6, "args": {"iteration": r.iteration}})
+        events.append(
+            {
+                "ph": "X",
+                "name": r.name,
+                "cat": r.phase,
+                "pid": r.cls,
+                "tid": tid(r.cls, r.stream),
+                "ts": r.start * 1e6,
+                "dur": (r.end - r.start) * 1e6,
+                "args": {"iteration": r.iteration},
+            }
+        )
     for w, it, s, e, kind in getattr(run, "transfers", ()):
-        events.append({"ph": "X", "name": kind, "cat": "comm", "pid": w, "tid": tid(w, "push/pull"),
-                       "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {"iteration": it}})
+        events.append(
+            {
+                "ph": "X",
+                "name": kind,
+                "cat": "comm",
+                "pid": w,
+                "tid": tid(w, "push/pull"),
+                "ts": s * 1e6,
+                "dur": (e - s) * 1e6,
+                "args": {"iteration": it},
+            }
+        )
     segs = run.link_segments
-    links = sorted(segs, key=lambda link: -run.link_bytes_per_iteration[link] if link < len(run.link_bytes_per_iteration) else 0)
+    links = sorted(
+        segs, key=lambda link: -run.link_bytes_per_iteration[link] if link < len(run.link_bytes_per_iteration) else 0
+    )
     if max_links is not None:
         links = links[:max_links]
     if links:
@@ -58,11 +80,26 @@ def chrome_trace(run, max_links: int | None = None) -> dict:
         t = tid(_LINK_PID, run.link_names[link])
         for s, e, u in segs[link]:
             if e > s:
-                events.append({"ph": "X", "name": f"{100 * u:.0f}%", "cat": "link", "pid": _LINK_PID, "tid": t,
-                               "ts": s * 1e6, "dur": (e - s) * 1e6, "args": {"utilization": round(u, 4)}})
-    return {"traceEvents": events, "displayTimeUnit": "ms",
-            "otherData": {"simdl": "simulated timeline", **{k: v for k, v in run.result.config.items()
-                                                             if isinstance(v, (str, int, float, bool))}}}
+                events.append(
+                    {
+                        "ph": "X",
+                        "name": f"{100 * u:.0f}%",
+                        "cat": "link",
+                        "pid": _LINK_PID,
+                        "tid": t,
+                        "ts": s * 1e6,
+                        "dur": (e - s) * 1e6,
+                        "args": {"utilization": round(u, 4)},
+                    }
+                )
+    return {
+        "traceEvents": events,
+        "displayTimeUnit": "ms",
+        "otherData": {
+            "simdl": "simulated timeline",
+            **{k: v for k, v in run.result.config.items() if isinstance(v, (str, int, float, bool))},
+        },
+    }
 
 
 def write_chrome_trace(run, path: str | Path, max_links: int | None = None) -> int:

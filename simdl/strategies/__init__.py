@@ -11,12 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 from ..cluster.linkfree import LinkFreeMemo
-from . import registry
+from . import ddp, fsdp, ps, registry, zero  # noqa: E402,F401 -- each registers its family
 from .config import StrategyConfig
 from .plan import PSPlan, SpmdPlan
 from .registry import StrategySpec, register
-from . import ddp, fsdp, ps, zero  # noqa: E402,F401 -- each registers its family
-
 
 
 def build_plan(workload, cluster, config: StrategyConfig) -> SpmdPlan | PSPlan:

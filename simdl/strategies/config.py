@@ -72,5 +72,12 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["StrategyConfig", "ALGORITHMS", "SHARDINGS", "BACKWARD_PREFETCH", "DDP_BUCKET_CAP_BYTES",
-           "DDP_FIRST_BUCKET_BYTES", "parse_wrap"]
+__all__ = [
+    "StrategyConfig",
+    "ALGORITHMS",
+    "SHARDINGS",
+    "BACKWARD_PREFETCH",
+    "DDP_BUCKET_CAP_BYTES",
+    "DDP_FIRST_BUCKET_BYTES",
+    "parse_wrap",
+]

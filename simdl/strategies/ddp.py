@@ -29,16 +29,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ..cluster import Cluster
-from ..workload.workload import Workload
-from ..units import MiB
-from .config import StrategyConfig
-from .options import DDPOptions
-from .registry import PredictKey, StrategySpec, register
-from .optimizer_step import optimizer_task, uses_foreach
-from .plan import COMM, COMPUTE, Group, PlanFacts, SpmdPlan, Task
-from .rows import first_row_of_params
 from ..memory.rowtree import add_recompute
 from ..memory.timeline import replica_timeline
+from ..units import MiB
+from ..workload.workload import Workload
+from .config import StrategyConfig
+from .optimizer_step import optimizer_task, uses_foreach
+from .options import DDPOptions
+from .plan import COMM, COMPUTE, Group, PlanFacts, SpmdPlan, Task
+from .registry import PredictKey, StrategySpec, register
+from .rows import first_row_of_params
 
 
 @dataclass(frozen=True)
@@ -90,8 +90,17 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         sync = micro == workload.grad_accumulation - 1
         deps = last_compute
         if communicate and config.broadcast_buffers and table.buffer_bytes > 0:
-            b = add(Task("broadcast_buffers", COMM, "comm", deps=deps, collective="broadcast",
-                         comm_bytes=float(table.buffer_bytes), group="world"))
+            b = add(
+                Task(
+                    "broadcast_buffers",
+                    COMM,
+                    "comm",
+                    deps=deps,
+                    collective="broadcast",
+                    comm_bytes=float(table.buffer_bytes),
+                    group="world",
+                )
+            )
             deps = deps + (b,)
         fwd = add(Task("forward", COMPUTE, "fwd", deps=deps, rows=(0, n_rows), direction="fwd"))
         if not (sync and communicate):
@@ -112,10 +121,29 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
             for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
                 if row != start:
                     continue
-                prev = add(Task(f"bucket_copy_in:bucket{k}", COMPUTE, "bwd", deps=(prev,),
-                                bytes=2.0 * nbytes, kernels=len(buckets[k])))
-                ar.append(add(Task(f"all_reduce:bucket{k}", COMM, "comm", deps=(prev,),
-                                   collective="all_reduce", comm_bytes=nbytes, group="world")))
+                prev = add(
+                    Task(
+                        f"bucket_copy_in:bucket{k}",
+                        COMPUTE,
+                        "bwd",
+                        deps=(prev,),
+                        bytes=2.0 * nbytes,
+                        kernels=len(buckets[k]),
+                    )
+                )
+                ar.append(
+                    add(
+                        Task(
+                            f"all_reduce:bucket{k}",
+                            COMM,
+                            "comm",
+                            deps=(prev,),
+                            collective="all_reduce",
+                            comm_bytes=nbytes,
+                            group="world",
+                        )
+                    )
+                )
             stop = start
         if stop > 0:
             pre = add_recompute(workload, add, (prev,), 0, stop)
@@ -124,11 +152,15 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         # finalize_bucket_dense: copy_bucket_to_grad per parameter, or nothing under the view
         # (the task stays as the point where the optimizer waits for the last all-reduce).
         out_bytes, out_kernels = (0.0, 0) if config.gradient_as_bucket_view else (2.0 * sum(bucket_bytes), len(p_bytes))
-        copy = add(Task("bucket_copy_out", COMPUTE, "bwd", deps=(last_bwd, ar[-1]),
-                        bytes=out_bytes, kernels=out_kernels))
+        copy = add(
+            Task("bucket_copy_out", COMPUTE, "bwd", deps=(last_bwd, ar[-1]), bytes=out_bytes, kernels=out_kernels)
+        )
         last_compute = (copy,)
-    opt = add(optimizer_task(workload.optimizer, workload.param_bytes, len(table.params), last_compute,
-                             foreach=uses_foreach(cluster)))
+    opt = add(
+        optimizer_task(
+            workload.optimizer, workload.param_bytes, len(table.params), last_compute, foreach=uses_foreach(cluster)
+        )
+    )
     del opt
     return SpmdPlan(
         strategy="ddp",
@@ -147,20 +179,25 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
 
 
 def _echo(config, plan) -> dict:
-    return {"bucket_cap_bytes": config.bucket_cap_bytes, "first_bucket_bytes": config.first_bucket_bytes,
-            "buckets": plan.facts.buckets}
+    return {
+        "bucket_cap_bytes": config.bucket_cap_bytes,
+        "first_bucket_bytes": config.first_bucket_bytes,
+        "buckets": plan.facts.buckets,
+    }
 
 
-SPEC = register(StrategySpec(
-    family="ddp",
-    names=("ddp",),
-    options=DDPOptions,
-    build_plan=build_plan,
-    memory_timeline=replica_timeline,
-    predict_keys={"bucket_cap_mb": PredictKey("bucket_cap_bytes", lambda mb: mb * MiB)},
-    labels={"ddp": ("ddp", {})},
-    variants=lambda v: ("ddp",),
-    echo=_echo,
-    communicators=lambda plan: 1,  # the default process group DDP's reducer all-reduces on
-    gpu_framework="reducer",
-))
+SPEC = register(
+    StrategySpec(
+        family="ddp",
+        names=("ddp",),
+        options=DDPOptions,
+        build_plan=build_plan,
+        memory_timeline=replica_timeline,
+        predict_keys={"bucket_cap_mb": PredictKey("bucket_cap_bytes", lambda mb: mb * MiB)},
+        labels={"ddp": ("ddp", {})},
+        variants=lambda v: ("ddp",),
+        echo=_echo,
+        communicators=lambda plan: 1,  # the default process group DDP's reducer all-reduces on
+        gpu_framework="reducer",
+    )
+)

@@ -61,17 +61,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..cluster import Cluster
-from ..hosts import host_for
 from ..errors import SimdlError
-from ..workload.workload import Workload
-from .config import StrategyConfig
-from .options import FSDPOptions
-from .registry import PredictKey, StrategySpec, register
-from .fsdp_units import fsdp_units
-from .optimizer_step import optimizer_task, uses_foreach
-from .plan import COMM, COMM_REDUCE, COMPUTE, Group, PlanFacts, SpmdPlan, Task
+from ..hosts import host_for
 from ..memory.rowtree import add_recompute
 from ..memory.timeline import fsdp_timeline
+from ..workload.workload import Workload
+from .config import StrategyConfig
+from .fsdp_units import fsdp_units
+from .optimizer_step import optimizer_task, uses_foreach
+from .options import FSDPOptions
+from .plan import COMM, COMM_REDUCE, COMPUTE, Group, PlanFacts, SpmdPlan, Task
+from .registry import PredictKey, StrategySpec, register
 
 
 def _runs(row_unit) -> list[tuple[int, int, int]]:
@@ -115,10 +115,14 @@ def _mesh(cluster: Cluster, config: StrategyConfig) -> tuple[int, int, dict[str,
         G = cluster.gpus_per_node
         shard_size = config.shard_group or G
         if shard_size * cluster.nodes != world and config.shard_group is None:
-            raise SimdlError(f"hybrid sharding needs the same GPU count on every node; got {world} GPUs on {cluster.nodes} nodes")
+            raise SimdlError(
+                f"hybrid sharding needs the same GPU count on every node; got {world} GPUs on {cluster.nodes} nodes"
+            )
         if world % shard_size or G % shard_size:
-            raise SimdlError(f"shard group {shard_size} must divide the GPUs of a node ({G}) and the world ({world}): "
-                             "FSDP2's mesh puts each shard group's ranks on one node")
+            raise SimdlError(
+                f"shard group {shard_size} must divide the GPUs of a node ({G}) and the world ({world}): "
+                "FSDP2's mesh puts each shard group's ranks on one node"
+            )
         replicas = world // shard_size
         # The mesh is row-major (torch.distributed.device_mesh): a shard group is shard_size
         # consecutive ranks of one node; a replicate group takes one rank of each shard group.
@@ -190,22 +194,57 @@ class _Builder:
         # foreach_all_gather (_fsdp_collectives.py): the shards are copied into the flat
         # all-gather buffer (all_gather_copy_in, which allocates the whole output) on the
         # copy-in stream -- the compute stream on CPU, where there are no side streams.
-        cin = self.add(Task(f"copy_in:{phase}:{name}", COMPUTE, phase, deps=deps,
-                            bytes=2.0 * full / self.shard_size, kernels=1, allocs=(full,)))
-        t = self.add(Task(f"all_gather:{phase}:{name}", COMM, "comm", deps=(cin,),
-                          collective="all_gather", comm_bytes=full, group="shard"))
+        cin = self.add(
+            Task(
+                f"copy_in:{phase}:{name}",
+                COMPUTE,
+                phase,
+                deps=deps,
+                bytes=2.0 * full / self.shard_size,
+                kernels=1,
+                allocs=(full,),
+            )
+        )
+        t = self.add(
+            Task(
+                f"all_gather:{phase}:{name}",
+                COMM,
+                "comm",
+                deps=(cin,),
+                collective="all_gather",
+                comm_bytes=full,
+                group="shard",
+            )
+        )
         # FSDP2 copies the gathered flat buffer out into the unsharded parameters
         # (foreach_all_gather_copy_out) on the compute stream: one read and one write.
-        return self.add(Task(f"copy_out:{phase}:{name}", COMPUTE, phase, deps=(t,),
-                             bytes=2.0 * full, kernels=1, allocs=self.unsharded_allocs(u)))
+        return self.add(
+            Task(
+                f"copy_out:{phase}:{name}",
+                COMPUTE,
+                phase,
+                deps=(t,),
+                bytes=2.0 * full,
+                kernels=1,
+                allocs=self.unsharded_allocs(u),
+            )
+        )
 
     def local_unshard(self, u: int, deps: tuple[int, ...], phase: str) -> int:
         # Shard size 1 (NO_SHARD as HSDP): FSDPParamGroup.wait_for_unshard copies each
         # sharded parameter into a freshly allocated unsharded one, no collective.
         unit = self.units.units[u]
-        return self.add(Task(f"copy_out:{phase}:{self._name(u)}", COMPUTE, phase, deps=deps,
-                             bytes=2.0 * unit.numel * self.ag_elem, kernels=unit.n_tensors,
-                             allocs=self.unsharded_allocs(u)))
+        return self.add(
+            Task(
+                f"copy_out:{phase}:{self._name(u)}",
+                COMPUTE,
+                phase,
+                deps=deps,
+                bytes=2.0 * unit.numel * self.ag_elem,
+                kernels=unit.n_tensors,
+                allocs=self.unsharded_allocs(u),
+            )
+        )
 
     def reduce(self, u: int, after: int) -> None:
         size = self.unit_bytes[u]
@@ -216,22 +255,61 @@ class _Builder:
         # flat reduce-scatter input (foreach_reduce_scatter_copy_in, chunk_cat) on the
         # compute stream, and the reduce output (a shard) is allocated.
         out = size / self.shard_size
-        cin = self.add(Task(f"rs_copy_in:{name}", COMPUTE, "bwd", deps=(after,), bytes=2.0 * size, kernels=1,
-                            allocs=(size, out), refaults=out if out <= self.refault_limit else 0.0))
+        cin = self.add(
+            Task(
+                f"rs_copy_in:{name}",
+                COMPUTE,
+                "bwd",
+                deps=(after,),
+                bytes=2.0 * size,
+                kernels=1,
+                allocs=(size, out),
+                refaults=out if out <= self.refault_limit else 0.0,
+            )
+        )
         if self.sharding == "none":
             # Shard group of one: reduce_output.copy_(reduce_scatter_input), then the
             # all-reduce over the replicate group.
             cp = self.add(Task(f"rs_copy:{name}", COMPUTE, "bwd", deps=(cin,), bytes=2.0 * size, kernels=1))
-            self.reduce_tasks.append(self.add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(cp,),
-                                                   collective="all_reduce", comm_bytes=size, group="replicate")))
+            self.reduce_tasks.append(
+                self.add(
+                    Task(
+                        f"all_reduce:{name}",
+                        COMM_REDUCE,
+                        "comm",
+                        deps=(cp,),
+                        collective="all_reduce",
+                        comm_bytes=size,
+                        group="replicate",
+                    )
+                )
+            )
             if self.blocking:  # the next unit's backward starts when the all-reduce has returned
                 self.prev = self.reduce_tasks[-1]
             return
-        rs = self.add(Task(f"reduce_scatter:{name}", COMM_REDUCE, "comm", deps=(cin,),
-                           collective="reduce_scatter", comm_bytes=size, group="shard"))
+        rs = self.add(
+            Task(
+                f"reduce_scatter:{name}",
+                COMM_REDUCE,
+                "comm",
+                deps=(cin,),
+                collective="reduce_scatter",
+                comm_bytes=size,
+                group="shard",
+            )
+        )
         if self.replicas > 1:
-            rs = self.add(Task(f"all_reduce:{name}", COMM_REDUCE, "comm", deps=(rs,), collective="all_reduce",
-                               comm_bytes=size / self.shard_size, group="replicate"))
+            rs = self.add(
+                Task(
+                    f"all_reduce:{name}",
+                    COMM_REDUCE,
+                    "comm",
+                    deps=(rs,),
+                    collective="all_reduce",
+                    comm_bytes=size / self.shard_size,
+                    group="replicate",
+                )
+            )
         self.reduce_tasks.append(rs)
         if self.blocking:
             self.prev = rs
@@ -240,11 +318,19 @@ class _Builder:
         # Charged once per unit and step, before its first forward run (its hooks run on the
         # training thread, between the unit's collectives and compute).
         self.hooked.add(u)
-        self.prev = self.add(Task(f"fsdp_hooks:{self._name(u)}", COMPUTE, "fwd",
-                                  deps=(self.prev,) if self.prev is not None else (), host_s=self.unit_host_s))
+        self.prev = self.add(
+            Task(
+                f"fsdp_hooks:{self._name(u)}",
+                COMPUTE,
+                "fwd",
+                deps=(self.prev,) if self.prev is not None else (),
+                host_s=self.unit_host_s,
+            )
+        )
 
-    def _gather_ahead(self, order: list[int], at: int, ahead: int, gathered: dict[int, int],
-                      done: dict[int, int], direction: str) -> None:
+    def _gather_ahead(
+        self, order: list[int], at: int, ahead: int, gathered: dict[int, int], done: dict[int, int], direction: str
+    ) -> None:
         """All-gathers of the units from ``order[at]`` up to ``ahead`` units on. The all-gather
         of the unit ``limit`` places after a non-root unit waits for that unit's compute to
         finish (its unsharded memory is freed then); the root is never resharded, so it holds
@@ -278,8 +364,16 @@ class _Builder:
             if direction == "bwd":  # activation checkpointing: recompute the unit's blocks first
                 deps = add_recompute(self.workload, self.add, deps, start, stop)
             label = "forward" if direction == "fwd" else "backward"
-            self.prev = self.add(Task(f"{label}:{self._name(u)}[{start}:{stop}]", COMPUTE, direction,
-                                      deps=deps, rows=(start, stop), direction=direction))
+            self.prev = self.add(
+                Task(
+                    f"{label}:{self._name(u)}[{start}:{stop}]",
+                    COMPUTE,
+                    direction,
+                    deps=deps,
+                    rows=(start, stop),
+                    direction=direction,
+                )
+            )
             done[u] = self.prev
             if direction == "bwd":
                 self.runs_left[u] -= 1
@@ -301,18 +395,33 @@ class _Builder:
             # when the shard group has one rank).
             # Prefetch needs a stream to gather on while the compute runs; blocking collectives
             # gather each unit when it is reached.
-            self.schedule(self.runs, "fwd", lambda u: unit_bytes[u] > 0,
-                          self.limit if config.forward_prefetch and not self.blocking else 1)
+            self.schedule(
+                self.runs,
+                "fwd",
+                lambda u: unit_bytes[u] > 0,
+                self.limit if config.forward_prefetch and not self.blocking else 1,
+            )
             # Backward: resharded units are gathered again; the root kept its parameters
             # (unless resharded too).
-            self.schedule(list(reversed(self.runs)), "bwd",
-                          lambda u: self.reshard and unit_bytes[u] > 0 and (u != 0 or self.reshard_root),
-                          min(2, self.limit) if config.backward_prefetch == "pre" and not self.blocking else 1)
-        opt_deps = (((self.prev,) if self.prev is not None else ())
-                    + ((self.reduce_tasks[-1],) if self.reduce_tasks else ()))
+            self.schedule(
+                list(reversed(self.runs)),
+                "bwd",
+                lambda u: self.reshard and unit_bytes[u] > 0 and (u != 0 or self.reshard_root),
+                min(2, self.limit) if config.backward_prefetch == "pre" and not self.blocking else 1,
+            )
+        opt_deps = ((self.prev,) if self.prev is not None else ()) + (
+            (self.reduce_tasks[-1],) if self.reduce_tasks else ()
+        )
         local_bytes = self.workload.param_bytes / self.shard_size
-        self.add(optimizer_task(self.workload.optimizer, local_bytes, len(self.workload.table.params), opt_deps,
-                                foreach=uses_foreach(self.cluster)))
+        self.add(
+            optimizer_task(
+                self.workload.optimizer,
+                local_bytes,
+                len(self.workload.table.params),
+                opt_deps,
+                foreach=uses_foreach(self.cluster),
+            )
+        )
 
     def plan(self) -> SpmdPlan:
         self.iteration()
@@ -344,8 +453,13 @@ class _Builder:
 
 def _echo(config, plan) -> dict:
     f = plan.facts
-    out = {"sharding": config.sharding, "wrap": config.wrap, "fsdp_units": f.units,
-           "cpu_offload": config.cpu_offload, "reshard_root": f.reshard_root}
+    out = {
+        "sharding": config.sharding,
+        "wrap": config.wrap,
+        "fsdp_units": f.units,
+        "cpu_offload": config.cpu_offload,
+        "reshard_root": f.reshard_root,
+    }
     if config.sharding == "hybrid":
         out.update(shard_group=f.shard_size, replicas=f.replicas)
     return out
@@ -355,6 +469,7 @@ def _echo(config, plan) -> dict:
 # optimizer sharding before full sharding; hybrid only matters across nodes).
 _LABELS = ("none", "grad_op", "full", "hybrid")
 
+
 def _communicators(plan) -> int:
     """The device mesh's groups that run collectives: the shard group (all-gather,
     reduce-scatter) when it has more than one rank, the replicate group (all-reduce) likewise."""
@@ -362,23 +477,25 @@ def _communicators(plan) -> int:
     return int(shard > 1) + int(plan.world_size // max(shard, 1) > 1)
 
 
-SPEC = register(StrategySpec(
-    family="fsdp",
-    names=("fsdp",),
-    options=FSDPOptions,
-    build_plan=build_plan,
-    memory_timeline=fsdp_timeline,
-    predict_keys={
-        "sharding": PredictKey("sharding", default_reason="FSDP's default ShardingStrategy.FULL_SHARD"),
-        "wrap": PredictKey("wrap", default_reason="the model's block classes as FSDP units"),
-        "cpu_offload": PredictKey("cpu_offload", bool),
-        "reshard_root": PredictKey("reshard_root", bool),
-        "shard_group": PredictKey("shard_group"),
-    },
-    labels={f"fsdp-{s}": ("fsdp", {"sharding": s}) for s in _LABELS},
-    label=lambda config: f"fsdp-{config.sharding}",
-    variants=lambda v: tuple(f"fsdp-{s}" for s in _LABELS if s != "hybrid" or v.multi_node),
-    echo=_echo,
-    communicators=_communicators,
-    gpu_framework="per_unit",
-))
+SPEC = register(
+    StrategySpec(
+        family="fsdp",
+        names=("fsdp",),
+        options=FSDPOptions,
+        build_plan=build_plan,
+        memory_timeline=fsdp_timeline,
+        predict_keys={
+            "sharding": PredictKey("sharding", default_reason="FSDP's default ShardingStrategy.FULL_SHARD"),
+            "wrap": PredictKey("wrap", default_reason="the model's block classes as FSDP units"),
+            "cpu_offload": PredictKey("cpu_offload", bool),
+            "reshard_root": PredictKey("reshard_root", bool),
+            "shard_group": PredictKey("shard_group"),
+        },
+        labels={f"fsdp-{s}": ("fsdp", {"sharding": s}) for s in _LABELS},
+        label=lambda config: f"fsdp-{config.sharding}",
+        variants=lambda v: tuple(f"fsdp-{s}" for s in _LABELS if s != "hybrid" or v.multi_node),
+        echo=_echo,
+        communicators=_communicators,
+        gpu_framework="per_unit",
+    )
+)

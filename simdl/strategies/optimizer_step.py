@@ -86,8 +86,10 @@ def check_runs_on_cpu(optimizer: str) -> None:
     """Refuse an optimizer that has no CPU implementation (a CPU rank, a parameter server)."""
     if optimizer in CUDA_ONLY:
         accepted = ", ".join(k for k in PASSES if k not in CUDA_ONLY)
-        raise SimdlError(f"optimizer {optimizer!r} ({CUDA_ONLY[optimizer]}) runs on CUDA GPUs only, not on CPU "
-                         f"ranks or a parameter server; accepted here: {accepted}")
+        raise SimdlError(
+            f"optimizer {optimizer!r} ({CUDA_ONLY[optimizer]}) runs on CUDA GPUs only, not on CPU "
+            f"ranks or a parameter server; accepted here: {accepted}"
+        )
 
 
 def host_update_bytes(optimizer: str, param_bytes: float) -> float:

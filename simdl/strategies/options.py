@@ -29,9 +29,15 @@ DDP_FIRST_BUCKET_BYTES = 1 * MiB
 
 # What each field is called in errors: the CLI option that sets it.
 _FLAG = {
-    "bucket_cap_bytes": "--bucket-cap-mb", "sharding": "--sharding", "wrap": "--wrap",
-    "reshard_root": "--reshard-root", "shard_group": "--shard-group", "cpu_offload": "--cpu-offload",
-    "ps_servers": "--ps-servers", "staleness_bound": "--staleness-bound", "ps_placement": "--ps-placement",
+    "bucket_cap_bytes": "--bucket-cap-mb",
+    "sharding": "--sharding",
+    "wrap": "--wrap",
+    "reshard_root": "--reshard-root",
+    "shard_group": "--shard-group",
+    "cpu_offload": "--cpu-offload",
+    "ps_servers": "--ps-servers",
+    "staleness_bound": "--staleness-bound",
+    "ps_placement": "--ps-placement",
 }
 
 
@@ -161,8 +167,10 @@ class FSDPOptions:
             if self.shard_group < 1:
                 raise SimdlError(f"shard group {self.shard_group!r} must be an integer >= 1 (ranks per shard group)")
             if self.sharding != "hybrid":
-                raise SimdlError(f"a shard group ({self.shard_group}) is set for FSDP hybrid sharding only; "
-                                 f"got sharding {self.sharding!r}")
+                raise SimdlError(
+                    f"a shard group ({self.shard_group}) is set for FSDP hybrid sharding only; "
+                    f"got sharding {self.sharding!r}"
+                )
 
 
 @dataclass(frozen=True)

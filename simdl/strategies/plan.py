@@ -21,7 +21,9 @@ from typing import Any, Mapping, Protocol
 
 COMPUTE = "compute"  # the default CUDA stream: forward, backward, optimizer kernels
 COMM = "comm"  # NCCL's stream (DDP all-reduce, FSDP all-gather)
-COMM_REDUCE = "comm_reduce"  # FSDP2 runs reduce-scatter on its own stream (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
+COMM_REDUCE = (
+    "comm_reduce"  # FSDP2 runs reduce-scatter on its own stream (torch/distributed/fsdp/_fully_shard/_fsdp_state.py)
+)
 
 
 @dataclass(frozen=True)

@@ -20,14 +20,14 @@ from dataclasses import dataclass
 
 from ..cluster import Cluster
 from ..errors import SimdlError
-from ..workload.workload import Workload
-from .config import StrategyConfig
-from .options import PSOptions
-from .registry import PredictKey, StrategySpec, register
-from .optimizer_step import host_update_bytes
-from .plan import COMPUTE, PlanFacts, PSPlan, Task
 from ..memory.rowtree import add_recompute
 from ..memory.timeline import ps_worker_timeline
+from ..workload.workload import Workload
+from .config import StrategyConfig
+from .optimizer_step import host_update_bytes
+from .options import PSOptions
+from .plan import COMPUTE, PlanFacts, PSPlan, Task
+from .registry import PredictKey, StrategySpec, register
 
 
 @dataclass(frozen=True)
@@ -48,9 +48,10 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     # the model's own (validate/train.py: p.copy_(v) per tensor; a GPU worker copies them in
     # from the host). Read + write of every byte, one call per tensor; on host-memory
     # devices the receive buffers above the allocator's mmap threshold fault in.
-    tasks_list = [Task("load_params", COMPUTE, "fwd", bytes=2.0 * workload.param_bytes, kernels=len(sizes),
-                       allocs=sizes),
-                  Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd", deps=(0,))]
+    tasks_list = [
+        Task("load_params", COMPUTE, "fwd", bytes=2.0 * workload.param_bytes, kernels=len(sizes), allocs=sizes),
+        Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd", deps=(0,)),
+    ]
 
     def add(task: Task) -> int:
         tasks_list.append(task)
@@ -88,28 +89,31 @@ def _echo(config, plan) -> dict:
     return out
 
 
-SPEC = register(StrategySpec(
-    family="ps",
-    names=("ps-sync", "ps-async", "ps-ssp"),
-    options=PSOptions,
-    build_plan=build_plan,
-    memory_timeline=ps_worker_timeline,
-    predict_keys={
-        "ps_servers": PredictKey("ps_servers", default_reason="one server, as study 1 ran it"),
-        "staleness_bound": PredictKey("staleness_bound", names=("ps-ssp",),
-                                      default_reason="assumed SSP bound of 3 iterations"),
-        # its reason, when not given, comes from the cluster (simdl.cluster.ps_placement.resolve_placement)
-        "ps_placement": PredictKey("ps_placement"),
-    },
-    # Simplest first: a barrier, then bounded staleness, then none.
-    labels={"ps-sync": ("ps-sync", {}), "ps-ssp": ("ps-ssp", {}), "ps-async": ("ps-async", {})},
-    label=lambda config: f"ps-ssp(s={config.staleness_bound})" if config.name == "ps-ssp" else config.name,
-    # Stale modes change what is trained (study 1 saw lower accuracy with asynchronous
-    # updates), so recommend tries them only when the caller allows it.
-    variants=lambda v: (("ps-sync",) + (("ps-ssp", "ps-async") if v.allow_stale else ())) if v.ps_servers else (),
-    echo=_echo,
-    stale=lambda name: name != "ps-sync",
-    role="PS worker",
-    client_server=True,
-    evaluate=_evaluate,
-))
+SPEC = register(
+    StrategySpec(
+        family="ps",
+        names=("ps-sync", "ps-async", "ps-ssp"),
+        options=PSOptions,
+        build_plan=build_plan,
+        memory_timeline=ps_worker_timeline,
+        predict_keys={
+            "ps_servers": PredictKey("ps_servers", default_reason="one server, as study 1 ran it"),
+            "staleness_bound": PredictKey(
+                "staleness_bound", names=("ps-ssp",), default_reason="assumed SSP bound of 3 iterations"
+            ),
+            # its reason, when not given, comes from the cluster (simdl.cluster.ps_placement.resolve_placement)
+            "ps_placement": PredictKey("ps_placement"),
+        },
+        # Simplest first: a barrier, then bounded staleness, then none.
+        labels={"ps-sync": ("ps-sync", {}), "ps-ssp": ("ps-ssp", {}), "ps-async": ("ps-async", {})},
+        label=lambda config: f"ps-ssp(s={config.staleness_bound})" if config.name == "ps-ssp" else config.name,
+        # Stale modes change what is trained (study 1 saw lower accuracy with asynchronous
+        # updates), so recommend tries them only when the caller allows it.
+        variants=lambda v: (("ps-sync",) + (("ps-ssp", "ps-async") if v.allow_stale else ())) if v.ps_servers else (),
+        echo=_echo,
+        stale=lambda name: name != "ps-sync",
+        role="PS worker",
+        client_server=True,
+        evaluate=_evaluate,
+    )
+)

@@ -132,8 +132,10 @@ def of_plan(plan: Any) -> StrategySpec:
     """The spec that built ``plan`` (its ``family``)."""
     spec = _SPECS.get(getattr(plan, "family", ""))
     if spec is None:
-        raise SimdlError(f"plan of strategy {getattr(plan, 'strategy', '?')!r} names no registered family; "
-                         f"accepted: {', '.join(_SPECS)}")
+        raise SimdlError(
+            f"plan of strategy {getattr(plan, 'strategy', '?')!r} names no registered family; "
+            f"accepted: {', '.join(_SPECS)}"
+        )
     return spec
 
 

@@ -32,8 +32,8 @@ from typing import Literal, Optional
 
 from ..errors import SimdlError
 from .options import check_fields
-from .registry import PredictKey, StrategySpec, register
 from .plan import PlanFacts
+from .registry import PredictKey, StrategySpec, register
 
 Offload = Literal["none", "cpu"]
 
@@ -83,8 +83,13 @@ class ZeROOptions:
 
     def __post_init__(self) -> None:
         check_fields(self)
-        for name in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                     "stage3_param_persistence_threshold", "stage3_max_live_parameters"):
+        for name in (
+            "reduce_bucket_size",
+            "allgather_bucket_size",
+            "stage3_prefetch_bucket_size",
+            "stage3_param_persistence_threshold",
+            "stage3_max_live_parameters",
+        ):
             if getattr(self, name) < 0:  # DeepSpeedZeroConfig: Field(..., ge=0)
                 raise SimdlError(f"{name} {getattr(self, name)!r} must be an integer >= 0 (elements)")
         if self.reduce_bucket_size == 0:
@@ -153,53 +158,80 @@ def _build(workload, cluster, config):
 
 def _echo(config, plan) -> dict:
     f = plan.facts
-    out = {"zero_stage": f.stage, "reduce_bucket_size": config.reduce_bucket_size,
-           "overlap_comm": f.overlap_comm, "contiguous_gradients": f.contiguous_gradients,
-           "zero_buckets": f.buckets, "offload_optimizer": config.offload_optimizer,
-           "gradient_clipping": config.gradient_clipping, "loss_scaling": f.loss_scaling,
-           "buffers_bytes": {b.name: b.bytes for b in f.buffers if b.life != "host"}}
+    out = {
+        "zero_stage": f.stage,
+        "reduce_bucket_size": config.reduce_bucket_size,
+        "overlap_comm": f.overlap_comm,
+        "contiguous_gradients": f.contiguous_gradients,
+        "zero_buckets": f.buckets,
+        "offload_optimizer": config.offload_optimizer,
+        "gradient_clipping": config.gradient_clipping,
+        "loss_scaling": f.loss_scaling,
+        "buffers_bytes": {b.name: b.bytes for b in f.buffers if b.life != "host"},
+    }
     if f.stage == 3:
-        out.update(stage3_prefetch_bucket_size=config.stage3_prefetch_bucket_size,
-                   stage3_param_persistence_threshold=config.stage3_param_persistence_threshold,
-                   stage3_fetch_modules=f.fetch_modules, stage3_persistent_elements=f.persistent_elements,
-                   offload_param=config.offload_param)
+        out.update(
+            stage3_prefetch_bucket_size=config.stage3_prefetch_bucket_size,
+            stage3_param_persistence_threshold=config.stage3_param_persistence_threshold,
+            stage3_fetch_modules=f.fetch_modules,
+            stage3_persistent_elements=f.persistent_elements,
+            offload_param=config.offload_param,
+        )
     if f.host_bytes:
-        out.update(host_memory_bytes=f.host_bytes, pcie_bytes_per_iteration=f.pcie_bytes,
-                   host_buffers_bytes={b.name: b.bytes for b in f.buffers if b.life == "host"})
+        out.update(
+            host_memory_bytes=f.host_bytes,
+            pcie_bytes_per_iteration=f.pcie_bytes,
+            host_buffers_bytes={b.name: b.bytes for b in f.buffers if b.life == "host"},
+        )
     return out
 
 
-_OWN = ("reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
-        "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-        "offload_optimizer", "offload_param", "gradient_clipping", "fused_adam")
+_OWN = (
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "overlap_comm",
+    "contiguous_gradients",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "offload_optimizer",
+    "offload_param",
+    "gradient_clipping",
+    "fused_adam",
+)
 _NAMES = ("zero0", "zero1", "zero2", "zero3")
 _REASON = "DeepSpeed 0.16.5's default (deepspeed/runtime/zero/config.py)"
 
-SPEC = register(StrategySpec(
-    family="zero",
-    names=_NAMES,
-    options=ZeROOptions,
-    build_plan=_build,
-    memory_timeline=_timeline,
-    predict_keys={
-        **{k: PredictKey(k, names=_NAMES) for k in _OWN},
-        "reduce_bucket_size": PredictKey("reduce_bucket_size", names=_NAMES, default_reason=_REASON + ": 5e8"),
-        "overlap_comm": PredictKey("overlap_comm", names=_NAMES,
-                                   default_reason=_REASON + ": overlap_comm_valid sets it to (stage == 3)"),
-        "stage3_prefetch_bucket_size": PredictKey("stage3_prefetch_bucket_size", names=("zero3",),
-                                                  default_reason=_REASON + ": 5e7"),
-        "stage3_param_persistence_threshold": PredictKey("stage3_param_persistence_threshold", names=("zero3",),
-                                                         default_reason=_REASON + ": 1e5"),
-        "stage3_max_live_parameters": PredictKey("stage3_max_live_parameters", names=("zero3",)),
-        "offload_optimizer": PredictKey("offload_optimizer", names=("zero1", "zero2", "zero3")),
-        "offload_param": PredictKey("offload_param", names=("zero3",)),
-    },
-    labels={n: (n, {}) for n in _NAMES},
-    # Not among recommend's default candidates (they stay PyTorch's own wrappers); named, as
-    # recommend(strategies=["zero1", ...]) or --strategy zero1,..., every stage is ranked.
-    variants=lambda v: (),
-    echo=_echo,
-    # Every stage runs its collectives on the one data-parallel process group that
-    # deepspeed.initialize uses (deepspeed/runtime/engine.py, the default dp group).
-    communicators=lambda plan: 1,
-))
+SPEC = register(
+    StrategySpec(
+        family="zero",
+        names=_NAMES,
+        options=ZeROOptions,
+        build_plan=_build,
+        memory_timeline=_timeline,
+        predict_keys={
+            **{k: PredictKey(k, names=_NAMES) for k in _OWN},
+            "reduce_bucket_size": PredictKey("reduce_bucket_size", names=_NAMES, default_reason=_REASON + ": 5e8"),
+            "overlap_comm": PredictKey(
+                "overlap_comm", names=_NAMES, default_reason=_REASON + ": overlap_comm_valid sets it to (stage == 3)"
+            ),
+            "stage3_prefetch_bucket_size": PredictKey(
+                "stage3_prefetch_bucket_size", names=("zero3",), default_reason=_REASON + ": 5e7"
+            ),
+            "stage3_param_persistence_threshold": PredictKey(
+                "stage3_param_persistence_threshold", names=("zero3",), default_reason=_REASON + ": 1e5"
+            ),
+            "stage3_max_live_parameters": PredictKey("stage3_max_live_parameters", names=("zero3",)),
+            "offload_optimizer": PredictKey("offload_optimizer", names=("zero1", "zero2", "zero3")),
+            "offload_param": PredictKey("offload_param", names=("zero3",)),
+        },
+        labels={n: (n, {}) for n in _NAMES},
+        # Not among recommend's default candidates (they stay PyTorch's own wrappers); named, as
+        # recommend(strategies=["zero1", ...]) or --strategy zero1,..., every stage is ranked.
+        variants=lambda v: (),
+        echo=_echo,
+        # Every stage runs its collectives on the one data-parallel process group that
+        # deepspeed.initialize uses (deepspeed/runtime/engine.py, the default dp group).
+        communicators=lambda plan: 1,
+    )
+)

@@ -24,40 +24,151 @@ from typing import Any
 from ..errors import SimdlError
 
 # What simdl reads (the rest of DeepSpeed's keys are accepted and listed as not modelled).
-_READ_TOP = ("zero_optimization", "fp16", "bf16", "bfloat16", "train_micro_batch_size_per_gpu",
-             "gradient_accumulation_steps", "gradient_clipping", "train_batch_size", "optimizer")
+_READ_TOP = (
+    "zero_optimization",
+    "fp16",
+    "bf16",
+    "bfloat16",
+    "train_micro_batch_size_per_gpu",
+    "gradient_accumulation_steps",
+    "gradient_clipping",
+    "train_batch_size",
+    "optimizer",
+)
 # runtime/constants.py and runtime/config.py, 0.16.5: top-level keys DeepSpeed reads.
-_KNOWN_TOP = frozenset(_READ_TOP + (
-    "scheduler", "zero_allow_untested_optimizer", "zero_force_ds_cpu_optimizer", "steps_per_print",
-    "sparse_gradients", "amp", "graph_harvesting", "communication_data_type", "seq_parallel_communication_data_type",
-    "prescale_gradients", "gradient_predivide_factor", "disable_allgather", "dump_state", "wall_clock_breakdown",
-    "memory_breakdown", "eigenvalue", "progressive_layer_drop", "checkpoint", "data_types", "dataloader_drop_last",
-    "sparse_attention", "activation_checkpointing", "flops_profiler", "tensorboard", "wandb", "csv_monitor",
-    "comms_logger", "monitor_config", "elasticity", "aio", "autotuning", "compression_training", "data_efficiency",
-    "pipeline", "curriculum_learning", "quantize_training", "nebula", "hybrid_engine", "compile", "timers",
-    "weight_quantization", "zero_quantized_weights", "use_data_before_expert_parallelism", "torch_autocast"))
-_ZERO_READ = ("stage", "reduce_bucket_size", "allgather_bucket_size", "overlap_comm", "contiguous_gradients",
-              "stage3_prefetch_bucket_size", "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-              "offload_optimizer", "offload_param")
+_KNOWN_TOP = frozenset(
+    _READ_TOP
+    + (
+        "scheduler",
+        "zero_allow_untested_optimizer",
+        "zero_force_ds_cpu_optimizer",
+        "steps_per_print",
+        "sparse_gradients",
+        "amp",
+        "graph_harvesting",
+        "communication_data_type",
+        "seq_parallel_communication_data_type",
+        "prescale_gradients",
+        "gradient_predivide_factor",
+        "disable_allgather",
+        "dump_state",
+        "wall_clock_breakdown",
+        "memory_breakdown",
+        "eigenvalue",
+        "progressive_layer_drop",
+        "checkpoint",
+        "data_types",
+        "dataloader_drop_last",
+        "sparse_attention",
+        "activation_checkpointing",
+        "flops_profiler",
+        "tensorboard",
+        "wandb",
+        "csv_monitor",
+        "comms_logger",
+        "monitor_config",
+        "elasticity",
+        "aio",
+        "autotuning",
+        "compression_training",
+        "data_efficiency",
+        "pipeline",
+        "curriculum_learning",
+        "quantize_training",
+        "nebula",
+        "hybrid_engine",
+        "compile",
+        "timers",
+        "weight_quantization",
+        "zero_quantized_weights",
+        "use_data_before_expert_parallelism",
+        "torch_autocast",
+    )
+)
+_ZERO_READ = (
+    "stage",
+    "reduce_bucket_size",
+    "allgather_bucket_size",
+    "overlap_comm",
+    "contiguous_gradients",
+    "stage3_prefetch_bucket_size",
+    "stage3_param_persistence_threshold",
+    "stage3_max_live_parameters",
+    "offload_optimizer",
+    "offload_param",
+)
 # runtime/zero/config.py DeepSpeedZeroConfig fields (and aliases), 0.16.5.
-_ZERO_KNOWN = frozenset(_ZERO_READ + (
-    "reduce_scatter", "use_multi_rank_bucket_allreduce", "allgather_partitions", "load_from_fp32_weights",
-    "elastic_checkpoint", "sub_group_size", "cpu_offload_param", "cpu_offload_use_pin_memory", "cpu_offload",
-    "stage3_model_persistence_threshold", "stage3_max_reuse_distance", "stage3_gather_16bit_weights_on_model_save",
-    "stage3_module_granularity_threshold", "stage3_use_all_reduce_for_fetch_params",
-    "stage3_gather_fp16_weights_on_model_save", "ignore_unused_parameters", "legacy_stage1", "round_robin_gradients",
-    "zero_hpz_partition_size", "zero_quantized_weights", "zero_quantized_nontrainable_weights",
-    "zero_quantized_gradients", "zeropp_loco_param", "mics_shard_size", "mics_hierarchical_params_gather",
-    "memory_efficient_linear", "pipeline_loading_checkpoint", "override_module_apply", "log_trace_cache_warnings",
-    "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters"))
-_ALIASES = {"prefetch_bucket_size": "stage3_prefetch_bucket_size",
-            "param_persistence_threshold": "stage3_param_persistence_threshold",
-            "max_live_parameters": "stage3_max_live_parameters"}
-_OFFLOAD_KNOWN = frozenset(("device", "nvme_path", "buffer_count", "buffer_size", "max_in_cpu", "pin_memory",
-                            "pipeline_read", "pipeline_write", "fast_init", "ratio"))
-_PRECISION_KNOWN = frozenset(("enabled", "loss_scale", "auto_cast", "initial_scale_power", "loss_scale_window",
-                              "hysteresis", "consecutive_hysteresis", "min_loss_scale",
-                              "fp16_master_weights_and_grads", "immediate_grad_update", "type"))
+_ZERO_KNOWN = frozenset(
+    _ZERO_READ
+    + (
+        "reduce_scatter",
+        "use_multi_rank_bucket_allreduce",
+        "allgather_partitions",
+        "load_from_fp32_weights",
+        "elastic_checkpoint",
+        "sub_group_size",
+        "cpu_offload_param",
+        "cpu_offload_use_pin_memory",
+        "cpu_offload",
+        "stage3_model_persistence_threshold",
+        "stage3_max_reuse_distance",
+        "stage3_gather_16bit_weights_on_model_save",
+        "stage3_module_granularity_threshold",
+        "stage3_use_all_reduce_for_fetch_params",
+        "stage3_gather_fp16_weights_on_model_save",
+        "ignore_unused_parameters",
+        "legacy_stage1",
+        "round_robin_gradients",
+        "zero_hpz_partition_size",
+        "zero_quantized_weights",
+        "zero_quantized_nontrainable_weights",
+        "zero_quantized_gradients",
+        "zeropp_loco_param",
+        "mics_shard_size",
+        "mics_hierarchical_params_gather",
+        "memory_efficient_linear",
+        "pipeline_loading_checkpoint",
+        "override_module_apply",
+        "log_trace_cache_warnings",
+        "prefetch_bucket_size",
+        "param_persistence_threshold",
+        "max_live_parameters",
+    )
+)
+_ALIASES = {
+    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
+    "param_persistence_threshold": "stage3_param_persistence_threshold",
+    "max_live_parameters": "stage3_max_live_parameters",
+}
+_OFFLOAD_KNOWN = frozenset(
+    (
+        "device",
+        "nvme_path",
+        "buffer_count",
+        "buffer_size",
+        "max_in_cpu",
+        "pin_memory",
+        "pipeline_read",
+        "pipeline_write",
+        "fast_init",
+        "ratio",
+    )
+)
+_PRECISION_KNOWN = frozenset(
+    (
+        "enabled",
+        "loss_scale",
+        "auto_cast",
+        "initial_scale_power",
+        "loss_scale_window",
+        "hysteresis",
+        "consecutive_hysteresis",
+        "min_loss_scale",
+        "fp16_master_weights_and_grads",
+        "immediate_grad_update",
+        "type",
+    )
+)
 # DeepSpeed optimizer types (runtime/config.py DEEPSPEED_OPTIMIZERS) simdl prices as Adam.
 _ADAM_TYPES = ("adam", "adamw", "fusedadam", "cpuadam", "onebitadam", "zerooneadam")
 
@@ -86,8 +197,10 @@ class DSConfig:
         if self.grad_accumulation is not None or self.batch_size is None or self.train_batch_size is None:
             return self.grad_accumulation
         if self.train_batch_size % (self.batch_size * gpus):
-            raise SimdlError(f"{self.path}: train_batch_size {self.train_batch_size} is not a multiple of "
-                             f"train_micro_batch_size_per_gpu {self.batch_size} x {gpus} GPUs")
+            raise SimdlError(
+                f"{self.path}: train_batch_size {self.train_batch_size} is not a multiple of "
+                f"train_micro_batch_size_per_gpu {self.batch_size} x {gpus} GPUs"
+            )
         return self.train_batch_size // (self.batch_size * gpus)
 
     def micro_batch(self, gpus: int) -> int | None:
@@ -96,15 +209,19 @@ class DSConfig:
         gas = self.accumulation(gpus) or 1
         if self.batch_size is not None:
             if self.train_batch_size is not None and self.train_batch_size != self.batch_size * gas * gpus:
-                raise SimdlError(f"{self.path}: train_batch_size {self.train_batch_size} != "
-                                 f"train_micro_batch_size_per_gpu {self.batch_size} x gradient_accumulation_steps "
-                                 f"{gas} x {gpus} GPUs")
+                raise SimdlError(
+                    f"{self.path}: train_batch_size {self.train_batch_size} != "
+                    f"train_micro_batch_size_per_gpu {self.batch_size} x gradient_accumulation_steps "
+                    f"{gas} x {gpus} GPUs"
+                )
             return self.batch_size
         if self.train_batch_size is None:
             return None
         if self.train_batch_size % (gas * gpus):
-            raise SimdlError(f"{self.path}: train_batch_size {self.train_batch_size} is not a multiple of "
-                             f"gradient_accumulation_steps {gas} x {gpus} GPUs")
+            raise SimdlError(
+                f"{self.path}: train_batch_size {self.train_batch_size} is not a multiple of "
+                f"gradient_accumulation_steps {gas} x {gpus} GPUs"
+            )
         return self.train_batch_size // (gas * gpus)
 
 
@@ -116,11 +233,15 @@ def read_ds_config(path: str | Path) -> DSConfig:
     except OSError as err:
         raise SimdlError(f"--deepspeed-config {where!r}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError as err:
-        raise SimdlError(f"--deepspeed-config {where}: not UTF-8 text (byte {err.start}); accepted: a JSON file") from None
+        raise SimdlError(
+            f"--deepspeed-config {where}: not UTF-8 text (byte {err.start}); accepted: a JSON file"
+        ) from None
     try:
         raw = json.loads(text)
     except json.JSONDecodeError as err:
-        raise SimdlError(f"--deepspeed-config {where}: not JSON ({err.msg} at line {err.lineno}, column {err.colno})") from None
+        raise SimdlError(
+            f"--deepspeed-config {where}: not JSON ({err.msg} at line {err.lineno}, column {err.colno})"
+        ) from None
     if not isinstance(raw, dict):
         raise SimdlError(f"--deepspeed-config {where}: must be a JSON object, got {type(raw).__name__}")
     notes: list[str] = []
@@ -139,9 +260,16 @@ def read_ds_config(path: str | Path) -> DSConfig:
     if stage not in (0, 1, 2, 3):
         raise SimdlError(f"{where}: zero_optimization.stage {stage!r} is not a ZeRO stage; accepted: 0, 1, 2, 3")
     opts: dict[str, Any] = {}
-    for key in ("reduce_bucket_size", "allgather_bucket_size", "stage3_prefetch_bucket_size",
-                "stage3_param_persistence_threshold", "stage3_max_live_parameters",
-                "prefetch_bucket_size", "param_persistence_threshold", "max_live_parameters"):
+    for key in (
+        "reduce_bucket_size",
+        "allgather_bucket_size",
+        "stage3_prefetch_bucket_size",
+        "stage3_param_persistence_threshold",
+        "stage3_max_live_parameters",
+        "prefetch_bucket_size",
+        "param_persistence_threshold",
+        "max_live_parameters",
+    ):
         v = _int(zero, key, where, "zero_optimization.", None, minimum=0)
         if v is not None and (stage == 3 or not _ALIASES.get(key, key).startswith("stage3_")):
             opts[_ALIASES.get(key, key)] = v
@@ -152,8 +280,10 @@ def read_ds_config(path: str | Path) -> DSConfig:
     for key in ("offload_optimizer", "offload_param"):
         device = _offload(zero, key, where)
         if device == "cpu" and (stage == 0 or (key == "offload_param" and stage != 3)):
-            raise SimdlError(f"{where}: zero_optimization.{key} needs ZeRO stage {'3' if key == 'offload_param' else '1-3'}; "
-                             f"the config has stage {stage}")
+            raise SimdlError(
+                f"{where}: zero_optimization.{key} needs ZeRO stage {'3' if key == 'offload_param' else '1-3'}; "
+                f"the config has stage {stage}"
+            )
         if device == "cpu":
             opts[key] = "cpu"
     # Deprecated booleans (config.py: cpu_offload -> offload_optimizer, cpu_offload_param -> offload_param).
@@ -177,11 +307,16 @@ def read_ds_config(path: str | Path) -> DSConfig:
     if _UNKNOWN:
         notes.append(f"not DeepSpeed keys, ignored: {', '.join(_UNKNOWN)}")
     return DSConfig(
-        path=where, strategy=f"zero{stage}", options=opts,
+        path=where,
+        strategy=f"zero{stage}",
+        options=opts,
         batch_size=_int(raw, "train_micro_batch_size_per_gpu", where, "", None, minimum=1),
         grad_accumulation=_int(raw, "gradient_accumulation_steps", where, "", None, minimum=1),
         train_batch_size=_int(raw, "train_batch_size", where, "", None, minimum=1),
-        precision=precision, optimizer=optimizer, notes=tuple(notes))
+        precision=precision,
+        optimizer=optimizer,
+        notes=tuple(notes),
+    )
 
 
 _UNKNOWN: list[str] = []  # the keys the current read_ds_config call warned about
@@ -191,8 +326,9 @@ def _unknown(block: dict, known: frozenset, where: str, prefix: str) -> None:
     for key in block:
         if key not in known:
             _UNKNOWN.append(f"{prefix}{key}")
-            warnings.warn(f"{where}: {prefix}{key} is not a DeepSpeed 0.16.5 key; ignored", DeepSpeedConfigWarning,
-                          stacklevel=3)
+            warnings.warn(
+                f"{where}: {prefix}{key} is not a DeepSpeed 0.16.5 key; ignored", DeepSpeedConfigWarning, stacklevel=3
+            )
 
 
 def _int(block: dict, key: str, where: str, prefix: str, default, minimum: int | None = None):
@@ -228,7 +364,9 @@ def _offload(zero: dict, key: str, where: str) -> str:
     device = block.get("device", "none")  # offload_config.py: device = "none"
     if device not in ("none", "cpu"):
         hint = " (NVMe offload is not modelled)" if device == "nvme" else ""
-        raise SimdlError(f"{where}: zero_optimization.{key}.device {device!r} is not accepted{hint}; accepted: none, cpu")
+        raise SimdlError(
+            f"{where}: zero_optimization.{key}.device {device!r} is not accepted{hint}; accepted: none, cpu"
+        )
     return device
 
 
@@ -239,7 +377,7 @@ def _precision(raw: dict, where: str) -> str | None:
         if block is None:
             continue
         if not isinstance(block, dict):
-            raise SimdlError(f"{where}: {key} must be an object like {{\"enabled\": true}}, got {block!r}")
+            raise SimdlError(f'{where}: {key} must be an object like {{"enabled": true}}, got {block!r}')
         _unknown(block, _PRECISION_KNOWN, where, f"{key}.")
         on = block.get("enabled", False)  # constants.py FP16_ENABLED_DEFAULT / BFLOAT16_ENABLED_DEFAULT = False
         if on == "auto":
@@ -272,21 +410,26 @@ def _optimizer(raw: dict, where: str, notes: list[str]) -> str | None:
     return None
 
 
-def apply_ds_config(path, engine_options: dict, *, gpus, strategy, default_strategy, batch_size, grad_accumulation,
-                    precision, optimizer):
+def apply_ds_config(
+    path, engine_options: dict, *, gpus, strategy, default_strategy, batch_size, grad_accumulation, precision, optimizer
+):
     """predict's settings with a ds_config.json applied: (config, strategy, batch, gas,
     precision, optimizer); the stage's options go into ``engine_options`` (predict's strategy
     keywords). A setting given beside the file must agree with it."""
     ds = read_ds_config(path)
     if strategy not in (default_strategy, ds.strategy):
-        raise SimdlError(f"--strategy {strategy!r} disagrees with {ds.path} (ZeRO stage {ds.strategy[-1]}: "
-                         f"{ds.strategy}); give one of them")
+        raise SimdlError(
+            f"--strategy {strategy!r} disagrees with {ds.path} (ZeRO stage {ds.strategy[-1]}: "
+            f"{ds.strategy}); give one of them"
+        )
 
     def agree(name: str, given, from_file, default=None):
         if from_file is None:
             return given
         if given not in (None, default, from_file):
-            raise SimdlError(f"--{name.replace('_', '-')} {given!r} disagrees with {ds.path} ({from_file!r}); give one of them")
+            raise SimdlError(
+                f"--{name.replace('_', '-')} {given!r} disagrees with {ds.path} ({from_file!r}); give one of them"
+            )
         return from_file
 
     for key, value in ds.options.items():
@@ -294,6 +437,11 @@ def apply_ds_config(path, engine_options: dict, *, gpus, strategy, default_strat
     counted = isinstance(gpus, int) and not isinstance(gpus, bool) and gpus >= 1
     micro = ds.micro_batch(gpus) if counted else ds.batch_size
     gas = ds.accumulation(gpus) if counted else ds.grad_accumulation
-    return (ds, ds.strategy, agree("batch_size", batch_size, micro),
-            agree("grad_accumulation", grad_accumulation, gas, 1),
-            agree("precision", precision, ds.precision), agree("optimizer", optimizer, ds.optimizer))
+    return (
+        ds,
+        ds.strategy,
+        agree("batch_size", batch_size, micro),
+        agree("grad_accumulation", grad_accumulation, gas, 1),
+        agree("precision", precision, ds.precision),
+        agree("optimizer", optimizer, ds.optimizer),
+    )

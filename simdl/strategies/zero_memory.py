@@ -41,7 +41,9 @@ def fetch_modules(numels, first_row, persistent: set[int]) -> dict[int, int]:
     return out
 
 
-def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool, persistent: int) -> tuple[Buffer, ...]:
+def zero_buffers(
+    workload: Workload, stage: int, opts, world: int, overlap: bool, persistent: int
+) -> tuple[Buffer, ...]:
     """Every buffer DeepSpeed allocates on one rank, by name (per-row gradients and stage 3's
     gathered parameters are in the timeline, not here)."""
     P = float(sum(p.numel for p in workload.table.params))
@@ -55,17 +57,21 @@ def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool
     if stage == 0:
         bucket = min(P, STAGE0_ALLREDUCE_ELEMENTS)
         if workload.precision == "bf16":
-            b += [Buffer("bf16 flat parameters", "params", 2 * P, "model"),
-                  Buffer("fp32 master partition", "params", 4 * part, "model"),
-                  Buffer("fp32 gradient accumulation buffer", "grads", 4 * P, "model"),
-                  Buffer("optimizer state", "optimizer", 4 * K * part, "model")]
+            b += [
+                Buffer("bf16 flat parameters", "params", 2 * P, "model"),
+                Buffer("fp32 master partition", "params", 4 * part, "model"),
+                Buffer("fp32 gradient accumulation buffer", "grads", 4 * P, "model"),
+                Buffer("optimizer state", "optimizer", 4 * K * part, "model"),
+            ]
             if world > 1:
                 b.append(Buffer("allreduce flat bucket", "comm_buffers", 4 * bucket, "reduce"))
             return tuple(b)
         b.append(Buffer("fp16 parameters" if e == 2 else "parameters", "params", e * P, "model"))
         if e == 2:
-            b += [Buffer("fp32 master parameters", "params", 4 * P, "model"),
-                  Buffer("fp32 flat gradients", "grads", 4 * P, "step")]
+            b += [
+                Buffer("fp32 master parameters", "params", 4 * P, "model"),
+                Buffer("fp32 flat gradients", "grads", 4 * P, "step"),
+            ]
         b.append(Buffer("optimizer state", "optimizer", 4 * K * P, "model"))
         if world > 1:
             b.append(Buffer("allreduce flat bucket", "comm_buffers", e * bucket, "reduce"))
@@ -73,10 +79,14 @@ def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool
     if stage < 3:
         b.append(Buffer("flat parameters", "params", e * P, "model"))
     else:
-        b += [Buffer("parameter partition", "params", e * part, "host" if opts.offload_param == "cpu" else "model"),
-              Buffer("persistent parameters", "params", e * float(persistent), "model")]
-    b += [Buffer("fp32 master partition", "params", 4 * part, opt_life),
-          Buffer("optimizer state", "optimizer", 4 * K * part, opt_life)]
+        b += [
+            Buffer("parameter partition", "params", e * part, "host" if opts.offload_param == "cpu" else "model"),
+            Buffer("persistent parameters", "params", e * float(persistent), "model"),
+        ]
+    b += [
+        Buffer("fp32 master partition", "params", 4 * part, opt_life),
+        Buffer("optimizer state", "optimizer", 4 * K * part, opt_life),
+    ]
     if opts.contiguous_gradients:
         life = "model" if stage == 3 else "backward"
         b.append(Buffer("ipg bucket" if stage == 3 else "ipg bucket 0", "comm_buffers", e * R, life))
@@ -94,8 +104,10 @@ def zero_buffers(workload: Workload, stage: int, opts, world: int, overlap: bool
         # __avg_scatter_grads -> coalesced_collectives.reduce_scatter_coalesced concatenates the
         # bucket's gradients (each padded to a multiple of the world) and reduce-scatters the copy
         # into a partition-sized output (stage3.py, runtime/comm/coalesced_collectives.py)
-        b += [Buffer("reduce-scatter flat input", "comm_buffers", e * min(R, P), "reduce_each"),
-              Buffer("reduce-scatter output", "comm_buffers", e * min(R, P) / world, "reduce_each")]
+        b += [
+            Buffer("reduce-scatter flat input", "comm_buffers", e * min(R, P), "reduce_each"),
+            Buffer("reduce-scatter output", "comm_buffers", e * min(R, P) / world, "reduce_each"),
+        ]
     if stage < 3:
         # average_tensor -> allreduce_and_scatter / allreduce_no_retain -> allreduce_bucket
         # flattens each bucket's gradients for its collective, contiguous_gradients or not
@@ -134,8 +146,9 @@ def _timeline(table, batch, optimizer, precision, opts, f):
     e = f.elem_bytes
     ev = T._Events()
     # The model itself is in 16 bits under fp16/bf16 (engine.py module.half() / .bfloat16()): no autocast cache.
-    T._row_events(ev, table, batch, T._act_factor(wl), False, opts.activation_checkpointing, e / 4.0,
-                  opts.conv_backward_scratch)
+    T._row_events(
+        ev, table, batch, T._act_factor(wl), False, opts.activation_checkpointing, e / 4.0, opts.conv_backward_scratch
+    )
     bstart, epi = (1.5 + n, T.BWD, n - 1, 0), (pb(0) + 0.99, T.BWD, 0, 1)
     step_a, step_end = (3.0 + 2 * n + 0.2, T.STEP, -1, 0), (3.0 + 2 * n + 0.95, T.STEP, -1, 1)
 
@@ -180,8 +193,15 @@ def _timeline(table, batch, optimizer, precision, opts, f):
         # (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads, stage3.py
         # __add_grad_to_ipg_bucket): autograd's tensor is freed as soon as the row's backward ends.
         g = table.fixed["param_bytes"].astype(float) * e / 4.0
-        ev.add(pb(tree.post_pos) + 0.76, _CAT["grads"], -g, direction=T.BWD, row=tree.end - 1, edge=1,
-               label="gradients copied into the ipg bucket")
+        ev.add(
+            pb(tree.post_pos) + 0.76,
+            _CAT["grads"],
+            -g,
+            direction=T.BWD,
+            row=tree.end - 1,
+            edge=1,
+            label="gradients copied into the ipg bucket",
+        )
     elif f.stage >= 2 and f.buckets:
         bucket_bytes = np.asarray(f.bucket_elements, float) * e
         for r, nb in zip(ready, bucket_bytes):
@@ -232,11 +252,24 @@ def _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e) -> None:
             name = table.names[row]
             new_elements, window_ahead = max(k + ahead - window_ahead, 0), ahead
             if new_elements:
-                ev.add(pre - 0.0005, 5, new_elements * e, direction=direction, row=r0, label=f"all-gather output {name}")
-                ev.add(pre + 0.002, 5, -new_elements * e, direction=direction, row=r0, label=f"all-gather output {name}")
+                ev.add(
+                    pre - 0.0005, 5, new_elements * e, direction=direction, row=r0, label=f"all-gather output {name}"
+                )
+                ev.add(
+                    pre + 0.002, 5, -new_elements * e, direction=direction, row=r0, label=f"all-gather output {name}"
+                )
             ev.add(pre, 0, k * e, direction=direction, row=r0, label=f"gathered parameters {name}")
             ev.add(post, 0, -k * e, direction=direction, row=r1, edge=1, label=f"released parameters {name}")
             if ahead:
-                ev.add(pre + 0.001, 5, ahead * e, direction=direction, row=r0, label=f"prefetched parameters after {name}")
-                ev.add(post - 0.001, 5, -ahead * e, direction=direction, row=r1, edge=1,
-                       label=f"prefetched parameters after {name}")
+                ev.add(
+                    pre + 0.001, 5, ahead * e, direction=direction, row=r0, label=f"prefetched parameters after {name}"
+                )
+                ev.add(
+                    post - 0.001,
+                    5,
+                    -ahead * e,
+                    direction=direction,
+                    row=r1,
+                    edge=1,
+                    label=f"prefetched parameters after {name}",
+                )

@@ -80,14 +80,20 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
     persistent = tuple(i for i, k in enumerate(numels) if stage == 3 and k <= opts.stage3_param_persistence_threshold)
     e = 2 if workload.mixed_precision else 4
     return _Layout(
-        stage=stage, world=cluster.gpus, e=e,
+        stage=stage,
+        world=cluster.gpus,
+        e=e,
         grad_elem=4 if (stage == 0 and workload.precision == "bf16") else e,  # BF16_Optimizer reduces fp32 grads
-        overlap=opts.overlap(stage), numels=numels, P=sum(numels),
+        overlap=opts.overlap(stage),
+        numels=numels,
+        P=sum(numels),
         ready=tuple(min(first_row[i] for i in b) for b in buckets),
-        elems=tuple(sum(numels[i] for i in b) for b in buckets), persistent=persistent,
+        elems=tuple(sum(numels[i] for i in b) for b in buckets),
+        persistent=persistent,
         fetch=fetch_modules(numels, first_row, set(persistent)) if stage == 3 else {},
         offload=opts.offload_optimizer == "cpu" and stage >= 1,
-        pcie_bw=cluster.spec.intra_node.pcie_bandwidth.value)
+        pcie_bw=cluster.spec.intra_node.pcie_bandwidth.value,
+    )
 
 
 def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
@@ -105,19 +111,50 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     # under FP16_Optimizer / BF16_Optimizer too; the model's own tensors only in fp32 stage 0.
     flat = lay.stage >= 1 or workload.mixed_precision
     fused = opts.fused_adam and workload.optimizer == "adam" and not lay.offload
-    prev = _step(add, workload, cluster, lay.stage, opts, lay.P, lay.e, lay.world, prev, lay.offload, lay.pcie_bw,
-                 1 if flat else len(lay.numels), fused)
+    prev = _step(
+        add,
+        workload,
+        cluster,
+        lay.stage,
+        opts,
+        lay.P,
+        lay.e,
+        lay.world,
+        prev,
+        lay.offload,
+        lay.pcie_bw,
+        1 if flat else len(lay.numels),
+        fused,
+    )
     if (lay.stage in (1, 2) or (lay.stage == 0 and workload.precision == "bf16")) and lay.world > 1:
-        add(Task("all_gather:updated parameters", COMM, "comm", deps=prev, collective="all_gather",
-                 comm_bytes=lay.P * lay.e, group="world"))
+        add(
+            Task(
+                "all_gather:updated parameters",
+                COMM,
+                "comm",
+                deps=prev,
+                collective="all_gather",
+                comm_bytes=lay.P * lay.e,
+                group="world",
+            )
+        )
     notes: tuple[str, ...] = ()
     if lay.offload:
-        notes = (f"ZeRO-Offload: the CPU optimizer step is priced at an assumed {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s "
-                 "host memory rate (simdl.strategies.zero_plan.CPU_ADAM_BYTES_PER_S); PCIe at the cluster's pcie_GB_per_s",)
+        notes = (
+            f"ZeRO-Offload: the CPU optimizer step is priced at an assumed {CPU_ADAM_BYTES_PER_S / 1e9:.0f} GB/s "
+            "host memory rate (simdl.strategies.zero_plan.CPU_ADAM_BYTES_PER_S); PCIe at the cluster's pcie_GB_per_s",
+        )
     world = lay.world
-    return SpmdPlan(strategy=config.name, family="zero", tasks=tuple(tasks), world_size=world, data_parallel=world,
-                    groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")},
-                    facts=_facts(workload, lay, opts, fused), notes=notes)
+    return SpmdPlan(
+        strategy=config.name,
+        family="zero",
+        tasks=tuple(tasks),
+        world_size=world,
+        data_parallel=world,
+        groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")},
+        facts=_facts(workload, lay, opts, fused),
+        notes=notes,
+    )
 
 
 def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, sync: bool) -> tuple:
@@ -128,8 +165,18 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
 
     def gather(row: int, deps: tuple[int, ...], phase: str) -> int:
         k = fetch[row]
-        return add(Task(f"all_gather:{phase}:{table.names[row]}", COMM, "comm", deps=deps, collective="all_gather",
-                        comm_bytes=k * e, group="world", allocs=(k * e,)))
+        return add(
+            Task(
+                f"all_gather:{phase}:{table.names[row]}",
+                COMM,
+                "comm",
+                deps=deps,
+                collective="all_gather",
+                comm_bytes=k * e,
+                group="world",
+                allocs=(k * e,),
+            )
+        )
 
     # Forward, gathering each module's parameters (stage 3) up to the prefetch bucket ahead.
     starts = sorted({0} | set(fetch))
@@ -139,8 +186,9 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
     order = [s for s in starts if s in fetch]
     for s in starts:
         deps = prev + ((gather(s, _prefetch_dep(order, s, fetch, prefetch, done), "fwd"),) if s in fetch else ())
-        prev = (add(Task(f"forward[{s}:{seg_end[s]}]", COMPUTE, "fwd", deps=deps, rows=(s, seg_end[s]),
-                         direction="fwd")),)
+        prev = (
+            add(Task(f"forward[{s}:{seg_end[s]}]", COMPUTE, "fwd", deps=deps, rows=(s, seg_end[s]), direction="fwd")),
+        )
         done[s] = prev[0]
     # Backward in segments, latest rows first, split at stage 3's modules and the buckets' ready rows.
     cuts = set(fetch) | (set(lay.ready) if lay.in_backward else set())
@@ -153,17 +201,35 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
         done[s] = prev[0]
         if lay.in_backward and communicate:
             for k in (k for k, r in enumerate(lay.ready) if s <= r < stop):
-                prev = _reduce(add, k, lay.elems[k] * e, lay.stage, lay.overlap, opts.contiguous_gradients, prev,
-                               reduce_ids)
+                prev = _reduce(
+                    add, k, lay.elems[k] * e, lay.stage, lay.overlap, opts.contiguous_gradients, prev, reduce_ids
+                )
         stop = s
     if sync and communicate and not lay.in_backward:
         # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
         for k in range(len(lay.elems)):
-            prev = _reduce(add, k, lay.elems[k] * lay.grad_elem, lay.stage, False,
-                           opts.contiguous_gradients or lay.stage == 0, prev, reduce_ids)
+            prev = _reduce(
+                add,
+                k,
+                lay.elems[k] * lay.grad_elem,
+                lay.stage,
+                False,
+                opts.contiguous_gradients or lay.stage == 0,
+                prev,
+                reduce_ids,
+            )
     if lay.offload:  # each reduced gradient partition goes to host memory (async_accumulate_grad_in_cpu_via_gpu)
-        return (add(Task("d2h:gradient partition", PCIE, "comm", deps=prev + tuple(reduce_ids[-1:]),
-                         host_s=lay.P * e / lay.world / lay.pcie_bw)),)
+        return (
+            add(
+                Task(
+                    "d2h:gradient partition",
+                    PCIE,
+                    "comm",
+                    deps=prev + tuple(reduce_ids[-1:]),
+                    host_s=lay.P * e / lay.world / lay.pcie_bw,
+                )
+            ),
+        )
     return prev + tuple(reduce_ids[-1:])
 
 
@@ -171,12 +237,22 @@ def _facts(workload: Workload, lay: _Layout, opts, fused: bool) -> ZeROFacts:
     P, world, e, stage = lay.P, lay.world, lay.e, lay.stage
     persistent = sum(lay.numels[i] for i in lay.persistent)
     return ZeROFacts(
-        stage=stage, world=world, elem_bytes=e, fused_adam=fused, loss_scaling=workload.precision == "fp16-amp",
-        overlap_comm=lay.overlap, contiguous_gradients=opts.contiguous_gradients, buckets=len(lay.elems),
-        bucket_elements=lay.elems, bucket_ready_rows=lay.ready, fetch_modules=len(lay.fetch),
-        persistent_elements=persistent, cpu_offload=lay.offload,
+        stage=stage,
+        world=world,
+        elem_bytes=e,
+        fused_adam=fused,
+        loss_scaling=workload.precision == "fp16-amp",
+        overlap_comm=lay.overlap,
+        contiguous_gradients=opts.contiguous_gradients,
+        buckets=len(lay.elems),
+        bucket_elements=lay.elems,
+        bucket_ready_rows=lay.ready,
+        fetch_modules=len(lay.fetch),
+        persistent_elements=persistent,
+        cpu_offload=lay.offload,
         persistence_threshold=opts.stage3_param_persistence_threshold,
-        prefetch_elements=opts.stage3_prefetch_bucket_size, max_live_elements=opts.stage3_max_live_parameters,
+        prefetch_elements=opts.stage3_prefetch_bucket_size,
+        max_live_elements=opts.stage3_max_live_parameters,
         comm_buffer_bytes=opts.reduce_bucket_size * e * (2 if lay.overlap and stage < 3 else 1) if stage else 0.0,
         buffers=zero_buffers(workload, stage, opts, world, lay.overlap, persistent),
         host_bytes=(4 * P / world) * (2 + workload.optimizer_state_copies) if lay.offload else 0.0,
@@ -223,8 +299,19 @@ def _step(add, workload, cluster, stage, opts, P, e, world, prev, offload, pcie_
         # has_overflow / get_grad_norm read the gradient partition; stages >= 1 all-reduce the flag or norm
         prev = (add(Task("grad_norm_and_overflow_check", COMPUTE, "opt", deps=prev, bytes=local * e, kernels=2)),)
         if stage >= 1 and world > 1:
-            prev = (add(Task("all_reduce:norm", COMM, "comm", deps=prev, collective="all_reduce", comm_bytes=8.0,
-                             group="world")),)
+            prev = (
+                add(
+                    Task(
+                        "all_reduce:norm",
+                        COMM,
+                        "comm",
+                        deps=prev,
+                        collective="all_reduce",
+                        comm_bytes=8.0,
+                        group="world",
+                    )
+                ),
+            )
     if e != 4 and not offload:  # the 16-bit gradient partition converted to fp32 for the update
         prev = (add(Task("grad_to_fp32", COMPUTE, "opt", deps=prev, bytes=local * (e + 4), kernels=1)),)
     if offload:

@@ -36,8 +36,12 @@ class EpochCounts:
 def epoch_counts(train_samples: int, data_parallel: int, batch_size: int, grad_accumulation: int) -> EpochCounts:
     per_rank = math.ceil(train_samples / data_parallel)
     per_step = batch_size * grad_accumulation
-    return EpochCounts(steps=math.ceil(per_rank / per_step), samples_per_rank=per_rank,
-                       samples=per_rank * data_parallel, step_samples=per_step * data_parallel)
+    return EpochCounts(
+        steps=math.ceil(per_rank / per_step),
+        samples_per_rank=per_rank,
+        samples=per_rank * data_parallel,
+        step_samples=per_step * data_parallel,
+    )
 
 
 def throughput(counts: EpochCounts, iteration_s: float) -> float:
@@ -51,8 +55,10 @@ def throughput(counts: EpochCounts, iteration_s: float) -> float:
 def short_epoch_note(counts: EpochCounts, batch_size: int, grad_accumulation: int) -> str | None:
     if not counts.shorter_than_a_step:
         return None
-    return (f"the epoch is shorter than one step: DistributedSampler gives each of the "
-            f"{counts.samples // counts.samples_per_rank} ranks {counts.samples_per_rank} samples, fewer than a step's "
-            f"{batch_size * grad_accumulation} (batch {batch_size} x {grad_accumulation} micro-steps); the one step "
-            f"per epoch is timed at the full batch (an upper bound) and the throughput counts the "
-            f"{counts.samples:,} samples it holds")
+    return (
+        f"the epoch is shorter than one step: DistributedSampler gives each of the "
+        f"{counts.samples // counts.samples_per_rank} ranks {counts.samples_per_rank} samples, fewer than a step's "
+        f"{batch_size * grad_accumulation} (batch {batch_size} x {grad_accumulation} micro-steps); the one step "
+        f"per epoch is timed at the full batch (an upper bound) and the throughput counts the "
+        f"{counts.samples:,} samples it holds"
+    )

@@ -79,8 +79,8 @@ import torch.nn.functional as F
 from torch.utils._python_dispatch import _disable_current_modes
 
 from ..errors import SimdlError
-from .table import SCHEMA, SCALED_COLUMNS
 from .inputs import describe, is_image, sample_batch
+from .table import SCALED_COLUMNS, SCHEMA
 from .tracer import Row, Tracer, tensors
 from .zoo import build_adapted
 
@@ -100,15 +100,13 @@ def gpu_attention(any_device: bool = False):
     """
     original = F.scaled_dot_product_attention
 
-    def efficient(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
-                  scale=None, enable_gqa=False):
+    def efficient(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
         if (query.device.type != "meta" and not any_device) or enable_gqa:
-            return original(query, key, value, attn_mask, dropout_p, is_causal,
-                            scale=scale, enable_gqa=enable_gqa)
-        needs_grad = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (query, key, value))
+            return original(query, key, value, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (query, key, value))
         return aten._scaled_dot_product_efficient_attention(
-            query, key, value, attn_mask, needs_grad, dropout_p, is_causal, scale=scale)[0]
+            query, key, value, attn_mask, needs_grad, dropout_p, is_causal, scale=scale
+        )[0]
 
     F.scaled_dot_product_attention = efficient
     try:
@@ -117,9 +115,9 @@ def gpu_attention(any_device: bool = False):
         F.scaled_dot_product_attention = original
 
 
-
-def _trace(model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: int,
-           batch: int, vocab: int | None = None) -> tuple[list[Row], str]:
+def _trace(
+    model: torch.nn.Module, input_shape: tuple[int, ...], num_classes: int, batch: int, vocab: int | None = None
+) -> tuple[list[Row], str]:
     """One forward+backward on meta at ``batch``; returns the rows and the loss used."""
     for p in model.parameters():
         p.grad = None  # a fresh step: no gradient accumulation kernels
@@ -166,8 +164,13 @@ def _sum_loss(outputs: list[torch.Tensor]) -> torch.Tensor:
 
 
 def _has_logits(out: Any, batch: int, num_classes: int) -> bool:
-    return (isinstance(out, torch.Tensor) and out.dim() >= 2 and out.shape[0] == batch
-            and out.shape[-1] == num_classes and out.is_floating_point())
+    return (
+        isinstance(out, torch.Tensor)
+        and out.dim() >= 2
+        and out.shape[0] == batch
+        and out.shape[-1] == num_classes
+        and out.is_floating_point()
+    )
 
 
 def _number(x: float) -> float | int:
@@ -175,8 +178,14 @@ def _number(x: float) -> float | int:
     return int(x) if float(x).is_integer() else round(float(x), 6)
 
 
-def extract(model_spec: str, input_shape: tuple[int, ...], num_classes: int,
-            dataset: str = "", batches: tuple[int, int] = (2, 4), vocab: int | None = None) -> dict[str, Any]:
+def extract(
+    model_spec: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    dataset: str = "",
+    batches: tuple[int, int] = (2, 4),
+    vocab: int | None = None,
+) -> dict[str, Any]:
     """Trace ``model_spec`` and return its workload table as a schema-1 dict.
 
     ``vocab``: the inputs are int64 token ids below it (simdl.workload.inputs), not float32.
@@ -192,8 +201,7 @@ def extract(model_spec: str, input_shape: tuple[int, ...], num_classes: int,
         raise SimdlError(f"{model_spec}: module calls differ between batch {b1} and {b2}")
     out_rows = []
     for r1, r2 in zip(rows1, rows2):
-        row: dict[str, Any] = {"name": r1.name, "type": r1.type,
-                               "params": r1.params, "param_bytes": r1.param_bytes}
+        row: dict[str, Any] = {"name": r1.name, "type": r1.type, "params": r1.params, "param_bytes": r1.param_bytes}
         for c in SCALED_COLUMNS:
             per = (r2.v[c] - r1.v[c]) / (b2 - b1)
             row[c] = _number(per)
@@ -235,8 +243,7 @@ def extract(model_spec: str, input_shape: tuple[int, ...], num_classes: int,
         "buffer_bytes": sum(b.numel() * b.element_size() for b in model.buffers()),
         "params": [{"name": n, "module": owner[id(p)], "numel": p.numel()} for n, p in params],
         "modules": [
-            {"name": n, "type": type(m).__name__,
-             "params": sum(p.numel() for p in m.parameters(recurse=False))}
+            {"name": n, "type": type(m).__name__, "params": sum(p.numel() for p in m.parameters(recurse=False))}
             for n, m in model.named_modules()
         ],
         "rows": out_rows,
@@ -249,8 +256,7 @@ def save_table(table: dict[str, Any], path: str | os.PathLike) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(table, separators=(",", ":"))
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw,
-                                               mtime=0, compresslevel=9) as f:
+    with open(tmp, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=9) as f:
         f.write(text.encode("utf-8"))
     os.replace(tmp, path)  # atomic: concurrent readers never see half a file
     return path

@@ -56,8 +56,10 @@ def _import_module(spec: str, module_name: str) -> ModuleType:
     except ModuleNotFoundError as e:
         hint = ""
         if e.name == module_name.split(".")[0] and Path(f"{module_name.replace('.', '/')}.py").is_file():
-            hint = (f"; {module_name.replace('.', '/')}.py is in the current directory, which is not on the "
-                    f"import path: give its file, --model ./{module_name.replace('.', '/')}.py:{spec.partition(':')[2]}")
+            hint = (
+                f"; {module_name.replace('.', '/')}.py is in the current directory, which is not on the "
+                f"import path: give its file, --model ./{module_name.replace('.', '/')}.py:{spec.partition(':')[2]}"
+            )
         raise SimdlError(f"cannot import model factory module {module_name!r}: {e}{hint}") from None
     except Exception as e:
         raise SimdlError(f"model factory {spec!r}: importing {module_name} raised {_first_line(e)}") from None

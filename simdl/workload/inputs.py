@@ -79,5 +79,7 @@ def forward_error(model: Any, shape: tuple[int, ...], vocab: int | None) -> str 
 
 
 def input_hint() -> str:
-    return ("give the input the model's forward takes with --input (128x512: a sequence of 128 vectors "
-            "of 512; 512 with --vocab 32000: 512 token ids)")
+    return (
+        "give the input the model's forward takes with --input (128x512: a sequence of 128 vectors "
+        "of 512; 512 with --vocab 32000: 512 token ids)"
+    )

@@ -88,8 +88,7 @@ def _resolve(model: str, dataset: str | None, input_shape, num_classes):
             dataset = None  # a custom variant: not the shipped table
         return dataset, tuple(int(s) for s in shape), classes
     if input_shape is None:
-        raise SimdlError(f"model {model!r}: give a dataset ({', '.join(sorted(DATASETS))}) "
-                         "or an input shape")
+        raise SimdlError(f"model {model!r}: give a dataset ({', '.join(sorted(DATASETS))}) or an input shape")
     shape = tuple(int(s) for s in input_shape)
     classes = 1000 if num_classes is None else int(num_classes)
     for ds in DATASETS.values():  # same shape and classes as a dataset: same table
@@ -98,8 +97,7 @@ def _resolve(model: str, dataset: str | None, input_shape, num_classes):
     return None, shape, classes
 
 
-def table_path(model: str, dataset: str | None = None, input_shape=None,
-               num_classes: int | None = None) -> Path:
+def table_path(model: str, dataset: str | None = None, input_shape=None, num_classes: int | None = None) -> Path:
     """The file the table for this request is (or would be) read from."""
     dataset, shape, classes = _resolve(model, dataset, input_shape, num_classes)
     if dataset is not None:
@@ -109,8 +107,9 @@ def table_path(model: str, dataset: str | None = None, input_shape=None,
     return cache_path(model, shape, classes)
 
 
-def load_workload(model: str, dataset: str | None = None, input_shape=None,
-                  num_classes: int | None = None, vocab: int | None = None) -> WorkloadTable:
+def load_workload(
+    model: str, dataset: str | None = None, input_shape=None, num_classes: int | None = None, vocab: int | None = None
+) -> WorkloadTable:
     """The workload table of ``model`` on ``dataset`` (or ``input_shape``/``num_classes``).
 
     ``num_classes`` defaults to the dataset's, or 1000 with a bare input shape. ``vocab``:
@@ -125,8 +124,9 @@ def load_workload(model: str, dataset: str | None = None, input_shape=None,
 
 
 @lru_cache(maxsize=256)
-def _load(model: str, dataset: str | None, shape: tuple[int, ...], classes: int,
-          version: str = "", vocab: int | None = None) -> WorkloadTable:
+def _load(
+    model: str, dataset: str | None, shape: tuple[int, ...], classes: int, version: str = "", vocab: int | None = None
+) -> WorkloadTable:
     # version: a model file's content (factory.cache_name), so an edited file is traced anew
     if dataset is not None:
         path = shipped_path(model, dataset)

@@ -38,8 +38,9 @@ def main(argv: list[str] | None = None) -> int:
         for dataset in args.datasets:
             t0 = time.perf_counter()
             path = ship(model, dataset, args.out)
-            print(f"{path.name:45s} {path.stat().st_size / 1024:7.1f} KiB "
-                  f"{time.perf_counter() - t0:6.2f} s", flush=True)
+            print(
+                f"{path.name:45s} {path.stat().st_size / 1024:7.1f} KiB {time.perf_counter() - t0:6.2f} s", flush=True
+            )
     return 0
 
 

@@ -122,12 +122,8 @@ class WorkloadTable:
         if d.get("schema") != SCHEMA:
             raise SimdlError(f"{where}: schema {d.get('schema')!r} is not supported; accepted: {SCHEMA}")
         rows = d["rows"]
-        per_sample = {
-            c: np.array([float(r.get(c, 0.0)) for r in rows]) for c in SCALED_COLUMNS
-        }
-        fixed = {
-            c: np.array([float(r.get(c + "_fixed", 0.0)) for r in rows]) for c in SCALED_COLUMNS
-        }
+        per_sample = {c: np.array([float(r.get(c, 0.0)) for r in rows]) for c in SCALED_COLUMNS}
+        fixed = {c: np.array([float(r.get(c + "_fixed", 0.0)) for r in rows]) for c in SCALED_COLUMNS}
         for c in FIXED_COLUMNS:
             fixed[c] = np.array([float(r.get(c, 0.0)) for r in rows])
         return cls(

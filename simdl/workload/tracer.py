@@ -140,9 +140,9 @@ class Tracer(TorchDispatchMode):
     def _can_decompose(self, func) -> bool:
         if func not in self._decomposable:
             dk = torch._C.DispatchKey.CompositeImplicitAutograd
-            self._decomposable[func] = (
-                dk in func.py_kernels
-                or torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), dk))
+            self._decomposable[func] = dk in func.py_kernels or torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), dk
+            )
         return self._decomposable[func]
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
@@ -151,8 +151,7 @@ class Tracer(TorchDispatchMode):
         # Same fallback as FlopCounterMode (torch/utils/flop_counter.py,
         # _FlopCounterMode.__torch_dispatch__): unregistered ops with a composite
         # kernel are decomposed so their matmuls are counted.
-        if packet not in flop_registry and func is not torch.ops.prim.device.default \
-                and self._can_decompose(func):
+        if packet not in flop_registry and func is not torch.ops.prim.device.default and self._can_decompose(func):
             with self:
                 r = func.decompose(*args, **kwargs)
             if r is not NotImplemented:
@@ -208,15 +207,13 @@ class Tracer(TorchDispatchMode):
             # dilation, transposed, output_padding, groups, output_mask).
             mask = list(args[10])
             if mask[0]:
-                v["bwd_input_flops"] += formula(*args[:10], [True, False, False], **kwargs,
-                                                out_val=out)
+                v["bwd_input_flops"] += formula(*args[:10], [True, False, False], **kwargs, out_val=out)
             if mask[1]:
                 # The registry's weight-gradient term frames it as a conv with batch and
                 # channels swapped, which loses the group division: it is `groups` times
                 # too big for grouped/depthwise convs (fixed upstream in pytorch/pytorch
                 # PR #183405, not in torch 2.14). Divided here so it equals the forward.
-                v["bwd_weight_flops"] += formula(*args[:10], [False, True, False], **kwargs,
-                                                 out_val=out) // args[9]
+                v["bwd_weight_flops"] += formula(*args[:10], [False, True, False], **kwargs, out_val=out) // args[9]
             return
         flops = formula(*args, **kwargs, out_val=out)
         if packet in _MATMULS and self._is_weight_grad(row.module, args, out):

@@ -130,8 +130,10 @@ def check_model_name(name: str) -> None:
         if is_torchvision_model(name):
             return
     except SimdlError:
-        raise SimdlError(f"model {name!r} is not a built-in model ({', '.join(sorted(MODELS))}); a torchvision "
-                         f"model name is traced on demand, which needs torch: {INSTALL}") from None
+        raise SimdlError(
+            f"model {name!r} is not a built-in model ({', '.join(sorted(MODELS))}); a torchvision "
+            f"model name is traced on demand, which needs torch: {INSTALL}"
+        ) from None
     raise SimdlError(f"{unknown('model', name, MODELS)}; or any name torchvision.models.list_models() lists")
 
 
@@ -182,9 +184,7 @@ def _call_factory(spec: str, input_shape: tuple[int, ...], num_classes: int, voc
     if model is None:
         model = call_factory(spec, factory, kwargs)  # its exceptions: one line naming it
     if not isinstance(model, nn.Module):
-        raise SimdlError(
-            f"model factory {spec!r} returned {type(model).__name__}, expected a torch.nn.Module"
-        )
+        raise SimdlError(f"model factory {spec!r} returned {type(model).__name__}, expected a torch.nn.Module")
     return model
 
 
@@ -205,12 +205,19 @@ def _set_in_channels(model: Any, channels: int) -> str:
     if name is None or conv is None or conv.in_channels == channels:
         return ""
     if conv.groups != 1:
-        raise SimdlError(
-            f"cannot adapt first conv {name} (groups={conv.groups}) to {channels} channels")
+        raise SimdlError(f"cannot adapt first conv {name} (groups={conv.groups}) to {channels} channels")
     new = nn.Conv2d(
-        channels, conv.out_channels, conv.kernel_size, conv.stride, conv.padding,
-        conv.dilation, conv.groups, conv.bias is not None, conv.padding_mode,
-        device=conv.weight.device, dtype=conv.weight.dtype,
+        channels,
+        conv.out_channels,
+        conv.kernel_size,
+        conv.stride,
+        conv.padding,
+        conv.dilation,
+        conv.groups,
+        conv.bias is not None,
+        conv.padding_mode,
+        device=conv.weight.device,
+        dtype=conv.weight.dtype,
     )
     parent_name, _, attr = name.rpartition(".")
     setattr(model.get_submodule(parent_name), attr, new)
@@ -267,7 +274,10 @@ def build_model(
 
 
 def build_adapted(
-    name_or_spec: str, input_shape: tuple[int, ...], num_classes: int, device: str = "meta",
+    name_or_spec: str,
+    input_shape: tuple[int, ...],
+    num_classes: int,
+    device: str = "meta",
     vocab: int | None = None,
 ) -> tuple[Any, str, tuple[int, ...]]:
     """Like :func:`build_model`, also returning the (possibly padded) input shape used.
@@ -320,20 +330,24 @@ def build_adapted(
     return model, "; ".join(notes), shape
 
 
-def _build_unadapted(name_or_spec: str, shape: tuple[int, ...], num_classes: int, device: str,
-                     vocab: int | None) -> tuple[Any, str, tuple[int, ...]]:
+def _build_unadapted(
+    name_or_spec: str, shape: tuple[int, ...], num_classes: int, device: str, vocab: int | None
+) -> tuple[Any, str, tuple[int, ...]]:
     """A factory model on a non-image input, checked by one forward on meta."""
     import torch
 
     if name_or_spec in MODELS:
-        raise SimdlError(f"model {name_or_spec!r} takes images (--input CxHxW, no --vocab); "
-                         f"{describe(shape, vocab)} inputs need a package.module:factory model")
+        raise SimdlError(
+            f"model {name_or_spec!r} takes images (--input CxHxW, no --vocab); "
+            f"{describe(shape, vocab)} inputs need a package.module:factory model"
+        )
     with torch.device(device):
         model = _call_factory(name_or_spec, shape, num_classes, vocab)
     model.train()
     if device == "meta":
         error = forward_error(model, shape, vocab)
         if error is not None:
-            raise SimdlError(f"model {name_or_spec!r} does not run on {describe(shape, vocab)} inputs "
-                             f"({error}); {input_hint()}")
+            raise SimdlError(
+                f"model {name_or_spec!r} does not run on {describe(shape, vocab)} inputs ({error}); {input_hint()}"
+            )
     return model, "", shape

@@ -4,9 +4,9 @@ import math
 from pathlib import Path
 
 import pytest
+from simdl.analytic.costs import device_rates, memory_bound_time, row_times
 
 import simdl
-from simdl.analytic.costs import device_rates, memory_bound_time, row_times
 from simdl.cluster import allocate, load_cluster
 from simdl.collectives import bus_bytes_factor
 from simdl.strategies import StrategyConfig, build_plan
@@ -37,8 +37,11 @@ def test_single_gpu_ddp_is_forward_plus_backward_plus_optimizer():
     rows = row_times(table, 32, rates)
     n = table.n_rows
     opt_kernels = 3 * math.ceil(len(table.params) / 48)  # momentum: 3 foreach calls
-    expected = rows.segment(0, n, "fwd") + rows.segment(0, n, "bwd") + memory_bound_time(
-        PASSES["momentum"] * table.param_bytes, opt_kernels, rates)
+    expected = (
+        rows.segment(0, n, "fwd")
+        + rows.segment(0, n, "bwd")
+        + memory_bound_time(PASSES["momentum"] * table.param_bytes, opt_kernels, rates)
+    )
     assert r.iteration_time_s == pytest.approx(expected, rel=1e-12)
     assert r.comm_bytes_per_iteration == 0 and r.exposed_comm_time_s == 0
 
@@ -128,14 +131,26 @@ def test_memory_grows_with_batch_and_optimizer_state():
 
 
 def test_a_model_too_big_for_a_gpu_does_not_fit():
-    r = simdl.predict(model="convnext_large", strategy="ddp", gpus=2, cluster="a10g-ps", dataset="imagenet",
-                      batch_size=256, optimizer="adam")
+    r = simdl.predict(
+        model="convnext_large",
+        strategy="ddp",
+        gpus=2,
+        cluster="a10g-ps",
+        dataset="imagenet",
+        batch_size=256,
+        optimizer="adam",
+    )
     assert not r.fits_in_memory
 
 
 def test_all_strategies_give_finite_positive_answers():
-    cases = [("ddp", {}), ("fsdp", {"sharding": "full"}), ("fsdp", {"sharding": "grad_op"}),
-             ("fsdp", {"sharding": "hybrid"}), ("fsdp", {"sharding": "none"})]
+    cases = [
+        ("ddp", {}),
+        ("fsdp", {"sharding": "full"}),
+        ("fsdp", {"sharding": "grad_op"}),
+        ("fsdp", {"sharding": "hybrid"}),
+        ("fsdp", {"sharding": "none"}),
+    ]
     for model in ("mnist_cnn", "efficientnet_v2_s", "densenet121", "vit_b_32", "mobilenet_v3_large"):
         for strategy, kw in cases:
             r = simdl.predict(model=model, strategy=strategy, gpus=8, cluster="a100-40gb-2node", **kw)
@@ -175,8 +190,8 @@ def test_gloo_reduce_scatter_sends_an_all_reduce():
     ddp = dict(kw, strategy="ddp")
     ddp.pop("sharding")
     assert simdl.predict(cluster="cpu-local", **ddp).comm_bytes_per_iteration == pytest.approx(
-        simdl.predict(cluster="a100-80gb-nvlink", **ddp).comm_bytes_per_iteration)
-
+        simdl.predict(cluster="a100-80gb-nvlink", **ddp).comm_bytes_per_iteration
+    )
 
 
 def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
@@ -190,10 +205,12 @@ def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
 
     base = load_cluster(lab("cpu-local-x4"))
     link, phi, kappa = (Sourced(v, "calibrated", "test") for v in (1.0e9, 0.2e-9, 0.1e-9))
-    plain = dataclasses.replace(base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link,
-                                                                     receive_fault=None, response_copy=None))
-    full = dataclasses.replace(plain, ps_servers=dataclasses.replace(plain.ps_servers, receive_fault=phi,
-                                                                     response_copy=kappa))
+    plain = dataclasses.replace(
+        base, ps_servers=dataclasses.replace(base.ps_servers, worker_link=link, receive_fault=None, response_copy=None)
+    )
+    full = dataclasses.replace(
+        plain, ps_servers=dataclasses.replace(plain.ps_servers, receive_fault=phi, response_copy=kappa)
+    )
     wl = Workload(table=load_workload("vgg16", dataset="mnist"), batch_size=32)
     c_plain, c_full = allocate(plain, 4), allocate(full, 4)
     plan = build_plan(wl, c_plain, StrategyConfig(name="ps-sync"))
@@ -212,7 +229,6 @@ def test_a_calibrated_ps_transport_prices_its_link_faults_and_copy():
     assert ps_update_time(c_full, plan, 4) < ps_update_time(c_plain, plan, 4)
 
 
-
 def test_ssp_bound_zero_is_a_barrier_per_step():
     """A bound of 0 holds every pull until all workers pushed the step: the pushes of N
     together, the server applies the N gradients one by one, then the N pulls go out together.
@@ -226,8 +242,11 @@ def test_ssp_bound_zero_is_a_barrier_per_step():
     assert s2.iteration_time_s == asyn.iteration_time_s and s2.staleness.mean == asyn.staleness.mean
     assert s0.staleness.mean == 1.5 and s0.staleness.max == 3.0  # (N - 1) / 2 of N = 4
     cluster = allocate(load_cluster("a10g-ps"), 4)
-    plan = build_plan(Workload(table=load_workload("resnet50", dataset="mnist"), batch_size=32), cluster,
-                      StrategyConfig(name="ps-ssp", staleness_bound=0))
+    plan = build_plan(
+        Workload(table=load_workload("resnet50", dataset="mnist"), batch_size=32),
+        cluster,
+        StrategyConfig(name="ps-ssp", staleness_bound=0),
+    )
     push, pull = ps_transfer_times(cluster, plan, 4)
     expected = s0.compute_time_s + push + 4 * ps_update_time(cluster, plan, 1) + pull
     assert s0.iteration_time_s == pytest.approx(expected, rel=1e-9)

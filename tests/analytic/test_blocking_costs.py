@@ -3,8 +3,8 @@
 import dataclasses
 
 import pytest
-
 from simdl.analytic.costs import CommCosts
+
 from simdl.cluster import allocate, load_cluster
 from simdl.cluster.spec import FrozenMap
 from simdl.provenance import Sourced
@@ -21,10 +21,15 @@ def _src(v):
 
 
 def test_a_blocking_call_takes_its_factor_times_the_idle_wire_time_plus_the_delay():
-    idle = CommCosts(_cluster(collective_load_factor=None, collective_load_factor_all_reduce=None,
-                              collective_load_half_size=None, collective_load_overhead=None))
-    c = _cluster(collective_blocking_factors=FrozenMap({"all_gather": _src(1.5)}),
-                 collective_load_overhead=_src(1e-3))
+    idle = CommCosts(
+        _cluster(
+            collective_load_factor=None,
+            collective_load_factor_all_reduce=None,
+            collective_load_half_size=None,
+            collective_load_overhead=None,
+        )
+    )
+    c = _cluster(collective_blocking_factors=FrozenMap({"all_gather": _src(1.5)}), collective_load_overhead=_src(1e-3))
     blocking, overlapped = CommCosts(c, blocking=True), CommCosts(c)
     n = 64e6
     o, alpha, bw, _ = idle.parts("all_gather", n, 2, "world")
@@ -56,8 +61,9 @@ def test_blocking_plans_wait_for_peers_in_proportion_to_their_compute():
 
     shipped = load_cluster("cpu-local")
     # the shipped profile may have its own calibrated wait: start from none
-    spec = dataclasses.replace(shipped, efficiency=dataclasses.replace(shipped.efficiency,
-                                                                      collective_blocking_wait=None))
+    spec = dataclasses.replace(
+        shipped, efficiency=dataclasses.replace(shipped.efficiency, collective_blocking_wait=None)
+    )
     kw = dict(model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10", batch_size=16)
     base = predict(cluster=spec, **kw)
     e = dataclasses.replace(spec.efficiency, collective_blocking_wait=_src(0.1))
@@ -66,4 +72,5 @@ def test_blocking_plans_wait_for_peers_in_proportion_to_their_compute():
     # DDP's collectives do not block: no wait
     ddp = dict(kw, strategy="ddp")
     assert predict(cluster=dataclasses.replace(spec, efficiency=e), **ddp).iteration_time_s == pytest.approx(
-        predict(cluster=spec, **ddp).iteration_time_s, rel=1e-9)
+        predict(cluster=spec, **ddp).iteration_time_s, rel=1e-9
+    )

@@ -6,10 +6,10 @@ import json
 import numpy as np
 import pytest
 import yaml
-
-import simdl
 from simdl.analytic.costs import Rates, compute_task_time, device_rates, fresh_mapped_bytes, row_times
 from simdl.analytic.measured import MeasuredModel, rows_digest
+
+import simdl
 from simdl.cluster import allocate, load_cluster
 from simdl.cluster.spec import raw_preset
 from simdl.errors import SimdlError
@@ -18,11 +18,16 @@ from simdl.workload.library import load_workload
 
 
 def _entry(table, batches, per_row_fwd, per_row_bwd):
-    return {"model": table.model, "dataset": table.dataset, "input_shape": list(table.input_shape),
-            "num_classes": table.num_classes, "rows_digest": rows_digest(table.names, table.types),
-            "batches": list(batches),
-            "fwd_s": [[per_row_fwd(b)] * table.n_rows for b in batches],
-            "bwd_s": [[per_row_bwd(b)] * table.n_rows for b in batches]}
+    return {
+        "model": table.model,
+        "dataset": table.dataset,
+        "input_shape": list(table.input_shape),
+        "num_classes": table.num_classes,
+        "rows_digest": rows_digest(table.names, table.types),
+        "batches": list(batches),
+        "fwd_s": [[per_row_fwd(b)] * table.n_rows for b in batches],
+        "bwd_s": [[per_row_bwd(b)] * table.n_rows for b in batches],
+    }
 
 
 def test_rows_interpolate_linearly_and_extrapolate_along_the_nearest_line():
@@ -36,8 +41,13 @@ def test_rows_interpolate_linearly_and_extrapolate_along_the_nearest_line():
 
 
 def _profile_with_rows(tmp_path, table, batches=(8, 32), ranks_sharing=2):
-    data = {"schema": "simdl-compute-profile/1", "precision": "fp32", "ranks_sharing_device": ranks_sharing,
-            "source": "test", "models": [_entry(table, batches, lambda b: 1e-3 * b, lambda b: 2e-3 * b)]}
+    data = {
+        "schema": "simdl-compute-profile/1",
+        "precision": "fp32",
+        "ranks_sharing_device": ranks_sharing,
+        "source": "test",
+        "models": [_entry(table, batches, lambda b: 1e-3 * b, lambda b: 2e-3 * b)],
+    }
     (tmp_path / "p.compute.json").write_text(json.dumps(data))
     raw = raw_preset("cpu-local")
     raw["name"] = "p"
@@ -61,14 +71,16 @@ def test_a_profiled_model_uses_its_measured_rows_scaled_to_the_device_share(tmp_
     raw["gpus_per_node"] = 4
     raw["compute_profile"]["file"] = spec.compute_profile
     (tmp_path / "p4.yaml").write_text(yaml.safe_dump(raw))
-    r4 = simdl.predict(model="mnist_cnn", dataset="mnist", strategy="ddp", gpus=4, batch_size=16,
-                       cluster=str(tmp_path / "p4.yaml"))
+    r4 = simdl.predict(
+        model="mnist_cnn", dataset="mnist", strategy="ddp", gpus=4, batch_size=16, cluster=str(tmp_path / "p4.yaml")
+    )
     assert r4.compute_time_s > 1.9 * r.compute_time_s
     # Another model, or another precision, falls back to the roofline.
     other = simdl.predict(model="resnet18", strategy="ddp", gpus=2, cluster=str(path))
     assert other.config["compute_source"] == "roofline"
-    bf16 = simdl.predict(model="mnist_cnn", dataset="mnist", strategy="ddp", gpus=2, batch_size=16,
-                         cluster=str(path), precision="bf16")
+    bf16 = simdl.predict(
+        model="mnist_cnn", dataset="mnist", strategy="ddp", gpus=2, batch_size=16, cluster=str(path), precision="bf16"
+    )
     assert bf16.config["compute_source"] == "roofline"
 
 
@@ -99,9 +111,17 @@ def test_a_missing_or_malformed_compute_profile_is_a_one_line_error(tmp_path):
 
 
 def test_copies_optimizer_and_fresh_buffers_are_priced_by_their_own_rates():
-    rates = Rates(flops=1e12, memory_bandwidth=10e9, kernel_overhead=1e-6, activation_factor=1.0,
-                  stream_bandwidth=20e9, stream_call_overhead=2e-6, copy_bandwidth=5e9,
-                  page_fault_per_byte=0.25e-9, mmap_threshold=32 * 2**20)
+    rates = Rates(
+        flops=1e12,
+        memory_bandwidth=10e9,
+        kernel_overhead=1e-6,
+        activation_factor=1.0,
+        stream_bandwidth=20e9,
+        stream_call_overhead=2e-6,
+        copy_bandwidth=5e9,
+        page_fault_per_byte=0.25e-9,
+        mmap_threshold=32 * 2**20,
+    )
     rows = row_times(load_workload("mnist_cnn", "mnist"), 8, rates)
     opt = Task("optimizer:momentum", "compute", "opt", bytes=8e9, kernels=10)
     assert compute_task_time(opt, rows, rates) == pytest.approx(8e9 / 20e9 + 10 * 2e-6)
@@ -118,8 +138,12 @@ def test_collective_load_terms_slow_every_spmd_collective(tmp_path):
     raw = raw_preset("cpu-local")
     base = tmp_path / "base.yaml"
     raw.pop("compute_profile", None)
-    for k in ("collective_load_factor", "collective_load_factor_all_reduce", "collective_load_half_size_MiB",
-              "collective_load_overhead_us"):
+    for k in (
+        "collective_load_factor",
+        "collective_load_factor_all_reduce",
+        "collective_load_half_size_MiB",
+        "collective_load_overhead_us",
+    ):
         raw["efficiency"].pop(k, None)
     base.write_text(yaml.safe_dump(raw))
     raw["efficiency"]["collective_load_factor"] = {"value": 2.0, "kind": "assumed", "source": "test"}
@@ -164,7 +188,9 @@ def test_a_compute_jitter_out_of_range_is_a_one_line_error(tmp_path):
         load_cluster(str(tmp_path / "bad.yaml"))
     raw["efficiency"]["compute_jitter"]["value"] = 3.0
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(raw))
-    with pytest.raises(SimdlError, match=r"compute_jitter = 3.0; accepted: 0 <= value <= 2 \(the spread of log\(step time\)"):
+    with pytest.raises(
+        SimdlError, match=r"compute_jitter = 3.0; accepted: 0 <= value <= 2 \(the spread of log\(step time\)"
+    ):
         load_cluster(str(tmp_path / "bad.yaml"))
 
 
@@ -174,17 +200,27 @@ def test_overlap_and_per_class_bandwidths_change_only_what_they_name():
     table = load_workload("resnet18", "cifar10")
     base = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0)
     f = table.column("fwd_flops", 8) / 1e11
-    b = ((table.per_sample["read_bytes"] + table.per_sample["write_bytes"]) * 8
-         + table.fixed["read_bytes"] + table.fixed["write_bytes"]) / 5e9
+    b = (
+        (table.per_sample["read_bytes"] + table.per_sample["write_bytes"]) * 8
+        + table.fixed["read_bytes"]
+        + table.fixed["write_bytes"]
+    ) / 5e9
     assert np.allclose(row_times(table, 8, base).fwd, np.maximum(f, b))
-    summed = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
-                   compute_memory_overlap=0.0)
+    summed = Rates(
+        flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0, compute_memory_overlap=0.0
+    )
     assert np.allclose(row_times(table, 8, summed).fwd, f + b)
-    half = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
-                 compute_memory_overlap=0.5)
+    half = Rates(
+        flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0, compute_memory_overlap=0.5
+    )
     assert np.allclose(row_times(table, 8, half).fwd, np.maximum(f, b) + 0.5 * np.minimum(f, b))
-    norm = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
-                 class_memory_bandwidth=(("norm", 1e9),))
+    norm = Rates(
+        flops=1e11,
+        memory_bandwidth=5e9,
+        kernel_overhead=0.0,
+        activation_factor=1.0,
+        class_memory_bandwidth=(("norm", 1e9),),
+    )
     got, ref = row_times(table, 8, norm).fwd, row_times(table, 8, base).fwd
     is_norm = table.op_classes == "norm"
     assert is_norm.sum() == 20  # resnet18's BatchNorm2d calls
@@ -230,14 +266,20 @@ def test_conv_weight_term_and_class_call_costs_add_what_they_say():
     base = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0)
     ref = row_times(table, 8, base)
     conv = table.op_classes == "conv"
-    w = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
-              conv_weight_grad_bandwidth=4e9)
+    w = Rates(
+        flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0, conv_weight_grad_bandwidth=4e9
+    )
     got = row_times(table, 8, w)
     weights = table.fixed["read_bytes"] * 8
     assert np.allclose(got.bwd[conv], ref.bwd[conv] + weights[conv] / 4e9)
     assert np.array_equal(got.fwd, ref.fwd) and np.array_equal(got.bwd[~conv], ref.bwd[~conv])
-    calls = Rates(flops=1e11, memory_bandwidth=5e9, kernel_overhead=0.0, activation_factor=1.0,
-                  class_call_overhead=(("norm", 1e-4),))
+    calls = Rates(
+        flops=1e11,
+        memory_bandwidth=5e9,
+        kernel_overhead=0.0,
+        activation_factor=1.0,
+        class_call_overhead=(("norm", 1e-4),),
+    )
     got = row_times(table, 8, calls)
     norm = table.op_classes == "norm"
     assert np.allclose(got.fwd[norm], ref.fwd[norm] + 1e-4) and np.allclose(got.bwd[norm], ref.bwd[norm] + 1e-4)

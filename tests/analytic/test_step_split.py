@@ -4,8 +4,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
 from simdl.analytic.costs import SPLIT_KINDS
+
 from simdl.cluster import load_cluster
 from simdl.predict import predict
 from simdl.provenance import Sourced
@@ -40,7 +40,9 @@ def test_split_adds_up_to_the_step(engine, strategy, sharding):
 
 
 def test_ps_worker_split_and_the_rest_is_communication():
-    r = predict(cluster=lab("cpu-local-x4"), strategy="ps-sync", model="resnet18", gpus=4, dataset="mnist", batch_size=8)
+    r = predict(
+        cluster=lab("cpu-local-x4"), strategy="ps-sync", model="resnet18", gpus=4, dataset="mnist", batch_size=8
+    )
     s = r.step_split_s
     assert s["compute"] > 0 and s["interference"] == 0 and s["blocking_wait"] == 0
     assert s["exposed_comm"] == pytest.approx(r.iteration_time_s - r.compute_time_s, rel=1e-9)
@@ -48,8 +50,9 @@ def test_ps_worker_split_and_the_rest_is_communication():
 
 def test_host_kind_is_fsdp2s_time_per_unit():
     spec = load_cluster("cpu-local")
-    spec = dataclasses.replace(spec, strategies=spec.strategies.with_fsdp(
-        unit_overhead=Sourced(2e-3, "assumed", "test")))
+    spec = dataclasses.replace(
+        spec, strategies=spec.strategies.with_fsdp(unit_overhead=Sourced(2e-3, "assumed", "test"))
+    )
     units = len(fsdp_units(load_workload("resnet18", "cifar10"), "block").units)
     s = predict(cluster=spec, strategy="fsdp", sharding="full", **KW).step_split_s
     assert s["host"] == pytest.approx(units * 2e-3)
@@ -65,15 +68,17 @@ def test_split_index_is_kept_per_task_list_not_per_id():
     """compute_split keeps each plan's task classification: the same list splits the same
     way again, and a different list is classified afresh (the kept entry holds its list, so
     its id is not reused while kept); each split matches the sums worked by hand."""
+    import numpy as np
     from simdl.analytic.costs import RowTimes, compute_split
+
     from simdl.strategies.plan import Task
 
-    import numpy as np
-
     rows = RowTimes(np.array([1.0, 2.0]), np.array([3.0, 4.0]), np.array([0.0, 1.0, 3.0]), np.array([0.0, 3.0, 7.0]))
-    a = [Task("f", "compute", "fwd", rows=(0, 2), direction="fwd"),
-         Task("c", "compute", "bwd", bytes=8.0, kernels=1, host_s=0.5),
-         Task("ar", "comm", "comm", collective="all_reduce", comm_bytes=8.0)]
+    a = [
+        Task("f", "compute", "fwd", rows=(0, 2), direction="fwd"),
+        Task("c", "compute", "bwd", bytes=8.0, kernels=1, host_s=0.5),
+        Task("ar", "comm", "comm", collective="all_reduce", comm_bytes=8.0),
+    ]
     first = compute_split(a, rows, [3.0, 2.0, 9.0])
     assert first == compute_split(a, rows, [3.0, 2.0, 9.0])  # the kept index gives the same split
     assert first["compute"] == 3.0 and first["host"] == 0.5 and first["copies"] == 1.5

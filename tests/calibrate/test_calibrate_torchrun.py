@@ -35,9 +35,27 @@ def test_quick_calibration_end_to_end(tmp_path):
     # rows, so no roofline fit (the budget is split over the stages: simdl.calibrate.run).
     # The stage now measures the fit models' rows before those microbenchmarks, and the
     # assertions below check that a fit came out of it.
-    p = subprocess.run([*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "60",
-                        "-o", str(out), "--run-root", str(tmp_path / "runs"), "--wait-quiet", "0"],
-                       capture_output=True, text=True, timeout=400, env=_env())
+    p = subprocess.run(
+        [
+            *SIMDL,
+            "calibrate",
+            "--quick",
+            "--nproc-per-node",
+            "2",
+            "--time-budget",
+            "60",
+            "-o",
+            str(out),
+            "--run-root",
+            str(tmp_path / "runs"),
+            "--wait-quiet",
+            "0",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=_env(),
+    )
     elapsed = time.monotonic() - t0
     assert p.returncode == 0, p.stdout + p.stderr
     assert "collectives" in p.stdout and "compute (roofline" in p.stdout
@@ -52,10 +70,10 @@ def test_quick_calibration_end_to_end(tmp_path):
     (run_dir,) = (tmp_path / "runs").glob("calibrate-*")
     order = list(load_stage(run_dir, "compute").planned)
     fixed = [k for k in order if k == "micro/tiny/add16" or k.startswith("micro/conv_call/")]
-    assert order[:len(fixed)] == fixed and len(fixed) == 5
+    assert order[: len(fixed)] == fixed and len(fixed) == 5
     first_other_micro = next(i for i, k in enumerate(order) if k.startswith("micro/") and k not in fixed)
-    assert all(k.startswith("model/") for k in order[len(fixed):first_other_micro])
-    assert any(k.startswith("model/mnist_cnn") for k in order[len(fixed):first_other_micro])
+    assert all(k.startswith("model/") for k in order[len(fixed) : first_other_micro])
+    assert any(k.startswith("model/mnist_cnn") for k in order[len(fixed) : first_other_micro])
     r = predict(model="mnist_cnn", strategy="ddp", gpus=2, cluster=str(out), dataset="mnist")
     assert r.iteration_time_s > 0
     # Every FSDP step the budget let it measure has its collective calls logged and set
@@ -70,8 +88,9 @@ def test_quick_calibration_end_to_end(tmp_path):
     # ... and every local/DDP/FSDP step its page faults and warm-up steps.
     spmd = [k for k, m in st["measured"].items() if k.split("/")[0] in ("local", "ddp") or k in fsdp]
     assert spmd and sorted(st["faults_warmup"]) == sorted(spmd)
-    assert all(v["faulted_bytes_per_step"] >= 0 and len(v["warmup_over_step"]) >= 1
-               for v in st["faults_warmup"].values())
+    assert all(
+        v["faulted_bytes_per_step"] >= 0 and len(v["warmup_over_step"]) >= 1 for v in st["faults_warmup"].values()
+    )
     # ... and one profiled step each, split by group of ops: the copies' in-step factor is
     # fitted from them (simdl.calibrate.in_step.CopyFit), a check that lands in the profile
     # only where simdl.calibrate.profile.COPY_FACTOR_FROM_PROFILED_STEPS says so.
@@ -98,13 +117,30 @@ def _wait_for(predicate, timeout, proc):
 
 def test_killed_rank_leaves_a_partial_run_that_resume_completes(tmp_path):
     runs = tmp_path / "runs"
-    cmd = [*SIMDL, "calibrate", "--quick", "--nproc-per-node", "2", "--time-budget", "40", "--wait-quiet", "0",
-           "--stages", "collectives,compute", "--run-root", str(runs), "-o", str(tmp_path / "p.yaml")]
+    cmd = [
+        *SIMDL,
+        "calibrate",
+        "--quick",
+        "--nproc-per-node",
+        "2",
+        "--time-budget",
+        "40",
+        "--wait-quiet",
+        "0",
+        "--stages",
+        "collectives,compute",
+        "--run-root",
+        str(runs),
+        "-o",
+        str(tmp_path / "p.yaml"),
+    ]
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
+
         def compute_rank1_has(n):
             dirs = list(runs.glob("calibrate-*/compute"))
             return bool(dirs) and load_stage(dirs[0].parent, "compute").n_measured(1) >= n
+
         assert _wait_for(lambda: compute_rank1_has(3), 300, proc), "compute stage never started"
         run_dir = next(runs.glob("calibrate-*"))
         header = json.loads((run_dir / "compute" / "rank1.jsonl").read_text().splitlines()[0])
@@ -124,8 +160,13 @@ def test_killed_rank_leaves_a_partial_run_that_resume_completes(tmp_path):
     assert kept
     assert (run_dir / "collectives" / "DONE").exists()
 
-    p = subprocess.run([*SIMDL, "calibrate", "--resume", str(run_dir), "--wait-quiet", "0"], capture_output=True, text=True,
-                       timeout=400, env=_env())
+    p = subprocess.run(
+        [*SIMDL, "calibrate", "--resume", str(run_dir), "--wait-quiet", "0"],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=_env(),
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "collectives  done (skipped)" in p.stdout
     st = load_stage(run_dir, "compute")

@@ -3,16 +3,16 @@ scikit-learn's estimator contract (style.md s.6): fit() returns self, fitted val
 
 import numpy as np
 import pytest
+from simdl.analytic.costs import Rates, row_times
 
 from simdl.calibrate.collectives import CollectiveFit, fit_with_holdout, held_out_split
-from simdl.calibrate.compute import Run, RooflineFit
+from simdl.calibrate.compute import RooflineFit, Run
 from simdl.calibrate.overlap import StrategyStepFit
 from simdl.calibrate.ps import PSFit
 from simdl.calibrate.records import read_jsonl
 from simdl.collectives.cost import collective_time
 from simdl.workload.library import load_workload
 from simdl.workload.op_classes import op_class
-from simdl.analytic.costs import Rates, row_times
 
 SIZES = [4096 * 4**i for i in range(9)]  # 4 KB .. 256 MB
 
@@ -24,7 +24,9 @@ def synthetic_collectives(overhead, alpha, bw, factors=None, n=2, noise=0.0, see
         f = (factors or {}).get(c, 1.0)
         for m in SIZES:
             t = overhead + collective_time(c, m, n, bw * f, alpha, "auto")
-            out.append({"collective": c, "bytes": m, "group_size": n, "time_s": t * (1 + noise * rng.standard_normal())})
+            out.append(
+                {"collective": c, "bytes": m, "group_size": n, "time_s": t * (1 + noise * rng.standard_normal())}
+            )
     return out
 
 
@@ -56,13 +58,20 @@ def test_per_collective_bandwidth_factors_and_held_out_sizes():
 def _synthetic_run(model, dataset, batch, rates):
     table = load_workload(model, dataset)
     rt = row_times.__wrapped__(table, batch, rates)
-    return Run(f"{model}/b{batch}", table, batch, rt.fwd.copy(), rt.bwd.copy(), float(rt.fwd.sum()), float(rt.bwd.sum()))
+    return Run(
+        f"{model}/b{batch}", table, batch, rt.fwd.copy(), rt.bwd.copy(), float(rt.fwd.sum()), float(rt.bwd.sum())
+    )
 
 
 def test_roofline_fit_recovers_efficiencies_and_predicts_a_held_out_model():
     P, BW = 166e9, 19e9
-    true = Rates(flops=P * 0.45, memory_bandwidth=BW * 0.3, kernel_overhead=8e-6, activation_factor=1.0,
-                 matmul_call_overhead=60e-6)
+    true = Rates(
+        flops=P * 0.45,
+        memory_bandwidth=BW * 0.3,
+        kernel_overhead=8e-6,
+        activation_factor=1.0,
+        matmul_call_overhead=60e-6,
+    )
     runs = [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (8, 32)]
     runs += [_synthetic_run("resnet18", "cifar10", b, true) for b in (4, 16)]
     est = RooflineFit(peak_flops=P, memory_bandwidth=BW)
@@ -82,8 +91,12 @@ def test_evaluate_reports_each_configuration_as_the_mean_of_its_ranks():
     est = RooflineFit(peak_flops=P, memory_bandwidth=BW).fit([_synthetic_run("mnist_cnn", "mnist", 8, rates)])
     exact = _synthetic_run("resnet18", "cifar10", 4, rates)
     # Two ranks measured the same configuration at once, one 30 % fast and one 10 % slow.
-    fast = Run(exact.label, exact.table, 4, exact.fwd * 0.7, exact.bwd * 0.7, exact.step_fwd * 0.7, exact.step_bwd * 0.7)
-    slow = Run(exact.label, exact.table, 4, exact.fwd * 1.1, exact.bwd * 1.1, exact.step_fwd * 1.1, exact.step_bwd * 1.1)
+    fast = Run(
+        exact.label, exact.table, 4, exact.fwd * 0.7, exact.bwd * 0.7, exact.step_fwd * 0.7, exact.step_bwd * 0.7
+    )
+    slow = Run(
+        exact.label, exact.table, 4, exact.fwd * 1.1, exact.bwd * 1.1, exact.step_fwd * 1.1, exact.step_bwd * 1.1
+    )
     q = est.evaluate([fast, slow])
     assert [round(r["step_rel_error"], 2) for r in q["runs"]] == [0.43, -0.09]  # 1/0.7 - 1, 1/1.1 - 1
     (cfg,) = q["configs"]
@@ -104,8 +117,14 @@ def _synthetic_step(theta, p):
     beyond the half size h, and delayed by a per call; free overlap (k = 0) hides ``overlap``
     seconds of it, serialisation (k = 1) none; FSDP steps pay u per unit."""
     k, f, f_ar, h, a, u = theta
-    return (p["compute"] + _slowdown(f, p["size"], h) * p["comm"] + _slowdown(f_ar, p["size"], h) * p["comm_ar"]
-            + a * p["calls"] + u * p["units"] - (1.0 - k) * p["overlap"])
+    return (
+        p["compute"]
+        + _slowdown(f, p["size"], h) * p["comm"]
+        + _slowdown(f_ar, p["size"], h) * p["comm_ar"]
+        + a * p["calls"]
+        + u * p["units"]
+        - (1.0 - k) * p["overlap"]
+    )
 
 
 def _synthetic_points(truth, overlaps=(0.05, 0.1, 0.02)) -> list[dict]:
@@ -113,14 +132,25 @@ def _synthetic_points(truth, overlaps=(0.05, 0.1, 0.02)) -> list[dict]:
     after copies) steps of three models (compute, comm, calls, message size, overlap), timed
     by ``truth``."""
     pts = []
-    for (model, (comp, comm, calls, size)), ov in zip({"a": (0.3, 0.1, 5, 1e6), "b": (0.5, 0.3, 40, 3e7),
-                                                        "c": (0.2, 0.2, 60, 4e8)}.items(), overlaps):
-        for v, scale, ar, extra in (("ddp", 1.0, True, 0.0), ("fsdp-full", 2.0, False, 0.0),
-                                    ("fsdp-none", 1.0, True, 0.07)):
-            p = {"model": model, "variant": v, "compute": comp + extra, "comm": 0.0 if ar else comm * scale,
-                 "comm_ar": comm * scale if ar else 0.0, "calls": calls * scale, "size": size,
-                 "units": 0 if v == "ddp" else calls // 5,
-                 "overlap": ov if v == "ddp" else 0.0}
+    for (model, (comp, comm, calls, size)), ov in zip(
+        {"a": (0.3, 0.1, 5, 1e6), "b": (0.5, 0.3, 40, 3e7), "c": (0.2, 0.2, 60, 4e8)}.items(), overlaps
+    ):
+        for v, scale, ar, extra in (
+            ("ddp", 1.0, True, 0.0),
+            ("fsdp-full", 2.0, False, 0.0),
+            ("fsdp-none", 1.0, True, 0.07),
+        ):
+            p = {
+                "model": model,
+                "variant": v,
+                "compute": comp + extra,
+                "comm": 0.0 if ar else comm * scale,
+                "comm_ar": comm * scale if ar else 0.0,
+                "calls": calls * scale,
+                "size": size,
+                "units": 0 if v == "ddp" else calls // 5,
+                "overlap": ov if v == "ddp" else 0.0,
+            }
             p["measured_s"] = _synthetic_step(truth, p)
             pts.append(p)
     return pts
@@ -167,8 +197,9 @@ def test_strategy_step_fit_holds_a_fixed_parameter_and_fits_the_rest():
 
 def test_strategy_step_fit_finds_interference_above_one_when_each_stream_slows_the_other():
     # Each concurrent second costs 1.5 s more: beyond serialising.
-    est = StrategyStepFit().fit(_synthetic_points((1.5, 1.2, 1.2, 1e8, 2e-3, 1e-3), overlaps=(0.05, 0.1, 0.08)),
-                                _synthetic_step)
+    est = StrategyStepFit().fit(
+        _synthetic_points((1.5, 1.2, 1.2, 1e8, 2e-3, 1e-3), overlaps=(0.05, 0.1, 0.08)), _synthetic_step
+    )
     assert est.interference_ == pytest.approx(1.5, rel=2e-2)
 
 
@@ -220,8 +251,10 @@ def test_ps_fit_with_one_worker_at_once_takes_the_worker_link_for_the_server_sid
     rpc = [2**20 * k for k in (1, 4, 16, 64, 256)]
     # The together pass runs a little faster than the alone one, as on the VM.
     alone = [{"bytes": m, "push_time_s": lat + m / bw1, "pull_time_s": lat + m / bw1} for m in rpc]
-    together = [{"bytes": m, "workers": 1, "push_time_s": 0.9 * (lat + m / bw1),
-                 "pull_time_s": 0.9 * (lat + m / bw1)} for m in rpc]
+    together = [
+        {"bytes": m, "workers": 1, "push_time_s": 0.9 * (lat + m / bw1), "pull_time_s": 0.9 * (lat + m / bw1)}
+        for m in rpc
+    ]
     est = PSFit().fit(rts, (), alone, together)
     assert est.transport_ == "rpc" and est.workers_ == [1]
     assert not est.server_side_measured_
@@ -263,8 +296,15 @@ DENSE = [int(4096 * 2 ** (i / 2)) // 64 * 64 for i in range(33)]  # 4 KB .. 256 
 
 def _regime_data(curve, n=2, noise=0.0, seed=0, sizes=DENSE):
     rng = np.random.default_rng(seed)
-    return [{"collective": curve.collective, "bytes": m, "group_size": n,
-             "time_s": curve.time(m, n) * (1 + noise * rng.standard_normal())} for m in sizes]
+    return [
+        {
+            "collective": curve.collective,
+            "bytes": m,
+            "group_size": n,
+            "time_s": curve.time(m, n) * (1 + noise * rng.standard_normal()),
+        }
+        for m in sizes
+    ]
 
 
 def _true_curve(hard=True):
@@ -284,7 +324,7 @@ def test_regime_fit_follows_the_estimator_contract_and_recovers_known_regimes():
     assert not hasattr(est, "curve_")  # __init__ stores settings only
     assert est.fit(X) is est
     assert est.n_regimes_ == 2
-    (hi1, lo2), = est.breakpoints_step_bytes_
+    ((hi1, lo2),) = est.breakpoints_step_bytes_
     # The step lies between the two fitted ranges, which end and start at neighbouring grid
     # points (8.4 and 11.9 MB per step).
     assert hi1 < 10e6 < lo2 and lo2 / hi1 < 1.5
@@ -332,11 +372,31 @@ def test_collective_points_take_the_lower_quartile_of_all_passes_chunks(tmp_path
         recs = [{"type": "header", "rank": rank}]
         for k, chunks in enumerate(([1.0, 9.0], [3.0, 2.0], [4.0, 5.0], [8.0, 7.0])):
             # rank 1 is 0.5 s slower in every chunk: a chunk counts with its slowest rank.
-            recs.append({"type": "measurement", "key": f"world/all_reduce/4096/p{k}", "scope": "world",
-                         "collective": "all_reduce", "bytes": 4096, "group_size": 2, "repeat": k,
-                         "time_s": min(chunks) + 0.5 * rank, "chunk_times_s": [c + 0.5 * rank for c in chunks]})
-        recs.append({"type": "measurement", "key": "self/all_reduce/4096/p0", "scope": "self", "collective": "all_reduce",
-                     "bytes": 4096, "group_size": 1, "time_s": 1e-5, "chunk_times_s": [1e-5, 2e-5]})
+            recs.append(
+                {
+                    "type": "measurement",
+                    "key": f"world/all_reduce/4096/p{k}",
+                    "scope": "world",
+                    "collective": "all_reduce",
+                    "bytes": 4096,
+                    "group_size": 2,
+                    "repeat": k,
+                    "time_s": min(chunks) + 0.5 * rank,
+                    "chunk_times_s": [c + 0.5 * rank for c in chunks],
+                }
+            )
+        recs.append(
+            {
+                "type": "measurement",
+                "key": "self/all_reduce/4096/p0",
+                "scope": "self",
+                "collective": "all_reduce",
+                "bytes": 4096,
+                "group_size": 1,
+                "time_s": 1e-5,
+                "chunk_times_s": [1e-5, 2e-5],
+            }
+        )
         (d / f"rank{rank}.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     (p,) = _collective_points(load_stage(tmp_path, "collectives"), "world")
     chunks = [1.5, 9.5, 3.5, 2.5, 4.5, 5.5, 8.5, 7.5]
@@ -368,9 +428,11 @@ def test_quantile_interval_is_wide_for_scattered_passes_narrow_for_steady_ones()
 def test_held_out_misses_inside_the_points_own_interval_are_counted_apart():
     from simdl.calibrate.collectives import _held_out_errors
 
-    pts = [{"bytes": 1 << 20, "collective": "all_reduce", "time_s": 1.0, "time_s_ci95": [0.7, 1.4]},
-           {"bytes": 1 << 24, "collective": "all_reduce", "time_s": 2.0, "time_s_ci95": [1.95, 2.05]},
-           {"bytes": 1 << 26, "collective": "all_reduce", "time_s": 4.0, "time_s_ci95": [3.9, 4.1]}]
+    pts = [
+        {"bytes": 1 << 20, "collective": "all_reduce", "time_s": 1.0, "time_s_ci95": [0.7, 1.4]},
+        {"bytes": 1 << 24, "collective": "all_reduce", "time_s": 2.0, "time_s_ci95": [1.95, 2.05]},
+        {"bytes": 1 << 26, "collective": "all_reduce", "time_s": 4.0, "time_s_ci95": [3.9, 4.1]},
+    ]
     ho = _held_out_errors(pts, [1.25, 2.5, 4.2])  # +25 % (noisy point), +25 % (steady point), +5 %
     assert ho["within_10pct"] == 1 and ho["n"] == 3
     assert ho["within_10pct_or_ci95"] == 2  # the first miss is inside its point's interval, the second is not
@@ -385,14 +447,25 @@ def test_profile_models_option_parses_and_rejects_bad_input():
     from simdl.errors import SimdlError
 
     assert parse_profile_models("vgg16:cifar10:48,24;validate.models:vgg16_w8:cifar10:16") == [
-        ("vgg16", "cifar10", [24, 48]), ("validate.models:vgg16_w8", "cifar10", [16])]
-    for bad, msg in (("vgg16:cifar10", "accepted: MODEL:DATASET"), ("vgg17:cifar10:8", "unknown model"),
-                     ("vgg16:cifar10:1,2", ">= 2"), ("vgg16:cifar10:a", "integers"),
-                     ("vgg16:imagenet2:8", "imagenet2")):
+        ("vgg16", "cifar10", [24, 48]),
+        ("validate.models:vgg16_w8", "cifar10", [16]),
+    ]
+    for bad, msg in (
+        ("vgg16:cifar10", "accepted: MODEL:DATASET"),
+        ("vgg17:cifar10:8", "unknown model"),
+        ("vgg16:cifar10:1,2", ">= 2"),
+        ("vgg16:cifar10:a", "integers"),
+        ("vgg16:imagenet2:8", "imagenet2"),
+    ):
         with pytest.raises(SimdlError, match=msg):
             parse_profile_models(bad)
-    s = make_settings(nproc_per_node=2, quick=True, time_budget=None, output=None,
-                      profile_models="vgg16:cifar10:24,48;convnext_large:cifar10:24")
+    s = make_settings(
+        nproc_per_node=2,
+        quick=True,
+        time_budget=None,
+        output=None,
+        profile_models="vgg16:cifar10:24,48;convnext_large:cifar10:24",
+    )
     # vgg16 is a fit model of the roofline, so it stays in that fit; convnext_large is profiled only
     assert "convnext_large" in s["compute_profile_only"] and "vgg16" not in s["compute_profile_only"]
     assert "convnext_large:cifar10:24" in s["compute_models"] and s["strategy_models"]
@@ -405,8 +478,10 @@ def test_a_noisy_machine_is_named_in_the_calibration_report():
     assert noise_warning(None) == "" and noise_warning(0.013) == "" and noise_warning(NOISY_SIGMA) == ""
     why = noise_warning(0.1298)
     assert "compute jitter 0.130" in why and "about 13 %" in why and "--repeats" in why
-    report = {"provenance": {"ranks": 2, "host": ["vm"], "devices": ["cpu"], "backend": "gloo", "versions": {}},
-              "strategies": {"compute_jitter": {"sigma": 0.1298}}}
+    report = {
+        "provenance": {"ranks": 2, "host": ["vm"], "devices": ["cpu"], "backend": "gloo", "versions": {}},
+        "strategies": {"compute_jitter": {"sigma": 0.1298}},
+    }
     profile = {"name": "p", "efficiency": {"compute_jitter": {"value": 0.1298}}}
     assert f"warning: {why}" in format_report(report, profile).splitlines()
     report["strategies"]["compute_jitter"]["sigma"] = 0.013
@@ -423,8 +498,13 @@ def test_step_jitter_is_robust_to_stalled_steps_and_pools_series_about_their_own
     a = [math.exp(v) for v in (-0.1, 0.1, -0.1, 0.1, 0.0)] + [2.0]
     logs_a = [-0.1, 0.1, -0.1, 0.1, 0.0, math.log(2.0)]
     b = [5 * math.exp(v) for v in (-0.2, 0.2, 0.0)]
-    f = StepJitterFit().fit([{"label": "a", "step_times_s": a}, {"label": "b", "step_times_s": b},
-                             {"label": "short", "step_times_s": [1.0, 2.0]}])
+    f = StepJitterFit().fit(
+        [
+            {"label": "a", "step_times_s": a},
+            {"label": "b", "step_times_s": b},
+            {"label": "short", "step_times_s": [1.0, 2.0]},
+        ]
+    )
     med_a = 0.05  # median of logs_a
     mad_a = sorted(abs(v - med_a) for v in logs_a)
     mad_a = (mad_a[2] + mad_a[3]) / 2
@@ -444,9 +524,15 @@ def test_roofline_fit_recovers_per_class_bandwidths_and_the_overlap_of_a_cpu_lik
     streams at its own rate; the fit finds both, and a held-out model's rows follow."""
     P, BW = 166e9, 22e9
     classes = {"norm": 0.29, "activation": 1.1, "pool": 0.25, "dropout": 0.66, "other": 0.48}
-    true = Rates(flops=P * 0.8, memory_bandwidth=BW * 0.22, kernel_overhead=25e-6, activation_factor=1.0,
-                 matmul_call_overhead=60e-6, compute_memory_overlap=0.0,
-                 class_memory_bandwidth=tuple((c, BW * e) for c, e in classes.items()))
+    true = Rates(
+        flops=P * 0.8,
+        memory_bandwidth=BW * 0.22,
+        kernel_overhead=25e-6,
+        activation_factor=1.0,
+        matmul_call_overhead=60e-6,
+        compute_memory_overlap=0.0,
+        class_memory_bandwidth=tuple((c, BW * e) for c, e in classes.items()),
+    )
     runs = [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (16, 64)]
     runs += [_synthetic_run("resnet18", "cifar10", b, true) for b in (4, 32)]
     runs += [_synthetic_run("vgg16", "cifar10", b, true) for b in (2, 24)]
@@ -469,15 +555,27 @@ def test_roofline_fit_recovers_the_conv_weight_gradient_term_and_a_norm_call_cos
     memory bandwidth) and whose batch norms cost 120 us a call: the fit finds both, and
     without the weight term it cannot follow ResNet-18 from batch 4 to 32."""
     P, BW = 156e9, 31e9
-    true = Rates(flops=P * 0.8, memory_bandwidth=BW * 0.2, kernel_overhead=3.5e-6, activation_factor=1.0,
-                 matmul_call_overhead=150e-6, compute_memory_overlap=0.0,
-                 class_memory_bandwidth=(("norm", BW * 0.5),), class_call_overhead=(("norm", 120e-6),),
-                 conv_weight_grad_bandwidth=BW * 0.7)
+    true = Rates(
+        flops=P * 0.8,
+        memory_bandwidth=BW * 0.2,
+        kernel_overhead=3.5e-6,
+        activation_factor=1.0,
+        matmul_call_overhead=150e-6,
+        compute_memory_overlap=0.0,
+        class_memory_bandwidth=(("norm", BW * 0.5),),
+        class_call_overhead=(("norm", 120e-6),),
+        conv_weight_grad_bandwidth=BW * 0.7,
+    )
     runs = [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (16, 64)]
     runs += [_synthetic_run("resnet18", "cifar10", b, true) for b in (4, 32)]
     runs += [_synthetic_run("vgg16", "cifar10", b, true) for b in (2, 24)]
-    est = RooflineFit(peak_flops=P, memory_bandwidth=BW, kernel_launch_s=3.5e-6, conv_weight_grad=True,
-                      call_overhead_classes=("norm",)).fit(runs)
+    est = RooflineFit(
+        peak_flops=P,
+        memory_bandwidth=BW,
+        kernel_launch_s=3.5e-6,
+        conv_weight_grad=True,
+        call_overhead_classes=("norm",),
+    ).fit(runs)
     assert est.conv_weights_ and est.call_classes_ == ("norm",)
     assert est.conv_weight_grad_efficiency_ == pytest.approx(0.7, rel=0.05)
     assert est.class_call_overhead_s_["norm"] == pytest.approx(120e-6, rel=0.05)
@@ -492,7 +590,8 @@ def test_a_class_without_rows_in_the_fit_runs_keeps_the_shared_bandwidth():
     P, BW = 166e9, 19e9
     true = Rates(flops=P * 0.45, memory_bandwidth=BW * 0.3, kernel_overhead=8e-6, activation_factor=1.0)
     est = RooflineFit(peak_flops=P, memory_bandwidth=BW).fit(
-        [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (8, 32)])
+        [_synthetic_run("mnist_cnn", "mnist", b, true) for b in (8, 32)]
+    )
     assert "norm" not in est.classes_  # mnist_cnn has no batch norm
     assert "memory_bandwidth_norm" not in est.params()
 
@@ -527,11 +626,13 @@ def test_regime_fit_steps_at_the_allocators_threshold_on_held_out_sizes():
     from simdl.calibrate.collectives import regimes_with_holdout
     from simdl.collectives.regimes import Regime, RegimeCurve
 
-    thr = 32 * 2 ** 20
+    thr = 32 * 2**20
     fast, slow = Regime(0, 1e12, 500e-6, 0.6e9), Regime(0, 1e12, 1.2e-3, 0.27e9)
     one = {r: RegimeCurve("all_gather", 120e-6, (r,)) for r in (fast, slow)}
-    X = [{"collective": "all_gather", "bytes": m, "group_size": 2,
-          "time_s": one[fast if m < thr else slow].time(m, 2)} for m in DENSE]
+    X = [
+        {"collective": "all_gather", "bytes": m, "group_size": 2, "time_s": one[fast if m < thr else slow].time(m, 2)}
+        for m in DENSE
+    ]
     blind = regimes_with_holdout(X, "all_gather", overhead_s=120e-6)
     told = regimes_with_holdout(X, "all_gather", overhead_s=120e-6, temp_threshold=thr)
     errs = {e["bytes"]: e["rel_error"] for e in told["held_out"]["errors"]}
@@ -544,6 +645,7 @@ def test_regime_fit_steps_at_the_allocators_threshold_on_held_out_sizes():
 
 def test_the_threshold_comes_from_the_backend_of_the_run(tmp_path):
     from simdl.analytic.costs import GLIBC_MMAP_THRESHOLD_MAX
+
     from simdl.calibrate.fit import temp_threshold
     from simdl.calibrate.records import StageRecords
 
@@ -562,8 +664,14 @@ def test_compute_models_replace_the_fit_set_and_hold_out_the_last():
     from simdl.calibrate.run import _torchrun_cmd, make_settings
     from simdl.errors import SimdlError
 
-    s = make_settings(nproc_per_node=1, quick=True, time_budget=50, output=None, stages=("compute",),
-                      compute_models="resnet18:cifar10:32,128;vgg16:cifar10:32,128")
+    s = make_settings(
+        nproc_per_node=1,
+        quick=True,
+        time_budget=50,
+        output=None,
+        stages=("compute",),
+        compute_models="resnet18:cifar10:32,128;vgg16:cifar10:32,128",
+    )
     assert s["compute_models"] == "resnet18:cifar10:32,128;vgg16:cifar10:32,128"
     assert s["compute_held_out"] == ["vgg16"] and s["compute_fit_models"] == 2
     assert s["compute_profile_only"] == []

@@ -89,16 +89,21 @@ def test_wait_for_quiet_waits_while_busy_and_says_so_once():
     r = wait_for_quiet(3, out=out, sleep=lambda s: None, meter=FakeMeter, processes=dict)
     assert r["quiet"] is False and r["waited_s"] == 4.0 and "after waiting 4 s" in out.getvalue()
     # counters that cannot be read: no verdict
-    r = wait_for_quiet(60, out=io.StringIO(), sleep=lambda s: None, meter=lambda: CpuMeter(ticks=lambda: None),
-                       processes=dict)
+    r = wait_for_quiet(
+        60, out=io.StringIO(), sleep=lambda s: None, meter=lambda: CpuMeter(ticks=lambda: None), processes=dict
+    )
     assert r["quiet"] is None and r["others_cores"] is None
 
 
 def test_busy_note_of_a_validation_record():
     assert busy_note({}) == ""
     assert busy_note({"host_cpu": {"others_cores": 0.02}, "host_cpu_before": {"others_cores": 0.01}}) == ""
-    note = busy_note({"host_cpu": {"others_cores": 0.97},
-                      "host_cpu_before": {"others_cores": 0.9, "busiest": [{"name": "pytest", "pid": 5, "cores": 0.9}]}})
+    note = busy_note(
+        {
+            "host_cpu": {"others_cores": 0.97},
+            "host_cpu_before": {"others_cores": 0.9, "busiest": [{"name": "pytest", "pid": 5, "cores": 0.9}]},
+        }
+    )
     assert note == "other processes used 0.97 cores during the run, 0.90 just before it (pytest pid 5)"
 
 

@@ -64,21 +64,23 @@ def _strategies_module():
 def test_call_timer_logs_the_calls_fsdp2_makes_and_restores_torch_distributed(monkeypatch):
     seen = []
     monkeypatch.setattr(dist, "all_reduce", lambda t, **kw: seen.append(("ar", t.numel())))
-    monkeypatch.setattr(dist, "reduce_scatter_single", lambda **kw: seen.append(("rs", kw["input"].numel())),
-                        raising=False)
-    monkeypatch.setattr(dist, "all_gather_single", lambda out, inp, **kw: seen.append(("ag", out.numel())),
-                        raising=False)
+    monkeypatch.setattr(
+        dist, "reduce_scatter_single", lambda **kw: seen.append(("rs", kw["input"].numel())), raising=False
+    )
+    monkeypatch.setattr(
+        dist, "all_gather_single", lambda out, inp, **kw: seen.append(("ag", out.numel())), raising=False
+    )
     before = dist.all_reduce
     timer = _strategies_module().CallTimer()
     with timer:
-        dist.all_reduce(torch.zeros(10))          # not in a timed step: run, not logged
+        dist.all_reduce(torch.zeros(10))  # not in a timed step: run, not logged
         timer.step = 3
         dist.all_reduce(torch.zeros(10))
         # FSDP2's call forms (torch/distributed/fsdp/_fully_shard/_fsdp_collectives.py)
-        dist.reduce_scatter_single(output=torch.zeros(5), input=torch.zeros(10), group=None, op=None,
-                                   async_op=False)
-        dist.all_gather_single(torch.zeros(8, dtype=torch.float64), torch.zeros(4, dtype=torch.float64),
-                               group=None, async_op=False)
+        dist.reduce_scatter_single(output=torch.zeros(5), input=torch.zeros(10), group=None, op=None, async_op=False)
+        dist.all_gather_single(
+            torch.zeros(8, dtype=torch.float64), torch.zeros(4, dtype=torch.float64), group=None, async_op=False
+        )
     assert dist.all_reduce is before
     assert seen == [("ar", 10), ("ar", 10), ("rs", 10), ("ag", 8)]
     assert [c[:3] for c in timer.calls] == [[3, "all_reduce", 40], [3, "reduce_scatter", 40], [3, "all_gather", 64]]
@@ -105,8 +107,10 @@ def test_blocking_fit_recovers_factors_and_wait_and_predicts_a_held_out_model():
     scale = {"all_gather": 1.3, "reduce_scatter": 1.6}
     # Waits proportional to compute: 2 calls x 1 ms late / 2 ranks = 1 ms per step per 20 ms
     # of compute, 2 ms per 40 ms.
-    rows = [{"model": m, "key": f"fsdp-full/{m}/8", "calls": _calls(scale, late_ms=late), "compute_s": comp}
-            for m, late, comp in (("a", 1, 0.02), ("b", 2, 0.04), ("c", 1, 0.02))]
+    rows = [
+        {"model": m, "key": f"fsdp-full/{m}/8", "calls": _calls(scale, late_ms=late), "compute_s": comp}
+        for m, late, comp in (("a", 1, 0.02), ("b", 2, 0.04), ("c", 1, 0.02))
+    ]
     idle = lambda coll, n: (1e-3, n * 1e-9)  # noqa: E731
     bf = BlockingFit().fit(rows, idle)
     assert bf.factors_ == pytest.approx(scale, rel=1e-3)
@@ -124,8 +128,11 @@ def test_blocking_fit_recovers_factors_and_wait_and_predicts_a_held_out_model():
 def test_copy_fit_recovers_the_factor_and_predicts_a_held_out_model():
     from simdl.calibrate.in_step import CopyFit
 
-    pts = [{"model": m, "key": f"{v}/{m}/16", "measured_s": 4.0 * p, "predicted_s": p}
-           for m, base in (("a", 0.02), ("b", 0.05), ("c", 0.1)) for v, p in (("fsdp-full", base), ("ddp", base / 2))]
+    pts = [
+        {"model": m, "key": f"{v}/{m}/16", "measured_s": 4.0 * p, "predicted_s": p}
+        for m, base in (("a", 0.02), ("b", 0.05), ("c", 0.1))
+        for v, p in (("fsdp-full", base), ("ddp", base / 2))
+    ]
     pts.append({"model": "c", "key": "tiny", "measured_s": 0.001, "predicted_s": 0.0001})  # below min_s: left out
     f = CopyFit().fit(pts)
     assert f.factor_ == pytest.approx(4.0) and len(f.points_) == 6

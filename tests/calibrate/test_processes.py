@@ -42,8 +42,7 @@ def _gone(pid: int) -> bool:
 
 @pytest.mark.parametrize("grace_s", [0.0, 2.0])
 def test_kill_tree_stops_a_rank_in_its_own_session(grace_s):
-    p = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdout=subprocess.PIPE, text=True,
-                         start_new_session=True)
+    p = subprocess.Popen([sys.executable, "-c", _LAUNCHER], stdout=subprocess.PIPE, text=True, start_new_session=True)
     rank = int(p.stdout.readline())
     assert descendants(p.pid) == [rank]
     assert os.getpgid(rank) != os.getpgid(p.pid)  # killpg(launcher) would not reach it

@@ -5,8 +5,8 @@ import json
 
 import pytest
 import yaml
-
 from simdl.analytic.costs import Rates, row_times
+
 from simdl.calibrate.profile import build_profile, write_profile
 from simdl.calibrate.records import load_stage
 from simdl.calibrate.run import make_settings
@@ -16,12 +16,30 @@ from simdl.collectives.cost import bus_bytes_factor, collective_time
 from simdl.predict import predict
 from simdl.workload.library import load_workload
 
-HEADER = {"type": "header", "world": 2, "local_world": 2, "nodes": 1, "host": "testhost", "device": "cpu: test",
-          "backend": "gloo", "threads": 1, "cpu_count": 2, "threads_note": "torch.set_num_threads(1)",
-          "versions": {"torch": "2.x"}, "loadavg": [0.1, 0.1, 0.1], "date": "2026-01-01T00:00:00+00:00"}
-TRUE = {"overhead": 30e-6, "alpha": 20e-6, "bw": 1.0e9, "factors": {"all_gather": 0.6, "reduce_scatter": 0.3,
-                                                                     "broadcast": 2.0, "send_recv": 1.2},
-        "e_m": 0.4, "e_b": 0.25, "launch": 6e-6}
+HEADER = {
+    "type": "header",
+    "world": 2,
+    "local_world": 2,
+    "nodes": 1,
+    "host": "testhost",
+    "device": "cpu: test",
+    "backend": "gloo",
+    "threads": 1,
+    "cpu_count": 2,
+    "threads_note": "torch.set_num_threads(1)",
+    "versions": {"torch": "2.x"},
+    "loadavg": [0.1, 0.1, 0.1],
+    "date": "2026-01-01T00:00:00+00:00",
+}
+TRUE = {
+    "overhead": 30e-6,
+    "alpha": 20e-6,
+    "bw": 1.0e9,
+    "factors": {"all_gather": 0.6, "reduce_scatter": 0.3, "broadcast": 2.0, "send_recv": 1.2},
+    "e_m": 0.4,
+    "e_b": 0.25,
+    "launch": 6e-6,
+}
 
 
 def _write(stage_dir, rank, records, done=True):
@@ -39,31 +57,81 @@ def make_run_dir(root, with_compute=True):
     for c in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv"):
         for m in [4096 * 4**i for i in range(8)]:
             t = TRUE["overhead"] + collective_time(c, m, 2, TRUE["bw"] * TRUE["factors"].get(c, 1.0), TRUE["alpha"])
-            colls.append({"type": "measurement", "key": f"world/{c}/{m}", "kind": "collective", "scope": "world",
-                          "collective": c, "bytes": m, "group_size": 2, "time_s": t,
-                          "busbw_GB_per_s": m / t * bus_bytes_factor(c, 2) / 1e9})
+            colls.append(
+                {
+                    "type": "measurement",
+                    "key": f"world/{c}/{m}",
+                    "kind": "collective",
+                    "scope": "world",
+                    "collective": c,
+                    "bytes": m,
+                    "group_size": 2,
+                    "time_s": t,
+                    "busbw_GB_per_s": m / t * bus_bytes_factor(c, 2) / 1e9,
+                }
+            )
     for r in (0, 1):
         _write(run / "collectives", r, colls)
     if with_compute:
         cpu = load_gpu("cpu")  # the peaks the fit divides by: per rank, 2 ranks share the device
-        rates = Rates(flops=cpu.peak("fp32") / 2 * TRUE["e_m"], memory_bandwidth=cpu.memory_bandwidth.value / 2 * TRUE["e_b"],
-                      kernel_overhead=TRUE["launch"], activation_factor=1.0)
+        rates = Rates(
+            flops=cpu.peak("fp32") / 2 * TRUE["e_m"],
+            memory_bandwidth=cpu.memory_bandwidth.value / 2 * TRUE["e_b"],
+            kernel_overhead=TRUE["launch"],
+            activation_factor=1.0,
+        )
         recs = []
-        for model, ds, batches in (("mnist_cnn", "mnist", (8, 32)), ("resnet18", "cifar10", (4, 8)),
-                                   ("densenet121", "cifar10", (2,))):
+        for model, ds, batches in (
+            ("mnist_cnn", "mnist", (8, 32)),
+            ("resnet18", "cifar10", (4, 8)),
+            ("densenet121", "cifar10", (2,)),
+        ):
             table = load_workload(model, ds)
             for b in batches:
                 rt = row_times.__wrapped__(table, b, rates)
-                recs.append({"type": "measurement", "key": f"model/{model}/{ds}/{b}", "kind": "model", "model": model,
-                             "dataset": ds, "batch": b, "step_fwd_s": float(rt.fwd.sum()), "step_bwd_s": float(rt.bwd.sum()),
-                             "rows": {"name": list(table.names), "type": list(table.types),
-                                      "fwd_s": rt.fwd.tolist(), "bwd_s": rt.bwd.tolist()}})
+                recs.append(
+                    {
+                        "type": "measurement",
+                        "key": f"model/{model}/{ds}/{b}",
+                        "kind": "model",
+                        "model": model,
+                        "dataset": ds,
+                        "batch": b,
+                        "step_fwd_s": float(rt.fwd.sum()),
+                        "step_bwd_s": float(rt.bwd.sum()),
+                        "rows": {
+                            "name": list(table.names),
+                            "type": list(table.types),
+                            "fwd_s": rt.fwd.tolist(),
+                            "bwd_s": rt.bwd.tolist(),
+                        },
+                    }
+                )
         for r in (0, 1):
             _write(run / "compute", r, recs)
-    ps = [{"type": "measurement", "key": f"roundtrip/{m}", "kind": "ps_roundtrip", "bytes": m, "role": "worker",
-           "time_s": 2 * (40e-6 + m / 1.5e9)} for m in [4096 * 4**i for i in range(7)]]
-    ps += [{"type": "measurement", "key": f"update/{m}", "kind": "ps_update", "bytes": m, "role": "server",
-            "time_s": 8 * m / 12e9, "streamed_bytes": 8 * m} for m in [2**20 * 4**i for i in range(3)]]
+    ps = [
+        {
+            "type": "measurement",
+            "key": f"roundtrip/{m}",
+            "kind": "ps_roundtrip",
+            "bytes": m,
+            "role": "worker",
+            "time_s": 2 * (40e-6 + m / 1.5e9),
+        }
+        for m in [4096 * 4**i for i in range(7)]
+    ]
+    ps += [
+        {
+            "type": "measurement",
+            "key": f"update/{m}",
+            "kind": "ps_update",
+            "bytes": m,
+            "role": "server",
+            "time_s": 8 * m / 12e9,
+            "streamed_bytes": 8 * m,
+        }
+        for m in [2**20 * 4**i for i in range(3)]
+    ]
     _write(run / "ps", 0, [dict(p, role="server") if p["kind"] == "ps_roundtrip" else p for p in ps])
     _write(run / "ps", 1, [dict(p, role="worker") if p["kind"] == "ps_update" else p for p in ps])
     return run
@@ -86,8 +154,9 @@ def test_profile_from_synthetic_run_recovers_values_and_loads(tmp_path):
     assert regs["link_GB_per_s"] == eff_link(profile)
     rs = regs["collectives"]["reduce_scatter"]["regimes"]
     assert len(rs) == 1 and rs[0]["bus_GB_per_s"] == pytest.approx(0.3, rel=0.05)
-    assert not any(k.startswith("collective_bandwidth_factor_") and k != "collective_bandwidth_factor_send_recv"
-                   for k in eff)
+    assert not any(
+        k.startswith("collective_bandwidth_factor_") and k != "collective_bandwidth_factor_send_recv" for k in eff
+    )
     for c in regs["collectives"]:
         assert report["collectives"]["world"]["per_collective"][c]["regimes"]["held_out"]["max_abs_rel_error"] < 0.01
     # The held-out model (densenet121) is predicted, not fitted, and its error is reported.
@@ -124,23 +193,39 @@ def test_interference_and_collective_factors_change_predictions(tmp_path):
     base = {"extends": "cpu-local", "name": "x"}
     p1, p0 = tmp_path / "o1.yaml", tmp_path / "o0.yaml"
     for p, o in ((p1, 0.0), (p0, 1.0)):
-        d = dict(base, efficiency={"comm_compute_interference": {"value": o, "kind": "assumed", "source": "test"},
-                                   "collective_regimes_intra": None,
-                                   "collective_bandwidth_factor_all_gather": {"value": 0.25, "kind": "assumed", "source": "test"}})
+        d = dict(
+            base,
+            efficiency={
+                "comm_compute_interference": {"value": o, "kind": "assumed", "source": "test"},
+                "collective_regimes_intra": None,
+                "collective_bandwidth_factor_all_gather": {"value": 0.25, "kind": "assumed", "source": "test"},
+            },
+        )
         p.write_text(yaml.safe_dump(d))
     kw = dict(model="resnet18", strategy="ddp", gpus=2, dataset="cifar10")
     r1, r0 = predict(cluster=str(p1), **kw), predict(cluster=str(p0), **kw)
     assert r0.iteration_time_s > r1.iteration_time_s
     fast = tmp_path / "fast.yaml"
-    fast.write_text(yaml.safe_dump(dict(base, efficiency={"collective_regimes_intra": None,
-                                                          "collective_bandwidth_factor_all_gather": {
-                                                              "value": 1.0, "kind": "assumed", "source": "test"}})))
+    fast.write_text(
+        yaml.safe_dump(
+            dict(
+                base,
+                efficiency={
+                    "collective_regimes_intra": None,
+                    "collective_bandwidth_factor_all_gather": {"value": 1.0, "kind": "assumed", "source": "test"},
+                },
+            )
+        )
+    )
     f_slow = predict(cluster=str(p1), model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10")
     f_base = predict(cluster=str(fast), model="resnet18", strategy="fsdp", gpus=2, dataset="cifar10")
     assert f_slow.comm_time_s > f_base.comm_time_s
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump(dict(base, efficiency={"comm_compute_interference": {"value": -1, "kind": "assumed",
-                                                                                   "source": "test"}})))
+    bad.write_text(
+        yaml.safe_dump(
+            dict(base, efficiency={"comm_compute_interference": {"value": -1, "kind": "assumed", "source": "test"}})
+        )
+    )
     with pytest.raises(Exception, match="comm_compute_interference"):
         load_cluster(str(bad))
 
@@ -153,8 +238,11 @@ def test_a_collectives_only_run_keeps_the_other_stages_of_the_base(tmp_path, mon
 
     run = make_run_dir(tmp_path, with_compute=False)
     base = raw_preset("cpu-local")
-    base["calibration"] = {"provenance": {"date": "2026-01-01", "devices": ["cpu: older"]},
-                           "compute": {"params": {"matmul": 0.5}}, "strategy_fit": {"x": 1}}
+    base["calibration"] = {
+        "provenance": {"date": "2026-01-01", "devices": ["cpu: older"]},
+        "compute": {"params": {"matmul": 0.5}},
+        "strategy_fit": {"x": 1},
+    }
     monkeypatch.setattr(P, "base_preset_for", lambda gpu: base)
     settings = make_settings(nproc_per_node=2, quick=False, time_budget=None, output=None, stages=("collectives",))
     profile, _ = build_profile(run, settings, name="cpu-local")
@@ -187,9 +275,22 @@ def test_compute_jitter_is_measured_from_the_local_steps_of_the_strategy_stage(t
         recs = []
         for model, t in (("resnet18", 0.12 * (1 + 0.05 * r)), ("convnext_tiny", 0.35)):
             steps = (t * rng.lognormal(0.0, sigma, 200)).tolist()
-            recs.append({"type": "measurement", "key": f"local/{model}/32", "kind": "strategy", "variant": "local",
-                         "model": model, "dataset": "cifar10", "batch": 32, "iters": 200, "warmup": 3,
-                         "step_times_s": steps, "step_s": float(np.median(steps)), "peak_bytes": 1})
+            recs.append(
+                {
+                    "type": "measurement",
+                    "key": f"local/{model}/32",
+                    "kind": "strategy",
+                    "variant": "local",
+                    "model": model,
+                    "dataset": "cifar10",
+                    "batch": 32,
+                    "iters": 200,
+                    "warmup": 3,
+                    "step_times_s": steps,
+                    "step_s": float(np.median(steps)),
+                    "peak_bytes": 1,
+                }
+            )
         _write(run / "strategies", r, recs)
     settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
     profile, report = build_profile(run, settings, name="synthetic")
@@ -203,8 +304,14 @@ def test_compute_jitter_is_measured_from_the_local_steps_of_the_strategy_stage(t
 
 def test_the_launch_microbenchmark_fixes_the_per_kernel_cost_of_the_roofline_fit(tmp_path):
     run = make_run_dir(tmp_path)
-    tiny = {"type": "measurement", "key": "micro/tiny/add16", "kind": "micro", "op_class": "launch",
-            "flops": 0.0, "bytes": 0.0}
+    tiny = {
+        "type": "measurement",
+        "key": "micro/tiny/add16",
+        "kind": "micro",
+        "op_class": "launch",
+        "flops": 0.0,
+        "bytes": 0.0,
+    }
     for r, t in ((0, 5e-6), (1, 7e-6)):  # median over ranks: 6 us, the synthetic rows' true value
         with open(run / "compute" / f"rank{r}.jsonl", "a") as f:
             f.write(json.dumps(dict(tiny, time_s=t)) + "\n")
@@ -238,8 +345,13 @@ def test_how_busy_the_machine_was_is_measured_not_read_off_the_load_average(tmp_
     each stage's share lands in the provenance and, when busy, in the notes."""
     run = make_run_dir(tmp_path)
     settings = make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None)
-    settings["loadavg_before"] = [{"date": "2026-01-01", "loadavg": [1.43, 0.46, 0.17],
-                                   "host_cpu": {"others_cores": 0.03, "busiest": [], "quiet": True}}]
+    settings["loadavg_before"] = [
+        {
+            "date": "2026-01-01",
+            "loadavg": [1.43, 0.46, 0.17],
+            "host_cpu": {"others_cores": 0.03, "busiest": [], "quiet": True},
+        }
+    ]
     (run / "compute" / "host_cpu.json").write_text(json.dumps([{"others_cores": 0.9}, {"others_cores": 0.01}]))
     (run / "collectives" / "host_cpu.json").write_text(json.dumps([{"others_cores": 0.6}]))
     profile, _ = build_profile(run, settings, name="synthetic")
@@ -266,15 +378,25 @@ def test_a_two_rank_rpc_calibration_records_that_the_server_side_was_not_measure
     run = make_run_dir(tmp_path)
     lat, bw = 900e-6, 3.0e9
     sizes = [2**20 * 4**i for i in range(5)]
-    rpc = [{"type": "measurement", "key": f"rpc_{kind}/{m}", "kind": f"ps_rpc_{kind}", "bytes": m,
-            "push_s": [lat + m / bw] * 3, "pull_s": [lat + m / bw] * 3}
-           for kind in ("alone", "together") for m in sizes]
+    rpc = [
+        {
+            "type": "measurement",
+            "key": f"rpc_{kind}/{m}",
+            "kind": f"ps_rpc_{kind}",
+            "bytes": m,
+            "push_s": [lat + m / bw] * 3,
+            "pull_s": [lat + m / bw] * 3,
+        }
+        for kind in ("alone", "together")
+        for m in sizes
+    ]
     stage = load_stage(run, "ps")
     for rank, role in ((0, "server"), (1, "worker")):
         old = list(stage.measurements[rank].values())
         _write(run / "ps", rank, old + [dict(r, role=role) for r in rpc])
-    profile, report = build_profile(run, make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None),
-                                    name="synthetic")
+    profile, report = build_profile(
+        run, make_settings(nproc_per_node=2, quick=True, time_budget=10, output=None), name="synthetic"
+    )
     cal = profile["calibration"]["ps"]
     assert cal["transport"] == "rpc" and cal["rpc_workers"] == [1] and cal["server_side_measured"] is False
     link = profile["ps_servers"]

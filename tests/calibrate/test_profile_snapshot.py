@@ -13,13 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from test_profile import _write, make_run_dir
 
 from simdl.calibrate.profile import build_profile
 from simdl.calibrate.records import load_stage
 from simdl.calibrate.run import make_settings
 from simdl.cluster.spec import CLUSTER_DIR
-
-from test_profile import _write, make_run_dir
 
 SNAPSHOT = Path(__file__).parent / "data" / "profile_snapshot.json.xz"  # xz: the text is 296 kB
 
@@ -46,17 +45,39 @@ def _with_local_steps(run):
         recs = []
         for model, t in (("resnet18", 0.12 * (1 + 0.05 * r)), ("convnext_tiny", 0.35)):
             steps = (t * rng.lognormal(0.0, 0.08, 200)).tolist()
-            recs.append({"type": "measurement", "key": f"local/{model}/32", "kind": "strategy", "variant": "local",
-                         "model": model, "dataset": "cifar10", "batch": 32, "iters": 200, "warmup": 3,
-                         "step_times_s": steps, "step_s": float(np.median(steps)), "peak_bytes": 1})
+            recs.append(
+                {
+                    "type": "measurement",
+                    "key": f"local/{model}/32",
+                    "kind": "strategy",
+                    "variant": "local",
+                    "model": model,
+                    "dataset": "cifar10",
+                    "batch": 32,
+                    "iters": 200,
+                    "warmup": 3,
+                    "step_times_s": steps,
+                    "step_s": float(np.median(steps)),
+                    "peak_bytes": 1,
+                }
+            )
         _write(run / "strategies", r, recs)
 
 
 def _with_rpc(run):
     sizes = [2**20 * 4**i for i in range(5)]
-    rpc = [{"type": "measurement", "key": f"rpc_{kind}/{m}", "kind": f"ps_rpc_{kind}", "bytes": m,
-            "push_s": [900e-6 + m / 3e9] * 3, "pull_s": [900e-6 + m / 3e9] * 3}
-           for kind in ("alone", "together") for m in sizes]
+    rpc = [
+        {
+            "type": "measurement",
+            "key": f"rpc_{kind}/{m}",
+            "kind": f"ps_rpc_{kind}",
+            "bytes": m,
+            "push_s": [900e-6 + m / 3e9] * 3,
+            "pull_s": [900e-6 + m / 3e9] * 3,
+        }
+        for kind in ("alone", "together")
+        for m in sizes
+    ]
     stage = load_stage(run, "ps")
     for rank, role in ((0, "server"), (1, "worker")):
         old = list(stage.measurements[rank].values())

@@ -12,7 +12,10 @@ needs_source = pytest.mark.skipif(not P.DEFAULT_SOURCE.exists(), reason="publish
 def test_polaris_fit_and_held_out_checks():
     blocks = P.csv_blocks(P.DEFAULT_SOURCE.read_text())
     rows = P.polaris_rows(blocks)
-    assert {r["nodes"] for r in rows} == {"n2", "n8"} and {r["collective"] for r in rows} == {"all_reduce", "all_gather"}
+    assert {r["nodes"] for r in rows} == {"n2", "n8"} and {r["collective"] for r in rows} == {
+        "all_reduce",
+        "all_gather",
+    }
     res = P.fit_polaris(rows)
     assert 30 < res["bus_bandwidth_GB_per_s"] < 40  # 2 x 200 Gb/s Slingshot: 50 GB/s raw
     assert res["quality"]["max_abs_rel_error"] < 0.10
@@ -33,10 +36,12 @@ def test_matmul_efficiency_solve_reproduces_the_throughput():
 
 
 def test_set_entry_rewrites_one_value_only():
-    text = ("# c\nefficiency:\n  matmul:\n    value: 0.70\n    kind: assumed\n    source: \"old\"\n"
-            "  memory_bandwidth:\n    value: 0.9\n    kind: assumed\n    source: \"x\"\n")
+    text = (
+        '# c\nefficiency:\n  matmul:\n    value: 0.70\n    kind: assumed\n    source: "old"\n'
+        '  memory_bandwidth:\n    value: 0.9\n    kind: assumed\n    source: "x"\n'
+    )
     out = P.set_entry(text, "efficiency", "matmul", 0.29312, "calibrated", 'rows "a" b')
-    assert "    value: 0.2931\n    kind: calibrated\n    source: \"rows \\\"a\\\" b\"\n" in out
+    assert '    value: 0.2931\n    kind: calibrated\n    source: "rows \\"a\\" b"\n' in out
     assert out.startswith("# c\n") and "value: 0.9" in out
     with pytest.raises(KeyError):
         P.set_entry(text, "efficiency", "collective_overhead_us", 1, "derived", "s")
@@ -54,7 +59,15 @@ def test_per_precision_matmul_reproduces_the_fitted_rows(precision, img_per_s):
     from simdl.predict import predict
 
     # The roofline path these efficiencies price (GPUs without a kernels: block).
-    r = predict(model="resnet50", dataset="imagenet", strategy="ddp", gpus=1,
-                cluster=P.roofline_spec("a100-80gb-nvlink"), batch_size=256, precision=precision,
-                optimizer="momentum", loader_workers=1000)
+    r = predict(
+        model="resnet50",
+        dataset="imagenet",
+        strategy="ddp",
+        gpus=1,
+        cluster=P.roofline_spec("a100-80gb-nvlink"),
+        batch_size=256,
+        precision=precision,
+        optimizer="momentum",
+        loader_workers=1000,
+    )
     assert 256 / r.iteration_time_s == pytest.approx(img_per_s, rel=0.01)

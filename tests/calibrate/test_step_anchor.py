@@ -10,11 +10,16 @@ from simdl.workload.library import load_workload
 def _record(table, fwd_all, bwd_all):
     n = table.n_rows
     best = min(range(len(fwd_all)), key=lambda i: fwd_all[i] + bwd_all[i])
-    return {"model": "mnist_cnn", "dataset": "mnist", "batch": 8,
-            "step_fwd_s": fwd_all[best], "step_bwd_s": bwd_all[best],
-            "step_fwd_all_s": list(fwd_all), "step_bwd_all_s": list(bwd_all),
-            "rows": {"name": list(table.names), "type": list(table.types),
-                     "fwd_s": [1.0 / n] * n, "bwd_s": [2.0 / n] * n}}
+    return {
+        "model": "mnist_cnn",
+        "dataset": "mnist",
+        "batch": 8,
+        "step_fwd_s": fwd_all[best],
+        "step_bwd_s": bwd_all[best],
+        "step_fwd_all_s": list(fwd_all),
+        "step_bwd_all_s": list(bwd_all),
+        "rows": {"name": list(table.names), "type": list(table.types), "fwd_s": [1.0 / n] * n, "bwd_s": [2.0 / n] * n},
+    }
 
 
 def test_median_anchor_picks_the_repeat_whose_whole_step_is_the_median():

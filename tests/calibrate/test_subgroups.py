@@ -13,8 +13,16 @@ from simdl.cluster import load_cluster
 from simdl.collectives.cost import collective_time
 from simdl.errors import SimdlError
 
-HEADER = {"type": "header", "world": 4, "local_world": 4, "nodes": 1, "host": "testhost", "device": "cpu: test",
-          "backend": "gloo", "date": "2026-01-02T00:00:00+00:00"}
+HEADER = {
+    "type": "header",
+    "world": 4,
+    "local_world": 4,
+    "nodes": 1,
+    "host": "testhost",
+    "device": "cpu: test",
+    "backend": "gloo",
+    "date": "2026-01-02T00:00:00+00:00",
+}
 OVH, A, B = 100e-6, 200e-6, 0.5e9  # the stage's node: overhead, alpha per step, bus bandwidth
 SUB_B = 0.2e9  # the stage's pairs: a slower bus than the ring factor alone would give
 SIZES = [4096 * 2**i for i in range(0, 17, 2)]  # 4 KiB .. 256 MiB
@@ -27,12 +35,32 @@ def _t(c, m, n, bw):
 def _stage(tmp_path, world=4):
     recs = []
     for c in ("all_gather", "reduce_scatter", "all_reduce"):
-        recs.append({"type": "measurement", "key": f"self/{c}/4096/p0", "kind": "collective", "scope": "self",
-                     "collective": c, "bytes": 4096, "group_size": 1, "time_s": OVH})
+        recs.append(
+            {
+                "type": "measurement",
+                "key": f"self/{c}/4096/p0",
+                "kind": "collective",
+                "scope": "self",
+                "collective": c,
+                "bytes": 4096,
+                "group_size": 1,
+                "time_s": OVH,
+            }
+        )
         for m in SIZES:
             for scope, n, bw in (("world", world, B), ("sub2", 2, SUB_B)):
-                recs.append({"type": "measurement", "key": f"{scope}/{c}/{m}/p0", "kind": "collective", "scope": scope,
-                             "collective": c, "bytes": m, "group_size": n, "time_s": _t(c, m, n, bw)})
+                recs.append(
+                    {
+                        "type": "measurement",
+                        "key": f"{scope}/{c}/{m}/p0",
+                        "kind": "collective",
+                        "scope": scope,
+                        "collective": c,
+                        "bytes": m,
+                        "group_size": n,
+                        "time_s": _t(c, m, n, bw),
+                    }
+                )
     d = tmp_path / "collectives"
     d.mkdir()
     for r in range(world):
@@ -44,13 +72,24 @@ def _stage(tmp_path, world=4):
 
 def _profile(tmp_path):
     # The profile's node: twice the stage's speed (half its overhead and alpha, twice its bus).
-    regime = {"overhead_us": OVH / 2 * 1e6, "regimes": [{"step_bytes": [512, 2**28], "alpha_us": A / 2 * 1e6,
-                                                        "bus_GB_per_s": 2 * B / 1e9}]}
-    d = {"extends": "cpu-local", "name": "old", "gpus_per_node": 4,
-         "intra_node": {"bandwidth_GB_per_s": {"value": 1.0, "kind": "assumed", "source": "test"}},
-         "efficiency": {"collective_regimes_intra": {
-             "kind": "calibrated", "source": "test", "link_GB_per_s": 1.0,
-             "collectives": {c: regime for c in ("all_gather", "reduce_scatter", "all_reduce")}}}}
+    regime = {
+        "overhead_us": OVH / 2 * 1e6,
+        "regimes": [{"step_bytes": [512, 2**28], "alpha_us": A / 2 * 1e6, "bus_GB_per_s": 2 * B / 1e9}],
+    }
+    d = {
+        "extends": "cpu-local",
+        "name": "old",
+        "gpus_per_node": 4,
+        "intra_node": {"bandwidth_GB_per_s": {"value": 1.0, "kind": "assumed", "source": "test"}},
+        "efficiency": {
+            "collective_regimes_intra": {
+                "kind": "calibrated",
+                "source": "test",
+                "link_GB_per_s": 1.0,
+                "collectives": {c: regime for c in ("all_gather", "reduce_scatter", "all_reduce")},
+            }
+        },
+    }
     p = tmp_path / "old.yaml"
     p.write_text("# an old profile\n# second line\n" + yaml.safe_dump(d, sort_keys=False))
     return p

@@ -21,8 +21,16 @@ def lab(name: str) -> str:
 
 
 EXPECTED_GPUS = {"A100-SXM4-40GB", "A100-SXM4-80GB", "A100-PCIe-80GB", "A10G", "H100-SXM", "V100-SXM2", "cpu"}
-EXPECTED_PRESETS = {"a100-80gb-nvlink", "a100-80gb-pcie", "a10g-ps", "a100-40gb-2node", "dgx-a100",
-                    "h100-hgx", "v100-dgx1", "cpu-local"}
+EXPECTED_PRESETS = {
+    "a100-80gb-nvlink",
+    "a100-80gb-pcie",
+    "a10g-ps",
+    "a100-40gb-2node",
+    "dgx-a100",
+    "h100-hgx",
+    "v100-dgx1",
+    "cpu-local",
+}
 
 # Plain integers that describe a preset's shape, not a measured quantity (see spec.py docstring).
 # "calibration": free-form provenance and fit quality written by `simdl calibrate` (issue 5).
@@ -69,8 +77,9 @@ def test_every_preset_loads(name):
         assert spec.inter_node is not None
 
 
-@pytest.mark.parametrize("path", sorted(GPU_DIR.glob("*.yaml")) + sorted(CLUSTER_DIR.glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "path", sorted(GPU_DIR.glob("*.yaml")) + sorted(CLUSTER_DIR.glob("*.yaml")), ids=lambda p: p.name
+)
 def test_every_number_has_kind_and_source(path):
     raw = yaml.safe_load(path.read_text())
     for where, entry in _walk_numbers(raw):
@@ -78,8 +87,9 @@ def test_every_number_has_kind_and_source(path):
             assert entry.get("kind") in KINDS, f"{path.name}: {where} kind {entry.get('kind')!r}"
             assert isinstance(entry.get("source"), str) and len(entry["source"]) > 10, f"{path.name}: {where}"
         else:
-            assert any(k in STRUCTURAL for k in where if isinstance(k, str)), \
+            assert any(k in STRUCTURAL for k in where if isinstance(k, str)), (
                 f"{path.name}: bare number at {where} (must be {{value, kind, source}})"
+            )
 
 
 def test_peaks_are_datasheet_or_explained():
@@ -198,8 +208,13 @@ def test_ps_link_fields_round_trip_and_a_negative_one_is_rejected(tmp_path):
     assert spec.ps_servers.receive_fault.value == pytest.approx(0.2e-9)
     assert spec.ps_servers.response_copy is None  # optional
     assert spec.ps_servers.to_dict()["receive_fault_ns_per_byte"]["value"] == pytest.approx(0.2)
-    path = _write_variant(tmp_path, lambda r: r["ps_servers"].update(
-        response_copy_ns_per_byte={"value": -1, "kind": "calibrated", "source": "a test"}), base=lab("cpu-local-x4"))
+    path = _write_variant(
+        tmp_path,
+        lambda r: r["ps_servers"].update(
+            response_copy_ns_per_byte={"value": -1, "kind": "calibrated", "source": "a test"}
+        ),
+        base=lab("cpu-local-x4"),
+    )
     with pytest.raises(SimdlError) as exc:
         load_cluster(path)
     _assert_one_line(exc, "response_copy_ns_per_byte", "-1", ">= 0")
@@ -236,6 +251,7 @@ def test_gpus_per_node_below_one_is_rejected(tmp_path):
 def test_misspelt_key_is_rejected(tmp_path):
     def edit(r):
         r["intra_node"]["bandwith_GB_per_s"] = r["intra_node"].pop("bandwidth_GB_per_s")
+
     path = _write_variant(tmp_path, edit)
     with pytest.raises(SimdlError) as exc:
         load_cluster(path)
@@ -260,6 +276,7 @@ def test_multi_node_without_network_is_rejected(tmp_path):
     def edit(r):
         r.pop("inter_node")
         r["max_nodes"] = None
+
     path = _write_variant(tmp_path, edit)
     with pytest.raises(SimdlError) as exc:
         load_cluster(path)
@@ -267,8 +284,13 @@ def test_multi_node_without_network_is_rejected(tmp_path):
 
 
 def test_mesh_that_disagrees_with_bandwidth_is_rejected(tmp_path):
-    path = _write_variant(tmp_path, lambda r: r["intra_node"].update(
-        bandwidth_GB_per_s={"value": 300, "kind": "datasheet", "source": "wrong on purpose"}), base="v100-dgx1")
+    path = _write_variant(
+        tmp_path,
+        lambda r: r["intra_node"].update(
+            bandwidth_GB_per_s={"value": 300, "kind": "datasheet", "source": "wrong on purpose"}
+        ),
+        base="v100-dgx1",
+    )
     with pytest.raises(SimdlError) as exc:
         load_cluster(path)
     _assert_one_line(exc, "mesh", "150", "300")

@@ -18,10 +18,26 @@ from simdl.cluster.topology import (
 from simdl.errors import SimdlError
 
 # (preset, gpus): full nodes, so every NIC has its GPUs (see allocate.py docstring).
-MULTI_NODE = [("dgx-a100", 16), ("dgx-a100", 32), ("h100-hgx", 16), ("a100-40gb-2node", 8),
-              ("a100-40gb-2node-2nic", 8), ("a100-40gb-2node-4nic", 8), ("a10g-ps", 8), ("v100-dgx1", 16)]
-SINGLE_NODE = [("dgx-a100", 8), ("a100-80gb-nvlink", 4), ("a100-80gb-nvlink", 2), ("a100-80gb-pcie", 4),
-               ("a10g-ps", 4), ("cpu-local", 2), ("h100-hgx", 8), ("v100-dgx1", 8)]
+MULTI_NODE = [
+    ("dgx-a100", 16),
+    ("dgx-a100", 32),
+    ("h100-hgx", 16),
+    ("a100-40gb-2node", 8),
+    ("a100-40gb-2node-2nic", 8),
+    ("a100-40gb-2node-4nic", 8),
+    ("a10g-ps", 8),
+    ("v100-dgx1", 16),
+]
+SINGLE_NODE = [
+    ("dgx-a100", 8),
+    ("a100-80gb-nvlink", 4),
+    ("a100-80gb-nvlink", 2),
+    ("a100-80gb-pcie", 4),
+    ("a10g-ps", 4),
+    ("cpu-local", 2),
+    ("h100-hgx", 8),
+    ("v100-dgx1", 8),
+]
 
 
 def test_dgx_a100_two_nodes_node_and_edge_counts():

@@ -8,11 +8,20 @@ from simdl.cluster.spec import CLUSTER_DIR
 from simdl.errors import SimdlError
 
 
-@pytest.mark.parametrize("key,attr,value,si,bad,message", [
-    # in-step copy slowdown: a factor, 0.5-50
-    ("copy_in_step_factor", "copy_in_step_factor", 4.5, 4.5, 0.1,
-     r"copy_in_step_factor = 0.1; accepted: 0.5 <= value <= 50"),
-])
+@pytest.mark.parametrize(
+    "key,attr,value,si,bad,message",
+    [
+        # in-step copy slowdown: a factor, 0.5-50
+        (
+            "copy_in_step_factor",
+            "copy_in_step_factor",
+            4.5,
+            4.5,
+            0.1,
+            r"copy_in_step_factor = 0.1; accepted: 0.5 <= value <= 50",
+        ),
+    ],
+)
 def test_key_round_trips_and_rejects_out_of_range(tmp_path, key, attr, value, si, bad, message):
     d = yaml.safe_load((CLUSTER_DIR / "cpu-local.yaml").read_text())
     d["compute_profile"]["file"] = str(CLUSTER_DIR / d["compute_profile"]["file"])
@@ -61,8 +70,11 @@ def test_fsdp_unit_overhead_given_twice_or_negative_is_one_line_error(tmp_path):
         d["efficiency"]["fsdp_unit_overhead_us"] = U
         d["strategies"] = {"fsdp": {"unit_overhead_us": U}}
 
-    with pytest.raises(SimdlError, match=r"efficiency.fsdp_unit_overhead_us and strategies.fsdp.unit_overhead_us "
-                                         r"are one value; accepted: strategies.fsdp.unit_overhead_us alone"):
+    with pytest.raises(
+        SimdlError,
+        match=r"efficiency.fsdp_unit_overhead_us and strategies.fsdp.unit_overhead_us "
+        r"are one value; accepted: strategies.fsdp.unit_overhead_us alone",
+    ):
         load_cluster(str(_cpu_local(tmp_path, both)))
     bad = {**U, "value": -1.0}
     with pytest.raises(SimdlError, match=r"strategies: fsdp: unit_overhead_us = -1.0 must be >= 0"):
@@ -79,5 +91,6 @@ def test_the_lab_profiles_fitted_unit_overhead_reaches_the_fsdp_strategy():
     assert "fsdp_unit_overhead_us" not in raw["efficiency"]  # the file gives it in the strategy's section
     spec = load_cluster(str(lab))
     assert spec.strategies.fsdp.unit_overhead.value == pytest.approx(
-        raw["strategies"]["fsdp"]["unit_overhead_us"]["value"] * 1e-6)
+        raw["strategies"]["fsdp"]["unit_overhead_us"]["value"] * 1e-6
+    )
     assert spec.strategies.fsdp.unit_overhead.kind == "calibrated"

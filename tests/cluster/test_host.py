@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from simdl.cluster import load_cluster
-from simdl.cluster.spec import CLUSTER_DIR
 from simdl.cluster.host import cache_sizes, cpu_identity, cpu_model, host_mismatch, profile_caches, profile_devices
+from simdl.cluster.spec import CLUSTER_DIR
 
 # The development VMs' calibrations live with the lab data, not in the package.
 LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
@@ -27,17 +27,25 @@ def test_cpu_model_reads_cpuinfo(tmp_path):
 
 def test_cpu_identity_reads_the_first_processor_and_its_isa_flags(tmp_path):
     f = tmp_path / "cpuinfo"
-    f.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
-                 "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu sse fma avx avx2\n\n"
-                 "processor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n")
-    assert cpu_identity(f) == {"vendor": "AuthenticAMD", "family": 25, "model": 1, "stepping": 1,
-                               "isa": ["fma", "avx2"]}
+    f.write_text(
+        "processor\t: 0\nvendor_id\t: AuthenticAMD\ncpu family\t: 25\nmodel\t\t: 1\n"
+        "model name\t: AMD EPYC\nstepping\t: 1\nflags\t\t: fpu sse fma avx avx2\n\n"
+        "processor\t: 1\nvendor_id\t: Other\nflags\t\t: avx512f\n"
+    )
+    assert cpu_identity(f) == {
+        "vendor": "AuthenticAMD",
+        "family": 25,
+        "model": 1,
+        "stepping": 1,
+        "isa": ["fma", "avx2"],
+    }
     assert cpu_identity(tmp_path / "missing") == {}
 
 
 def test_cache_sizes_from_sysfs_layout(tmp_path):
-    for i, (level, kind, size) in enumerate([(1, "Data", "48K"), (1, "Instruction", "32K"),
-                                             (2, "Unified", "1024K"), (3, "Unified", "32768K")]):
+    for i, (level, kind, size) in enumerate(
+        [(1, "Data", "48K"), (1, "Instruction", "32K"), (2, "Unified", "1024K"), (3, "Unified", "32768K")]
+    ):
         d = tmp_path / f"index{i}"
         d.mkdir()
         (d / "level").write_text(f"{level}\n")
@@ -93,8 +101,11 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
 
     def ship(name: str, date: str, slots: int = 2, allocator_env: dict | None = None) -> None:
         d = {**raw, "name": name, "gpus_per_node": slots}
-        prov = {**raw["calibration"]["provenance"], "date": date,
-                **({"allocator_env": allocator_env} if allocator_env else {})}
+        prov = {
+            **raw["calibration"]["provenance"],
+            "date": date,
+            **({"allocator_env": allocator_env} if allocator_env else {}),
+        }
         d["calibration"] = {**raw["calibration"], "provenance": prov}
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
 
@@ -153,10 +164,15 @@ def test_a_device_files_host_block_is_checked(tmp_path):
     from simdl.errors import SimdlError
 
     raw = load_gpu("cpu-epyc-milan").to_dict()
-    assert {k: raw["host"][k] for k in ("model_name", "caches")} == {"model_name": "AMD EPYC",
-                                                                     "caches": {"L1d": "32K", "L2": "512K"}}
-    for bad, msg in (({"model": "x"}, "unknown key 'model'"), ({"model_name": 3}, "host: model_name = 3; accepted"),
-                     ({"model_name": "x", "caches": [1]}, "host: caches = ")):
+    assert {k: raw["host"][k] for k in ("model_name", "caches")} == {
+        "model_name": "AMD EPYC",
+        "caches": {"L1d": "32K", "L2": "512K"},
+    }
+    for bad, msg in (
+        ({"model": "x"}, "unknown key 'model'"),
+        ({"model_name": 3}, "host: model_name = 3; accepted"),
+        ({"model_name": "x", "caches": [1]}, "host: caches = "),
+    ):
         path = tmp_path / "g.yaml"
         path.write_text(yaml.safe_dump({**raw, "host": bad}))
         with pytest.raises(SimdlError, match=msg):
@@ -211,13 +227,21 @@ def test_allocator_mismatch_names_both_malloc_settings():
     spec = load_cluster(lab("cpu-epyc-zen4"))  # calibrated with glibc's defaults
     assert allocator_mismatch(spec, {"PATH": "/bin"}) is None
     why = allocator_mismatch(spec, {"MALLOC_TRIM_THRESHOLD_": "68719476736"})
-    assert why == ("profile cpu-epyc-zen4 was timed with glibc's default malloc settings; these ranks with "
-                   "MALLOC_TRIM_THRESHOLD_=68719476736")
+    assert why == (
+        "profile cpu-epyc-zen4 was timed with glibc's default malloc settings; these ranks with "
+        "MALLOC_TRIM_THRESHOLD_=68719476736"
+    )
     from types import SimpleNamespace  # load_cluster memoises presets: do not edit one
 
-    kept = SimpleNamespace(name="kept", calibration={"provenance": {
-        "devices": ["cpu: AMD EPYC"], "allocator_env": {"MALLOC_TRIM_THRESHOLD_": "68719476736"}}})
+    kept = SimpleNamespace(
+        name="kept",
+        calibration={
+            "provenance": {"devices": ["cpu: AMD EPYC"], "allocator_env": {"MALLOC_TRIM_THRESHOLD_": "68719476736"}}
+        },
+    )
     assert allocator_mismatch(kept, {"MALLOC_TRIM_THRESHOLD_": "68719476736"}) is None
-    assert allocator_mismatch(kept, {}) == ("profile kept was timed with MALLOC_TRIM_THRESHOLD_=68719476736; "
-                                            "these ranks with glibc's default malloc settings")
+    assert allocator_mismatch(kept, {}) == (
+        "profile kept was timed with MALLOC_TRIM_THRESHOLD_=68719476736; "
+        "these ranks with glibc's default malloc settings"
+    )
     assert allocator_mismatch(load_cluster("a100-80gb-nvlink"), {"MALLOC_TRIM_THRESHOLD_": "1"}) is None  # a GPU preset

@@ -20,9 +20,11 @@ from simdl.cluster.spec import CLUSTER_DIR, GPU_DIR, load_cluster, load_gpu
 from simdl.errors import SimdlError
 
 LAB_PROFILES = Path(__file__).resolve().parents[2] / "lab" / "profiles"
-FILES = ([("device", p) for p in sorted(GPU_DIR.glob("*.yaml"))]
-         + [("cluster", p) for p in sorted(CLUSTER_DIR.glob("*.yaml"))]
-         + [("profile", p) for p in sorted(LAB_PROFILES.glob("*.yaml"))])
+FILES = (
+    [("device", p) for p in sorted(GPU_DIR.glob("*.yaml"))]
+    + [("cluster", p) for p in sorted(CLUSTER_DIR.glob("*.yaml"))]
+    + [("profile", p) for p in sorted(LAB_PROFILES.glob("*.yaml"))]
+)
 
 
 def _raw(path: Path) -> dict:
@@ -53,20 +55,38 @@ def _dgx() -> dict:
     return load_cluster("dgx-a100").to_dict()
 
 
-@pytest.mark.parametrize("edit,key,fragments", [
-    (lambda r: r["efficiency"]["matmul"].update(value=1.5), "matmul", ("matmul = 1.5", "accepted: a fraction")),
-    (lambda r: r["efficiency"].update(matmull=r["efficiency"]["matmul"]), "matmull",
-     ("unknown key 'matmull'", "did you mean 'matmul'", "accepted:")),
-    (lambda r: r["efficiency"]["copy_in_step_factor"].update(value=60) if "copy_in_step_factor" in r["efficiency"]
-     else r["efficiency"].update(copy_in_step_factor={"value": 60, "kind": "assumed", "source": "t"}),
-     "copy_in_step_factor", ("copy_in_step_factor = 60", "accepted: 0.5 <= value <= 50")),
-    (lambda r: r["intra_node"].update(link="infinityfabric"), "link",
-     ("link = 'infinityfabric'", "accepted: nvlink, nvswitch, pcie, shm")),
-    (lambda r: r.update(gpus_per_node=0), "gpus_per_node", ("gpus_per_node = 0", ">= 1")),
-    (lambda r: r["host"].pop("cpu_cores"), "cpu_cores", ("missing key 'cpu_cores'",)),
-    (lambda r: r["inter_node"]["latency_us"].update(kind="guessed"), "latency_us",
-     ("latency_us.kind is 'guessed'", "accepted: datasheet")),
-])
+@pytest.mark.parametrize(
+    "edit,key,fragments",
+    [
+        (lambda r: r["efficiency"]["matmul"].update(value=1.5), "matmul", ("matmul = 1.5", "accepted: a fraction")),
+        (
+            lambda r: r["efficiency"].update(matmull=r["efficiency"]["matmul"]),
+            "matmull",
+            ("unknown key 'matmull'", "did you mean 'matmul'", "accepted:"),
+        ),
+        (
+            lambda r: (
+                r["efficiency"]["copy_in_step_factor"].update(value=60)
+                if "copy_in_step_factor" in r["efficiency"]
+                else r["efficiency"].update(copy_in_step_factor={"value": 60, "kind": "assumed", "source": "t"})
+            ),
+            "copy_in_step_factor",
+            ("copy_in_step_factor = 60", "accepted: 0.5 <= value <= 50"),
+        ),
+        (
+            lambda r: r["intra_node"].update(link="infinityfabric"),
+            "link",
+            ("link = 'infinityfabric'", "accepted: nvlink, nvswitch, pcie, shm"),
+        ),
+        (lambda r: r.update(gpus_per_node=0), "gpus_per_node", ("gpus_per_node = 0", ">= 1")),
+        (lambda r: r["host"].pop("cpu_cores"), "cpu_cores", ("missing key 'cpu_cores'",)),
+        (
+            lambda r: r["inter_node"]["latency_us"].update(kind="guessed"),
+            "latency_us",
+            ("latency_us.kind is 'guessed'", "accepted: datasheet"),
+        ),
+    ],
+)
 def test_a_bad_key_or_value_is_refused_by_schema_and_loader_in_one_line(tmp_path, edit, key, fragments):
     raw = _dgx()
     edit(raw)
@@ -104,7 +124,9 @@ def test_each_efficiency_key_is_declared_once_and_round_trips():
     assert len(keys) == len(set(keys))
     # the schema also accepts the key the loader moves into strategies.fsdp
     assert set(schema("cluster")["$defs"]["full"]["properties"]["efficiency"]["properties"]) == {
-        *keys, "fsdp_unit_overhead_us"}
+        *keys,
+        "fsdp_unit_overhead_us",
+    }
     # every sourced knob set to an accepted value parses and comes back from to_dict
     raw = dict(load_cluster("dgx-a100").efficiency.to_dict())
     for name, d in declarations(Efficiency):
@@ -135,8 +157,9 @@ def _round_trip(spec, tmp_path: Path):
     return again
 
 
-@pytest.mark.parametrize("kind,path", [f for f in FILES if f[0] != "device"],
-                         ids=[f"{k}:{p.stem}" for k, p in FILES if k != "device"])
+@pytest.mark.parametrize(
+    "kind,path", [f for f in FILES if f[0] != "device"], ids=[f"{k}:{p.stem}" for k, p in FILES if k != "device"]
+)
 def test_load_to_dict_load_is_the_identity(kind, path, tmp_path):
     spec = load_cluster(str(path))
     again = _round_trip(spec, tmp_path)

@@ -18,7 +18,11 @@ def test_every_shipped_preset_has_the_shape_of_its_full_load():
         loaded += 1
         s = shapes[name]
         assert (s.gpu_name, s.inter_node, s.max_nodes, s.ps_servers) == (
-            spec.gpu.name, spec.inter_node is not None, spec.max_nodes, spec.ps_servers is not None), name
+            spec.gpu.name,
+            spec.inter_node is not None,
+            spec.max_nodes,
+            spec.ps_servers is not None,
+        ), name
     assert loaded == len(shapes) > 10
 
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from simdl.analytic.costs import CommCosts
+
 from simdl.cluster import allocate, cluster_names, load_cluster
 from simdl.collectives import collective_time
 from simdl.collectives.regimes import Regime, RegimeCurve, step_bytes
@@ -80,13 +80,21 @@ def test_a_curve_rejects_overlapping_ranges():
 # ---------------------------------------------------------------------------- profiles
 
 REGIMES = {
-    "kind": "calibrated", "source": "test", "link_GB_per_s": 2.0,
+    "kind": "calibrated",
+    "source": "test",
+    "link_GB_per_s": 2.0,
     "collectives": {
-        "all_reduce": {"overhead_us": 20, "regimes": [
-            {"step_bytes": [1000, 1000000], "alpha_us": 100, "bus_GB_per_s": 1.0},
-            {"step_bytes": [4000000, 64000000], "alpha_us": 0, "bus_GB_per_s": 0.5}]},
-        "all_gather": {"overhead_us": 10, "regimes": [
-            {"step_bytes": [1000, 64000000], "alpha_us": 50, "bus_GB_per_s": 0.8}]},
+        "all_reduce": {
+            "overhead_us": 20,
+            "regimes": [
+                {"step_bytes": [1000, 1000000], "alpha_us": 100, "bus_GB_per_s": 1.0},
+                {"step_bytes": [4000000, 64000000], "alpha_us": 0, "bus_GB_per_s": 0.5},
+            ],
+        },
+        "all_gather": {
+            "overhead_us": 10,
+            "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 50, "bus_GB_per_s": 0.8}],
+        },
     },
 }
 
@@ -94,9 +102,16 @@ REGIMES = {
 def _profile(tmp_path, regimes=REGIMES, name="r.yaml", **intra):
     # The regimes alone: without the base profile's in-training load terms.
     off = {"kind": "assumed", "source": "test"}
-    d = {"extends": "cpu-local", "name": "r", "efficiency": {
-        "collective_regimes_intra": regimes, "collective_load_factor": dict(off, value=1.0),
-        "collective_load_factor_all_reduce": dict(off, value=1.0), "collective_load_overhead_us": dict(off, value=0.0)}}
+    d = {
+        "extends": "cpu-local",
+        "name": "r",
+        "efficiency": {
+            "collective_regimes_intra": regimes,
+            "collective_load_factor": dict(off, value=1.0),
+            "collective_load_factor_all_reduce": dict(off, value=1.0),
+            "collective_load_overhead_us": dict(off, value=0.0),
+        },
+    }
     if intra:
         d["intra_node"] = {k: {"value": v, "kind": "assumed", "source": "test"} for k, v in intra.items()}
     p = tmp_path / name
@@ -122,28 +137,63 @@ def test_profile_round_trip_and_engine_use(tmp_path):
     f = eff.collective_bandwidth_factors.get("broadcast")
     bw = cl.group_bus_bandwidth("intra") * (f.value if f else 1.0)
     assert comm.time("broadcast", 8 * MB, 2, "intra") == pytest.approx(
-        collective_time("broadcast", 8 * MB, 2, bw, cl.group_latency("intra"), "auto") + cl.collective_overhead)
+        collective_time("broadcast", 8 * MB, 2, bw, cl.group_latency("intra"), "auto") + cl.collective_overhead
+    )
 
 
 def test_a_what_if_link_rate_scales_every_regime(tmp_path):
     base = CommCosts(allocate(load_cluster(_profile(tmp_path, bandwidth_GB_per_s=2.0)), 2))
     fast = CommCosts(allocate(load_cluster(_profile(tmp_path, bandwidth_GB_per_s=4.0, name="f.yaml")), 2))
     m = 32 * MB
-    assert fast.time("all_reduce", m, 2, "intra") - 20e-6 == pytest.approx((base.time("all_reduce", m, 2, "intra") - 20e-6) / 2)
+    assert fast.time("all_reduce", m, 2, "intra") - 20e-6 == pytest.approx(
+        (base.time("all_reduce", m, 2, "intra") - 20e-6) / 2
+    )
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ({"kind": "guessed"}, "kind"),
-    ({"link_GB_per_s": 0}, "link_GB_per_s"),
-    ({"collectives": {"all_to_all": {"overhead_us": 0, "regimes": []}}}, "all_to_all"),
-    ({"collectives": {"all_reduce": {"overhead_us": 0, "regimes": [
-        {"step_bytes": [0, 2000], "alpha_us": 1, "bus_GB_per_s": 1},
-        {"step_bytes": [1000, 4000], "alpha_us": 1, "bus_GB_per_s": 1}]}}}, "regimes\\[1\\].step_bytes"),
-    ({"collectives": {"all_reduce": {"overhead_us": 0, "regimes": [
-        {"step_bytes": [0, 2000], "alpha_us": 1, "bus_GB_per_s": -1}]}}}, "bus_GB_per_s"),
-    ({"collectives": {"all_reduce": {"overhead_us": 0, "regimes": [
-        {"step_bytes": [5000, 2000], "alpha_us": 1, "bus_GB_per_s": 1}]}}}, "step_bytes"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ({"kind": "guessed"}, "kind"),
+        ({"link_GB_per_s": 0}, "link_GB_per_s"),
+        ({"collectives": {"all_to_all": {"overhead_us": 0, "regimes": []}}}, "all_to_all"),
+        (
+            {
+                "collectives": {
+                    "all_reduce": {
+                        "overhead_us": 0,
+                        "regimes": [
+                            {"step_bytes": [0, 2000], "alpha_us": 1, "bus_GB_per_s": 1},
+                            {"step_bytes": [1000, 4000], "alpha_us": 1, "bus_GB_per_s": 1},
+                        ],
+                    }
+                }
+            },
+            "regimes\\[1\\].step_bytes",
+        ),
+        (
+            {
+                "collectives": {
+                    "all_reduce": {
+                        "overhead_us": 0,
+                        "regimes": [{"step_bytes": [0, 2000], "alpha_us": 1, "bus_GB_per_s": -1}],
+                    }
+                }
+            },
+            "bus_GB_per_s",
+        ),
+        (
+            {
+                "collectives": {
+                    "all_reduce": {
+                        "overhead_us": 0,
+                        "regimes": [{"step_bytes": [5000, 2000], "alpha_us": 1, "bus_GB_per_s": 1}],
+                    }
+                }
+            },
+            "step_bytes",
+        ),
+    ],
+)
 def test_bad_regimes_are_one_line_errors_naming_the_field(tmp_path, bad, msg):
     with pytest.raises(SimdlError, match=msg) as e:
         load_cluster(_profile(tmp_path, dict(REGIMES, **bad)))
@@ -174,7 +224,7 @@ def test_presets_without_regimes_are_priced_exactly_as_before(name):
 
 
 # ---------------------------------------------------------------- the allocator's step
-MiB = 2 ** 20
+MiB = 2**20
 THRESHOLD = 32 * MiB  # glibc's largest dynamic mmap threshold (simdl.analytic.costs)
 # all_gather: fast regime up to 10 MB steps, slow one from 20 MB steps. At 2 ranks the gap's
 # messages run from 20 to 40 MB and hold the 32 MiB threshold; at 4 ranks (40 to 80 MB) not.

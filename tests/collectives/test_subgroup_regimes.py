@@ -7,33 +7,59 @@ import copy
 
 import pytest
 import yaml
-
 from simdl.analytic.costs import CommCosts
+
 from simdl.cluster import allocate, load_cluster
 from simdl.errors import SimdlError
 
 MB = 1e6
 OFF = {"kind": "assumed", "source": "test"}
 # The node's curves (4 ranks): all_gather at 1 GB/s bus, all_reduce at 2 GB/s.
-NODE = {"kind": "calibrated", "source": "test node", "link_GB_per_s": 2.0, "collectives": {
-    "all_gather": {"overhead_us": 10, "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 50, "bus_GB_per_s": 1.0}]},
-    "all_reduce": {"overhead_us": 10, "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 50, "bus_GB_per_s": 2.0}]},
-}}
+NODE = {
+    "kind": "calibrated",
+    "source": "test node",
+    "link_GB_per_s": 2.0,
+    "collectives": {
+        "all_gather": {
+            "overhead_us": 10,
+            "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 50, "bus_GB_per_s": 1.0}],
+        },
+        "all_reduce": {
+            "overhead_us": 10,
+            "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 50, "bus_GB_per_s": 2.0}],
+        },
+    },
+}
 # Pairs, measured both at once: all_gather at a quarter of the node's bus rate; no all_reduce curve.
-PAIRS = {"kind": "calibrated", "source": "test pairs", "link_GB_per_s": 2.0, "collectives": {
-    "all_gather": {"overhead_us": 30, "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 80, "bus_GB_per_s": 0.25}]},
-}}
+PAIRS = {
+    "kind": "calibrated",
+    "source": "test pairs",
+    "link_GB_per_s": 2.0,
+    "collectives": {
+        "all_gather": {
+            "overhead_us": 30,
+            "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 80, "bus_GB_per_s": 0.25}],
+        },
+    },
+}
 
 
 def _profile(tmp_path, subgroups, name="p.yaml", gpus_per_node=None):
-    eff = {"collective_regimes_intra": NODE, "collective_load_factor": dict(OFF, value=1.0),
-           "collective_load_factor_all_reduce": dict(OFF, value=1.0),
-           "collective_load_overhead_us": dict(OFF, value=0.0)}
+    eff = {
+        "collective_regimes_intra": NODE,
+        "collective_load_factor": dict(OFF, value=1.0),
+        "collective_load_factor_all_reduce": dict(OFF, value=1.0),
+        "collective_load_overhead_us": dict(OFF, value=0.0),
+    }
     if subgroups is not ...:
         eff["collective_regimes_subgroups"] = subgroups
     # the link rate the curves were measured at, so that they apply unscaled
-    d = {"extends": "cpu-local", "name": "p", "efficiency": eff,
-         "intra_node": {"bandwidth_GB_per_s": dict(OFF, value=2.0)}}
+    d = {
+        "extends": "cpu-local",
+        "name": "p",
+        "efficiency": eff,
+        "intra_node": {"bandwidth_GB_per_s": dict(OFF, value=2.0)},
+    }
     if gpus_per_node:
         d["gpus_per_node"] = gpus_per_node
     p = tmp_path / name
@@ -70,12 +96,15 @@ def test_round_trip_and_null(tmp_path):
     assert not load_cluster(_profile(tmp_path, None, name="n.yaml")).efficiency.collective_regimes_subgroups
 
 
-@pytest.mark.parametrize("bad,msg", [
-    ({"1": PAIRS}, "group size '1'; accepted: an integer >= 2"),
-    ({"two": PAIRS}, "group size 'two'"),
-    ({"2": dict(PAIRS, kind="guessed")}, r"collective_regimes_subgroups: 2: kind"),
-    (["2"], "must be a mapping group size"),
-])
+@pytest.mark.parametrize(
+    "bad,msg",
+    [
+        ({"1": PAIRS}, "group size '1'; accepted: an integer >= 2"),
+        ({"two": PAIRS}, "group size 'two'"),
+        ({"2": dict(PAIRS, kind="guessed")}, r"collective_regimes_subgroups: 2: kind"),
+        (["2"], "must be a mapping group size"),
+    ],
+)
 def test_bad_subgroup_sections_are_one_line_errors(tmp_path, bad, msg):
     with pytest.raises(SimdlError, match=msg) as e:
         load_cluster(_profile(tmp_path, bad))
@@ -91,8 +120,16 @@ def test_a_slower_pair_all_gather_slows_the_hybrid_step_not_full_sharding(tmp_pa
     sub = _profile(tmp_path, {"2": slow}, name="sub.yaml", gpus_per_node=4)
 
     def step(cluster, sharding, **kw):
-        return predict(model="resnet18", strategy="fsdp", gpus=4, cluster=cluster, batch_size=8,
-                       sharding=sharding, engine="analytic", **kw).iteration_time_s
+        return predict(
+            model="resnet18",
+            strategy="fsdp",
+            gpus=4,
+            cluster=cluster,
+            batch_size=8,
+            sharding=sharding,
+            engine="analytic",
+            **kw,
+        ).iteration_time_s
 
     assert step(sub, "hybrid", shard_group=2) > step(base, "hybrid", shard_group=2) * 1.05
     assert step(sub, "full") == step(base, "full")  # the world group keeps the node's curve

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from simdl.analytic.costs import compute_task_time, device_rates, row_times, spmd_or_ps_rates
 
 from simdl import predict
-from simdl.analytic.costs import compute_task_time, device_rates, row_times, spmd_or_ps_rates
 from simdl.cluster import allocate
 from simdl.costs.gpu_framework import copy_kernels_time, framework_host_rows
 from simdl.costs.gpu_rows import DEVICE_FLOOR_S
@@ -92,8 +92,10 @@ def test_fsdp_host_time_grows_with_the_number_of_units():
     assert many - one > 2 * py * (units - 1)
     # and FSDP's difference from DDP grows with it
     ddp = predict("efficientnet_v2_l", "ddp", 4).iteration_time_s
-    assert predict("efficientnet_v2_l", "fsdp", 4).iteration_time_s - ddp > \
-        predict("efficientnet_v2_l", "fsdp", 4, wrap="none").iteration_time_s - ddp
+    assert (
+        predict("efficientnet_v2_l", "fsdp", 4).iteration_time_s - ddp
+        > predict("efficientnet_v2_l", "fsdp", 4, wrap="none").iteration_time_s - ddp
+    )
 
 
 def test_framework_host_time_is_charged_before_the_rows_it_delays():

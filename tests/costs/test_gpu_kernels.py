@@ -14,8 +14,14 @@ from simdl.costs.gpu_rows import fed_by_host
 from simdl.errors import SimdlError
 
 HW = Hardware(sms=108, peak_flops=19.5e12, memory_bandwidth=1.555e12)
-GEMM = GemmParams(compute_efficiency=0.9, memory_efficiency=0.5, operand_bandwidth=3.0, tile_setup_s=5e-6, floor_power=1.0,
-                  floor_s=2e-5)
+GEMM = GemmParams(
+    compute_efficiency=0.9,
+    memory_efficiency=0.5,
+    operand_bandwidth=3.0,
+    tile_setup_s=5e-6,
+    floor_power=1.0,
+    floor_s=2e-5,
+)
 STREAM = StreamParams(memory_efficiency=0.8, fill_latency_s=5e-6, floor_s=2e-5, floor_power=1.0)
 
 
@@ -32,7 +38,7 @@ def test_wave_quantisation_steps_at_a_full_wave():
 def test_large_gemm_approaches_its_compute_efficiency():
     n = 8192
     t = gemm_time(HW, GEMM, 1, n, n, n, 3 * 4 * n * n, floor=0.0)
-    achieved = 2 * n ** 3 / t / HW.peak_flops
+    achieved = 2 * n**3 / t / HW.peak_flops
     assert 0.7 * GEMM.compute_efficiency < achieved <= GEMM.compute_efficiency
 
 
@@ -66,8 +72,13 @@ def test_host_stream_makes_device_wait_only_when_host_is_slower():
 
 
 def test_shipped_gpus_carry_a_kernels_block_with_its_kind():
-    for name, kind in (("A100-PCIe-80GB", "calibrated"), ("V100-SXM2", "calibrated"), ("A100-SXM4-80GB", "derived"),
-                       ("H100-SXM", "derived"), ("A10G", "derived")):
+    for name, kind in (
+        ("A100-PCIe-80GB", "calibrated"),
+        ("V100-SXM2", "calibrated"),
+        ("A100-SXM4-80GB", "derived"),
+        ("H100-SXM", "derived"),
+        ("A10G", "derived"),
+    ):
         k = load_gpu(name).kernels
         assert k is not None and k.kind == kind and k.source
 
@@ -80,16 +91,31 @@ def test_tf32_paths_follow_pytorch_defaults():
 
 
 def test_bad_kernels_block_is_a_one_line_error():
-    good = {"kind": "derived", "source": "x", "sm_count": 10,
-            "gemm": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1),
-            "conv": dict(compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1),
-            **{c: dict(memory_efficiency=1, fill_latency_s=1, floor_s=1, floor_power=1) for c in ("elementwise", "norm", "softmax")}}
+    good = {
+        "kind": "derived",
+        "source": "x",
+        "sm_count": 10,
+        "gemm": dict(
+            compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1
+        ),
+        "conv": dict(
+            compute_efficiency=1, memory_efficiency=1, operand_bandwidth=1, tile_setup_s=1, floor_s=1, floor_power=1
+        ),
+        **{
+            c: dict(memory_efficiency=1, fill_latency_s=1, floor_s=1, floor_power=1)
+            for c in ("elementwise", "norm", "softmax")
+        },
+    }
     peaks = {"fp32": 1.0, "tf32": 2.0, "bf16": 4.0, "fp16": 4.0}
     parse_kernels(good, "g.yaml", peaks, 1.0, {})
-    for bad in ({**good, "kind": "guessed"}, {**good, "gemm": {**good["gemm"], "floor_s": -1}},
-                {k: v for k, v in good.items() if k != "norm"}, {**good, "extra": 1},
-                {**good, "low_reuse": {"fraction": 3, "kind": "calibrated", "source": "x"}},
-                {**good, "tensor_core": {"fp8": 1.0, "kind": "calibrated", "source": "x"}}):
+    for bad in (
+        {**good, "kind": "guessed"},
+        {**good, "gemm": {**good["gemm"], "floor_s": -1}},
+        {k: v for k, v in good.items() if k != "norm"},
+        {**good, "extra": 1},
+        {**good, "low_reuse": {"fraction": 3, "kind": "calibrated", "source": "x"}},
+        {**good, "tensor_core": {"fp8": 1.0, "kind": "calibrated", "source": "x"}},
+    ):
         with pytest.raises(SimdlError) as e:
             parse_kernels(bad, "g.yaml", peaks, 1.0, {})
         assert "g.yaml" in str(e.value) and "\n" not in str(e.value)

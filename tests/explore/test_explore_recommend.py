@@ -40,15 +40,20 @@ def test_model_that_only_fits_with_full_sharding():
     # state, SHARD_GRAD_OP 4 + 12/4 = 7, FULL_SHARD 16/4 = 4. A budget between the smallest
     # FULL_SHARD and the smallest GRAD_OP configuration leaves full sharding as the only answer.
     grid = dict(model="convnext_large", gpus=4, cluster="a10g-ps", optimizer="adam", batch_size=[16, 32, 64, 128])
-    df = simdl.sweep(strategy=["ddp", "fsdp-none", "fsdp-grad_op", "fsdp-full"], as_frame=False, **grid,
-                     precision=["fp32", "tf32", "bf16"])
+    df = simdl.sweep(
+        strategy=["ddp", "fsdp-none", "fsdp-grad_op", "fsdp-full"],
+        as_frame=False,
+        **grid,
+        precision=["fp32", "tf32", "bf16"],
+    )
     least = {}
     for r in df:
         least[r["label"]] = min(least.get(r["label"], float("inf")), r["peak_memory_bytes"])
     assert least["fsdp-full"] < least["fsdp-grad_op"] < least["ddp"]  # the physics the test relies on
     budget = (least["fsdp-full"] + least["fsdp-grad_op"]) / 2
-    rec = simdl.recommend("convnext_large", cluster="a10g-ps", gpus=4, optimizer="adam",
-                          memory_budget=f"{budget / GiB:.4f}GiB")
+    rec = simdl.recommend(
+        "convnext_large", cluster="a10g-ps", gpus=4, optimizer="adam", memory_budget=f"{budget / GiB:.4f}GiB"
+    )
     assert rec.ranked and {r["label"] for r in rec.ranked} == {"fsdp-full"}
     assert rec.winner["peak_memory_bytes"] <= budget
     assert "ddp does not fit" in rec.explanation and "fsdp-grad_op does not fit" in rec.explanation
@@ -63,8 +68,9 @@ def test_nothing_fits_is_explained():
 
 def test_objectives_rank_differently():
     time_ = simdl.recommend("resnet50", cluster="dgx-a100", objective="time", batch_size=32, precisions=["bf16"])
-    cost = simdl.recommend("resnet50", cluster="dgx-a100", objective="cost", batch_size=32, precisions=["bf16"],
-                           price_per_gpu_hour=2.5)
+    cost = simdl.recommend(
+        "resnet50", cluster="dgx-a100", objective="cost", batch_size=32, precisions=["bf16"], price_per_gpu_hour=2.5
+    )
     mem = simdl.recommend("resnet50", cluster="dgx-a100", objective="memory", gpus=8, batch_size=32)
     assert time_.winner["gpus"] == 8  # GPUs not given: 1..8 tried, more GPUs finish sooner
     assert cost.winner["gpu_hours"] == min(r["gpu_hours"] for r in cost.ranked)
@@ -102,34 +108,56 @@ def test_parse_memory():
             parse_memory(bad)
 
 
-@pytest.mark.parametrize("kwargs, needle", [
-    ({"objective": "speed"}, "unknown objective"),
-    ({"strategies": ["zero9"]}, "unknown strategy"),
-    ({"strategy": "ddp"}, "knob"),
-    ({"price_per_gpu_hour": -1}, "price"),
-])
+@pytest.mark.parametrize(
+    "kwargs, needle",
+    [
+        ({"objective": "speed"}, "unknown objective"),
+        ({"strategies": ["zero9"]}, "unknown strategy"),
+        ({"strategy": "ddp"}, "knob"),
+        ({"price_per_gpu_hour": -1}, "price"),
+    ],
+)
 def test_bad_recommend_input(kwargs, needle):
     with pytest.raises(SimdlError, match=needle):
         simdl.recommend("resnet18", **kwargs)
 
 
 def test_cli_recommend_text_and_json(capsys):
-    code, out, err = run(["recommend", "--model", "mobilenet_v3_large", "--cluster", "a10g-ps", "--gpus", "16",
-                          "--top", "3"], capsys)
+    code, out, err = run(
+        ["recommend", "--model", "mobilenet_v3_large", "--cluster", "a10g-ps", "--gpus", "16", "--top", "3"], capsys
+    )
     assert code == 0, err
     assert "Recommended: " in out and "step:" in out and "memory:" in out
-    code, out, _ = run(["recommend", "--model", "resnet18", "--gpus", "2", "--batch-size", "32",
-                        "--precision", "fp32,bf16", "--objective", "cost", "--json"], capsys)
+    code, out, _ = run(
+        [
+            "recommend",
+            "--model",
+            "resnet18",
+            "--gpus",
+            "2",
+            "--batch-size",
+            "32",
+            "--precision",
+            "fp32,bf16",
+            "--objective",
+            "cost",
+            "--json",
+        ],
+        capsys,
+    )
     d = json.loads(out)
     assert d["objective"] == "cost" and d["winner"]["batch_size"] == 32 and d["winner_result"]["iteration_time_s"] > 0
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--model", "resnet18", "--objective", "fast"], "unknown objective"),
-    (["--model", "resnet18", "--memory-budget", "big"], "--memory-budget"),
-    (["--model", "resnet18", "--strategy", "zero9"], "unknown strategy"),
-    (["--model", "resnet18", "--cluster", "dgx-a1000"], "dgx-a100"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--model", "resnet18", "--objective", "fast"], "unknown objective"),
+        (["--model", "resnet18", "--memory-budget", "big"], "--memory-budget"),
+        (["--model", "resnet18", "--strategy", "zero9"], "unknown strategy"),
+        (["--model", "resnet18", "--cluster", "dgx-a1000"], "dgx-a100"),
+    ],
+)
 def test_cli_recommend_errors(args, needle, capsys):
     code, _, err = run(["recommend", *args], capsys)
     assert code == 2 and needle in err and err.count("\n") == 1, err

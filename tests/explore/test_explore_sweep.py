@@ -37,36 +37,48 @@ def test_grid_is_the_product_in_the_order_given():
 
 def test_strategy_labels_set_the_sharding():
     assert to_call({"strategy": "fsdp-grad_op", "sharding": "full"})[0] == {"strategy": "fsdp", "sharding": "grad_op"}
-    assert to_call({"strategy": "ddp", "gpus": 2, "nic_Gb_per_s": 100}) == ({"strategy": "ddp", "gpus": 2},
-                                                                          {"nic_Gb_per_s": 100})
+    assert to_call({"strategy": "ddp", "gpus": 2, "nic_Gb_per_s": 100}) == (
+        {"strategy": "ddp", "gpus": 2},
+        {"nic_Gb_per_s": 100},
+    )
 
 
 def test_set_parsing_types_values():
     axes = parse_set(["batch_size=32,64", "nic_Gb_per_s=25,100.5", "precision=fp32,bf16", "nodes=default,2"])
-    assert axes == {"batch_size": [32, 64], "nic_Gb_per_s": [25, 100.5], "precision": ["fp32", "bf16"],
-                    "nodes": [None, 2]}
+    assert axes == {
+        "batch_size": [32, 64],
+        "nic_Gb_per_s": [25, 100.5],
+        "precision": ["fp32", "bf16"],
+        "nodes": [None, 2],
+    }
 
 
-@pytest.mark.parametrize("item, needle", [
-    ("foo=1", "unknown key 'foo'"),
-    ("gpus=two", "'two' is not an integer"),
-    ("nic_Gb_per_s=fast", "'fast' is not a number"),
-    ("batch_size", "key=v1,v2"),
-    ("gpus=1,,2", "empty value"),
-])
+@pytest.mark.parametrize(
+    "item, needle",
+    [
+        ("foo=1", "unknown key 'foo'"),
+        ("gpus=two", "'two' is not an integer"),
+        ("nic_Gb_per_s=fast", "'fast' is not a number"),
+        ("batch_size", "key=v1,v2"),
+        ("gpus=1,,2", "empty value"),
+    ],
+)
 def test_bad_set_items_are_one_line_errors_naming_the_key(item, needle):
     with pytest.raises(SimdlError) as e:
         parse_set([item])
     assert needle in str(e.value) and "\n" not in str(e.value)
 
 
-@pytest.mark.parametrize("axes, needle", [
-    ({"strategy": ["ddp", "fdsp"]}, "'fsdp'"),
-    ({"precision": "fp8"}, "fp32"),
-    ({"nic_Gb_per_s": [0]}, "nic_Gb_per_s"),
-    ({"gpus": [0, 1]}, "gpus"),
-    ({"straggler_factor": [1.5]}, "engine=sim"),
-])
+@pytest.mark.parametrize(
+    "axes, needle",
+    [
+        ({"strategy": ["ddp", "fdsp"]}, "'fsdp'"),
+        ({"precision": "fp8"}, "fp32"),
+        ({"nic_Gb_per_s": [0]}, "nic_Gb_per_s"),
+        ({"gpus": [0, 1]}, "gpus"),
+        ({"straggler_factor": [1.5]}, "engine=sim"),
+    ],
+)
 def test_bad_grid_values_fail_before_any_work(axes, needle):
     with pytest.raises(SimdlError) as e:
         simdl.sweep(as_frame=False, **axes)
@@ -86,7 +98,10 @@ def test_derive_cluster_replaces_numbers_and_says_so():
     assert derive_cluster("dgx-a100", nic_Gb_per_s=100, nics_per_node=1) is c  # memoised: engine caches stay warm
     r = simdl.predict(model="resnet50", strategy="ddp", gpus=32, cluster=c)
     assert r.config["cluster"] == c.name
-    assert r.iteration_time_s > simdl.predict(model="resnet50", strategy="ddp", gpus=32, cluster="dgx-a100").iteration_time_s
+    assert (
+        r.iteration_time_s
+        > simdl.predict(model="resnet50", strategy="ddp", gpus=32, cluster="dgx-a100").iteration_time_s
+    )
 
 
 def test_derive_cluster_scales_an_nvlink_mesh():
@@ -101,11 +116,14 @@ def test_derive_cluster_scales_an_nvlink_mesh():
     assert slow.comm_time_s > fast.comm_time_s
 
 
-@pytest.mark.parametrize("cluster, key, needle", [
-    ("a100-80gb-nvlink", "nic_Gb_per_s", "single-node"),
-    ("dgx-a100", "ps_nic_Gb_per_s", "no parameter-server"),
-    ("dgx-a100", "nvlink_speed", "unknown cluster override"),
-])
+@pytest.mark.parametrize(
+    "cluster, key, needle",
+    [
+        ("a100-80gb-nvlink", "nic_Gb_per_s", "single-node"),
+        ("dgx-a100", "ps_nic_Gb_per_s", "no parameter-server"),
+        ("dgx-a100", "nvlink_speed", "unknown cluster override"),
+    ],
+)
 def test_derive_cluster_errors(cluster, key, needle):
     with pytest.raises(SimdlError) as e:
         derive_cluster(cluster, **{key: 100})
@@ -116,8 +134,9 @@ def test_derive_cluster_errors(cluster, key, needle):
 
 
 def test_invalid_points_become_error_rows_not_an_abort():
-    rows = simdl.sweep(model="resnet18", strategy=["ddp", "ps-sync"], gpus=[4, 8], cluster="a100-80gb-nvlink",
-                       as_frame=False)
+    rows = simdl.sweep(
+        model="resnet18", strategy=["ddp", "ps-sync"], gpus=[4, 8], cluster="a100-80gb-nvlink", as_frame=False
+    )
     assert len(rows) == 4
     ok = [r for r in rows if r["error"] is None]
     assert [(r["strategy"], r["gpus"]) for r in ok] == [("ddp", 4)]
@@ -129,14 +148,14 @@ def test_invalid_points_become_error_rows_not_an_abort():
 
 def test_dataframe_columns_and_values_match_predict():
     pd = pytest.importorskip("pandas")
-    df = simdl.sweep(model="resnet50", strategy=["ddp", "fsdp-full"], gpus=[8, 16], cluster="dgx-a100",
-                     nic_Gb_per_s=[25, 400])
+    df = simdl.sweep(
+        model="resnet50", strategy=["ddp", "fsdp-full"], gpus=[8, 16], cluster="dgx-a100", nic_Gb_per_s=[25, 400]
+    )
     assert isinstance(df, pd.DataFrame) and len(df) == 8
     assert list(df.columns[:6]) == ["model", "strategy", "gpus", "cluster", "nic_Gb_per_s", "label"]
     assert df.columns[-1] == "error" and df["error"].isna().all()
     one = df[(df.strategy == "fsdp-full") & (df.gpus == 16) & (df.nic_Gb_per_s == 25)].iloc[0]
-    r = simdl.predict(model="resnet50", strategy="fsdp", gpus=16,
-                      cluster=derive_cluster("dgx-a100", nic_Gb_per_s=25))
+    r = simdl.predict(model="resnet50", strategy="fsdp", gpus=16, cluster=derive_cluster("dgx-a100", nic_Gb_per_s=25))
     assert one.iteration_time_s == pytest.approx(r.iteration_time_s)
     assert one.peak_memory_bytes == pytest.approx(r.peak_memory_bytes)
     assert one.label == "fsdp-full"
@@ -148,8 +167,15 @@ def test_dataframe_columns_and_values_match_predict():
 
 
 def test_process_pool_gives_the_same_rows_as_serial():
-    axes = dict(model=["resnet18", "vgg16"], strategy=["ddp", "fsdp-full", "fsdp-grad_op"], gpus=[1, 2, 4, 8, 16, 32],
-                batch_size=[16, 32, 64], cluster="dgx-a100", nic_Gb_per_s=[100, 400], precision=["fp32", "bf16"])
+    axes = dict(
+        model=["resnet18", "vgg16"],
+        strategy=["ddp", "fsdp-full", "fsdp-grad_op"],
+        gpus=[1, 2, 4, 8, 16, 32],
+        batch_size=[16, 32, 64],
+        cluster="dgx-a100",
+        nic_Gb_per_s=[100, 400],
+        precision=["fp32", "bf16"],
+    )
     points = list(Grid(axes))
     assert len(points) > 400  # above SERIAL_BELOW: the pool really runs
     pooled = run_points(points, jobs=2, executor="process", progress=False)
@@ -158,9 +184,21 @@ def test_process_pool_gives_the_same_rows_as_serial():
 
 
 def test_explicit_configurations_and_sim_engine():
-    rows = simdl.sweep([{"model": "resnet18", "strategy": "ddp", "gpus": 2},
-                        {"model": "resnet18", "strategy": "ps-async", "gpus": 4, "cluster": "a10g-ps",
-                         "engine": "sim", "straggler_factor": 2.0, "iterations": 3}], as_frame=False)
+    rows = simdl.sweep(
+        [
+            {"model": "resnet18", "strategy": "ddp", "gpus": 2},
+            {
+                "model": "resnet18",
+                "strategy": "ps-async",
+                "gpus": 4,
+                "cluster": "a10g-ps",
+                "engine": "sim",
+                "straggler_factor": 2.0,
+                "iterations": 3,
+            },
+        ],
+        as_frame=False,
+    )
     assert [r["error"] for r in rows] == [None, None]
     assert rows[1]["engine"] == "sim" and rows[1]["staleness_mean"] > 0
 
@@ -196,11 +234,22 @@ def test_dask_executor_plumbing_with_a_stand_in(monkeypatch):
     fake.delayed, fake.compute = delayed, compute
     monkeypatch.setitem(sys.modules, "dask", fake)
     monkeypatch.setitem(sys.modules, "distributed", None)
-    rows = simdl.sweep(model=["resnet18", "mnist_cnn"], gpus=[1, 2, 4, 8], strategy=["ddp", "fsdp-full"],
-                       executor="dask", jobs=2, as_frame=False)
+    rows = simdl.sweep(
+        model=["resnet18", "mnist_cnn"],
+        gpus=[1, 2, 4, 8],
+        strategy=["ddp", "fsdp-full"],
+        executor="dask",
+        jobs=2,
+        as_frame=False,
+    )
     assert len(rows) == 16 and calls and calls[0][1] == "processes"
-    assert rows == simdl.sweep(model=["resnet18", "mnist_cnn"], gpus=[1, 2, 4, 8], strategy=["ddp", "fsdp-full"],
-                               executor="serial", as_frame=False)
+    assert rows == simdl.sweep(
+        model=["resnet18", "mnist_cnn"],
+        gpus=[1, 2, 4, 8],
+        strategy=["ddp", "fsdp-full"],
+        executor="serial",
+        as_frame=False,
+    )
 
 
 def test_ray_executor_plumbing_with_a_stand_in(monkeypatch):
@@ -218,8 +267,7 @@ def test_ray_executor_plumbing_with_a_stand_in(monkeypatch):
     fake.wait = lambda pending, num_returns=1: (pending[:num_returns], pending[num_returns:])
     fake.get = lambda ref: ref.value
     monkeypatch.setitem(sys.modules, "ray", fake)
-    rows = simdl.sweep(model="resnet18", gpus=[1, 2, 4], strategy=["ddp", "fsdp-full"], executor="ray",
-                       as_frame=False)
+    rows = simdl.sweep(model="resnet18", gpus=[1, 2, 4], strategy=["ddp", "fsdp-full"], executor="ray", as_frame=False)
     assert [r["gpus"] for r in rows] == [1, 1, 2, 2, 4, 4] and all(r["error"] is None for r in rows)
 
 
@@ -228,9 +276,27 @@ def test_ray_executor_plumbing_with_a_stand_in(monkeypatch):
 
 def test_cli_sweep_writes_csv_and_plot(tmp_path, capsys):
     out, png = tmp_path / "r.csv", tmp_path / "r.png"
-    code, stdout, err = run(["sweep", "--model", "resnet50", "--strategy", "ddp,fsdp-full,ps-sync", "--gpus", "8,16,32",
-                             "--cluster", "dgx-a100", "--set", "nic_Gb_per_s=25,400", "-o", str(out),
-                             "--plot", str(png), "--no-progress"], capsys)
+    code, stdout, err = run(
+        [
+            "sweep",
+            "--model",
+            "resnet50",
+            "--strategy",
+            "ddp,fsdp-full,ps-sync",
+            "--gpus",
+            "8,16,32",
+            "--cluster",
+            "dgx-a100",
+            "--set",
+            "nic_Gb_per_s=25,400",
+            "-o",
+            str(out),
+            "--plot",
+            str(png),
+            "--no-progress",
+        ],
+        capsys,
+    )
     assert code == 0, err
     rows = list(csv.DictReader(open(out)))
     assert len(rows) == 18
@@ -249,14 +315,17 @@ def test_cli_sweep_prints_a_table_and_jsonl(tmp_path, capsys):
     assert [d["gpus"] for d in lines] == [1, 2]
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["--set", "warp=1"], "unknown key 'warp'"),
-    (["--gpus", "1,x"], "'x' is not an integer"),
-    (["--gpus", "2", "--set", "gpus=4"], "already given"),
-    (["--set", "nic_Gb_per_s=100"], "single-node"),  # every point fails the same way: one line
-    (["--executor", "dask"], "simdl[dask]"),
-    (["-o", "out.xlsx"], ".csv or .jsonl"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["--set", "warp=1"], "unknown key 'warp'"),
+        (["--gpus", "1,x"], "'x' is not an integer"),
+        (["--gpus", "2", "--set", "gpus=4"], "already given"),
+        (["--set", "nic_Gb_per_s=100"], "single-node"),  # every point fails the same way: one line
+        (["--executor", "dask"], "simdl[dask]"),
+        (["-o", "out.xlsx"], ".csv or .jsonl"),
+    ],
+)
 def test_cli_sweep_errors_are_one_line_exit_2(args, needle, capsys, monkeypatch):
     monkeypatch.setitem(sys.modules, "dask", None)
     code, out, err = run(["sweep", "--no-progress", *args], capsys)

@@ -45,8 +45,9 @@ def test_notebook_is_stored_executed_with_its_figures(path):
     text = _text(nb)
     assert "all checks passed" in text or "SKIPPED" in text
     figures = [o["data"]["image/png"] for c in code for o in c.outputs if "image/png" in o.get("data", {})]
-    has_plot_code = any("plt.subplots" in c.source or "plot_sweep" in c.source or "run_figure" in c.source
-                        for c in code)
+    has_plot_code = any(
+        "plt.subplots" in c.source or "plot_sweep" in c.source or "run_figure" in c.source for c in code
+    )
     if has_plot_code and "SKIPPED" not in text:
         assert figures, f"{path.name}: no inline figure stored (is matplotlib on a non-inline backend?)"
     for png in figures:
@@ -76,8 +77,13 @@ def test_notebook_runs_clean(path):
     pytest.importorskip("pandas")
     nb = _read(path)
     t0 = time.perf_counter()
-    nbclient.NotebookClient(nb, timeout=TIMEOUT_S, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(path.parent)}}).execute()
+    nbclient.NotebookClient(
+        nb,
+        timeout=TIMEOUT_S,
+        kernel_name="python3",
+        record_timing=False,
+        resources={"metadata": {"path": str(path.parent)}},
+    ).execute()
     took = time.perf_counter() - t0
     text = _text(nb)
     assert "all checks passed" in text or "SKIPPED" in text, text[-2000:]

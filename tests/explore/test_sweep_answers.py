@@ -14,11 +14,27 @@ import simdl
 from simdl.explore.grid import Grid
 
 ROOT = Path(__file__).resolve().parents[2]
-AXES = dict(model=["resnet50", "vgg16", "vit_b_16"], strategy=["ddp", "fsdp-full", "fsdp-grad_op", "fsdp-hybrid"],
-            gpus=[1, 4, 8, 16, 64, 256], batch_size=[16, 64], nic_Gb_per_s=[25, 200, 800],
-            precision=["fp32", "bf16"], cluster="dgx-a100")
-FIELDS = ("iteration_time_s", "total_time_s", "throughput_samples_per_s", "peak_memory_bytes", "gpu_utilization",
-          "compute_time_s", "comm_time_s", "exposed_comm_time_s", "comm_bytes_per_iteration", "fits_in_memory")
+AXES = dict(
+    model=["resnet50", "vgg16", "vit_b_16"],
+    strategy=["ddp", "fsdp-full", "fsdp-grad_op", "fsdp-hybrid"],
+    gpus=[1, 4, 8, 16, 64, 256],
+    batch_size=[16, 64],
+    nic_Gb_per_s=[25, 200, 800],
+    precision=["fp32", "bf16"],
+    cluster="dgx-a100",
+)
+FIELDS = (
+    "iteration_time_s",
+    "total_time_s",
+    "throughput_samples_per_s",
+    "peak_memory_bytes",
+    "gpu_utilization",
+    "compute_time_s",
+    "comm_time_s",
+    "exposed_comm_time_s",
+    "comm_bytes_per_iteration",
+    "fits_in_memory",
+)
 # Run in a fresh process: predictions there share no cache with the sweep's.
 ONE_BY_ONE = """
 import json, sys
@@ -40,8 +56,14 @@ def test_sampled_sweep_rows_equal_one_by_one_predictions():
     rows = simdl.sweep(list(points), executor="serial", progress=False, as_frame=False)
     assert len(rows) == len(points) == 864 and not any(r["error"] for r in rows)
     sample = random.Random(50).sample(range(len(points)), 60)
-    r = subprocess.run([sys.executable, "-c", ONE_BY_ONE], input=json.dumps([points[i] for i in sample]),
-                       capture_output=True, text=True, cwd=ROOT, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-c", ONE_BY_ONE],
+        input=json.dumps([points[i] for i in sample]),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     for i, want in zip(sample, json.loads(r.stdout)):
         got = {f: rows[i][f] for f in FIELDS}
@@ -50,10 +72,18 @@ def test_sampled_sweep_rows_equal_one_by_one_predictions():
 
 def test_sweep_on_a_local_dask_cluster_gives_the_serial_rows():
     distributed = pytest.importorskip("distributed")
-    axes = dict(model=["resnet18"], strategy=["ddp", "fsdp-full"], gpus=[1, 8, 16], batch_size=[32, 64],
-                cluster="dgx-a100", nic_Gb_per_s=[100, 400])
+    axes = dict(
+        model=["resnet18"],
+        strategy=["ddp", "fsdp-full"],
+        gpus=[1, 8, 16],
+        batch_size=[32, 64],
+        cluster="dgx-a100",
+        nic_Gb_per_s=[100, 400],
+    )
     serial = simdl.sweep(executor="serial", progress=False, as_frame=False, **axes)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc, \
-            distributed.Client(lc):
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=False, dashboard_address=None) as lc,
+        distributed.Client(lc),
+    ):
         rows = simdl.sweep(executor="dask", progress=False, as_frame=False, chunk_size=4, **axes)
     assert rows == serial and len(rows) == 24

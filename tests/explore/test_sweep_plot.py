@@ -18,8 +18,15 @@ GPUS = [1, 2, 4, 8]
 
 @pytest.fixture(scope="module")
 def rows():
-    return simdl.sweep(model=["resnet18", "vgg16"], strategy=["ddp", "fsdp-full"], gpus=GPUS,
-                       cluster="dgx-a100", as_frame=False, progress=False, jobs=1)
+    return simdl.sweep(
+        model=["resnet18", "vgg16"],
+        strategy=["ddp", "fsdp-full"],
+        gpus=GPUS,
+        cluster="dgx-a100",
+        as_frame=False,
+        progress=False,
+        jobs=1,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -92,8 +99,9 @@ def test_log_axes_print_plain_numbers_that_do_not_collide():
     assert [_plain_number(v) for v in (0.01, 5, 10_000, 2_500_000)] == ["0.01", "5", "10k", "2.5M"]
     assert _spaced([8, 16, 32, 64, 100, 200, 300]) == [8, 16, 32, 64, 100, 300]
     assert _spaced([1, 2, 4, 8]) == [1, 2, 4, 8]
-    rows = simdl.sweep(model="resnet18", strategy="ddp", gpus=[1, 8, 64], cluster="dgx-a100", as_frame=False,
-                       progress=False, jobs=1)
+    rows = simdl.sweep(
+        model="resnet18", strategy="ddp", gpus=[1, 8, 64], cluster="dgx-a100", as_frame=False, progress=False, jobs=1
+    )
     fig = plot_sweep(rows, x="gpus", time="throughput_samples_per_s")
     ax = fig.axes[0]
     assert ax.get_yscale() == "log"

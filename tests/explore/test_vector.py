@@ -21,11 +21,16 @@ sweep_mod = importlib.import_module("simdl.explore.sweep")  # the module, not si
 ROOT = Path(__file__).resolve().parents[2]
 # GPU presets with kernel models and CUDA memory columns (A100, H100, V100), a two-node preset,
 # a parameter-server preset; DDP, FSDP, ZeRO and PS; several NIC rates, NIC counts and GPU counts.
-AXES = dict(model=["resnet50", "vit_b_16"],
-            strategy=["ddp", "fsdp-full", "fsdp-hybrid", "zero1", "zero3", "ps-sync"],
-            cluster=["dgx-a100", "h100-hgx", "v100-dgx1", "a100-40gb-2node", "a10g-ps"],
-            gpus=[4, 16, 64], precision=["bf16"], batch_size=[32],
-            nic_Gb_per_s=[25, 200, 800], nics_per_node=[1, 4])
+AXES = dict(
+    model=["resnet50", "vit_b_16"],
+    strategy=["ddp", "fsdp-full", "fsdp-hybrid", "zero1", "zero3", "ps-sync"],
+    cluster=["dgx-a100", "h100-hgx", "v100-dgx1", "a100-40gb-2node", "a10g-ps"],
+    gpus=[4, 16, 64],
+    precision=["bf16"],
+    batch_size=[32],
+    nic_Gb_per_s=[25, 200, 800],
+    nics_per_node=[1, 4],
+)
 # Each point's row from ``run_one`` (one ``simdl.predict``) in a fresh process: no cache shared
 # with the sweep's.
 ONE_BY_ONE = """
@@ -51,8 +56,14 @@ def test_vectorised_rows_equal_one_by_one_predictions_field_by_field():
     assert sweep_mod.last_run["vectorised"] > len(points) // 2
     rng = random.Random(50)
     sample = rng.sample(ok, 70) + rng.sample([i for i in range(len(rows)) if i not in ok], 10)
-    r = subprocess.run([sys.executable, "-c", ONE_BY_ONE], input=json.dumps([points[i] for i in sample]),
-                       capture_output=True, text=True, cwd=ROOT, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-c", ONE_BY_ONE],
+        input=json.dumps([points[i] for i in sample]),
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     seen = set()
     for i, want in zip(sample, json.loads(r.stdout)):
@@ -68,8 +79,14 @@ def test_vectorised_rows_equal_one_by_one_predictions_field_by_field():
 
 
 def test_vector_path_off_gives_the_same_rows():
-    axes = dict(model=["resnet18"], strategy=["ddp", "fsdp-full", "zero2"], gpus=[8, 32], cluster="dgx-a100",
-                nic_Gb_per_s=[50, 400], inter_latency_us=[2, 10])
+    axes = dict(
+        model=["resnet18"],
+        strategy=["ddp", "fsdp-full", "zero2"],
+        gpus=[8, 32],
+        cluster="dgx-a100",
+        nic_Gb_per_s=[50, 400],
+        inter_latency_us=[2, 10],
+    )
     on = simdl.sweep(executor="serial", progress=False, as_frame=False, **axes)
     assert sweep_mod.last_run["vectorised"] > 0
     off = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=False, **axes)
@@ -81,8 +98,9 @@ def test_vector_path_off_gives_the_same_rows():
 
 
 def test_a_group_whose_template_does_not_check_out_is_answered_point_by_point(monkeypatch):
-    points = list(Grid(dict(model="resnet18", strategy="ddp", gpus=16, cluster="dgx-a100",
-                            nic_Gb_per_s=[50, 100, 400])))
+    points = list(
+        Grid(dict(model="resnet18", strategy="ddp", gpus=16, cluster="dgx-a100", nic_Gb_per_s=[50, 100, 400]))
+    )
     real = vector.spmd_timings
 
     def off_by_a_bit(*args):
@@ -116,8 +134,15 @@ def test_points_differing_in_more_than_links_are_not_grouped():
 
 
 def test_process_workers_answer_link_groups_as_the_serial_sweep_does(monkeypatch):
-    axes = dict(model=["resnet18"], strategy=["ddp", "fsdp-full"], gpus=[8, 16, 32, 64], cluster="dgx-a100",
-                batch_size=[16, 32], nic_Gb_per_s=[25, 50, 100, 200, 400], nics_per_node=[1, 2, 3, 4, 8, 16])
+    axes = dict(
+        model=["resnet18"],
+        strategy=["ddp", "fsdp-full"],
+        gpus=[8, 16, 32, 64],
+        cluster="dgx-a100",
+        batch_size=[16, 32],
+        nic_Gb_per_s=[25, 50, 100, 200, 400],
+        nics_per_node=[1, 2, 3, 4, 8, 16],
+    )
     serial = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=False, **axes)
     pools = []
     real = sweep_mod._run_processes

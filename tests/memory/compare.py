@@ -64,14 +64,21 @@ def compare_single(model: str, batch: int, optimizer: str, dataset: str = "cifar
     table, wl = _workload(model, dataset, batch, optimizer, ac)
     plan = build_plan(wl, allocate(load_cluster("a100-80gb-nvlink"), 1), StrategyConfig("ddp"))
     ours, bd, _ = build_timeline(wl, plan, MemoryOptions(activation_checkpointing=ac)).peak()
-    ref = memtracker_step(model, table.input_shape, table.num_classes, batch, optimizer,
-                          checkpoint_blocks=block_names(table) if ac else None)
+    ref = memtracker_step(
+        model,
+        table.input_shape,
+        table.num_classes,
+        batch,
+        optimizer,
+        checkpoint_blocks=block_names(table) if ac else None,
+    )
     label = f"{model} b={batch} {optimizer}" + (" +AC" if ac else "")
     return Comparison(label, ours, ref.peak_bytes, bd, ref.breakdown)
 
 
-def compare_fsdp(model: str, batch: int, optimizer: str, world: int = 4, sharding: str = "full",
-                 dataset: str = "cifar10") -> Comparison:
+def compare_fsdp(
+    model: str, batch: int, optimizer: str, world: int = 4, sharding: str = "full", dataset: str = "cifar10"
+) -> Comparison:
     """simdl's FSDP rank vs FSDPMemTracker on rank 0 of ``world`` fake ranks (hybrid: 2 replicas;
     none: ``world`` replicas of one shard, FSDP2's stand-in for NO_SHARD)."""
     from simdl.cluster import allocate, load_cluster
@@ -88,8 +95,17 @@ def compare_fsdp(model: str, batch: int, optimizer: str, world: int = 4, shardin
     ours, bd, _ = build_timeline(wl, plan).peak()
     units = [u.name for u in fsdp_units(table, "block").units[1:]]
     replicas = 2 if hybrid else world if sharding == "none" else 1
-    ref = fsdp_memtracker_step(model, table.input_shape, table.num_classes, batch, world, units, optimizer,
-                               sharding=sharding, replicas=replicas)
+    ref = fsdp_memtracker_step(
+        model,
+        table.input_shape,
+        table.num_classes,
+        batch,
+        world,
+        units,
+        optimizer,
+        sharding=sharding,
+        replicas=replicas,
+    )
     bd, rbd = dict(bd), dict(ref.breakdown)
     for d in (bd, rbd):
         d["grads+temporaries"] = d.pop("grads", 0.0) + d.pop("temporaries", 0.0)

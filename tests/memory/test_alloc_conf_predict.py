@@ -55,12 +55,29 @@ def test_a_job_field():
 
 
 def test_cli_predict_and_maxbatch_take_the_flag(capsys):
-    assert main(["predict", "--model", "vgg16", "--strategy", "fsdp", "--gpus", "4", "--json",
-                 "--cuda-alloc-conf", EXPANDABLE]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                "vgg16",
+                "--strategy",
+                "fsdp",
+                "--gpus",
+                "4",
+                "--json",
+                "--cuda-alloc-conf",
+                EXPANDABLE,
+            ]
+        )
+        == 0
+    )
     d = json.loads(capsys.readouterr().out)
     assert d["config"]["cuda_alloc_conf"] == EXPANDABLE
-    assert main(["maxbatch", "--model", "resnet18", "--strategy", "ddp", "--gpus", "2",
-                 "--cuda-alloc-conf", EXPANDABLE]) == 0
+    assert (
+        main(["maxbatch", "--model", "resnet18", "--strategy", "ddp", "--gpus", "2", "--cuda-alloc-conf", EXPANDABLE])
+        == 0
+    )
     assert "largest batch" in capsys.readouterr().out
 
 

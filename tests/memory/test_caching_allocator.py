@@ -25,9 +25,18 @@ def test_sizes_round_up_to_512_bytes(size, rounded):
     assert round_size(size, DEFAULT) == rounded
 
 
-@pytest.mark.parametrize("size,segment", [(512, 2 * MiB), (MiB, 2 * MiB), (MiB + 512, 20 * MiB),
-                                          (10 * MiB - 512, 20 * MiB), (10 * MiB, 10 * MiB),
-                                          (11 * MiB, 12 * MiB), (100 * MiB + 1, 102 * MiB)])
+@pytest.mark.parametrize(
+    "size,segment",
+    [
+        (512, 2 * MiB),
+        (MiB, 2 * MiB),
+        (MiB + 512, 20 * MiB),
+        (10 * MiB - 512, 20 * MiB),
+        (10 * MiB, 10 * MiB),
+        (11 * MiB, 12 * MiB),
+        (100 * MiB + 1, 102 * MiB),
+    ],
+)
 def test_segment_sizes(size, segment):
     # get_allocation_size: small (<= 1 MiB) -> 2 MiB, < 10 MiB -> 20 MiB, else rounded to 2 MiB
     assert allocation_size(size) == segment
@@ -208,8 +217,7 @@ def test_snapshot_round_trip(tmp_path):
     import pickle
 
     from simdl.errors import SimdlError
-    from simdl.memory.allocator.snapshot import (load_snapshot, ops_from_trace, recorded_reserved,
-                                                 snapshot_of_replay)
+    from simdl.memory.allocator.snapshot import load_snapshot, ops_from_trace, recorded_reserved, snapshot_of_replay
 
     ops = [Op(ALLOC, i, (i % 7 + 1) * 3 * MiB + 100, i % 2) for i in range(20)]
     ops += [Op(FREE, i) for i in range(0, 20, 3)] + [Op(ALLOC, "z", 40 * MiB)]
@@ -253,13 +261,20 @@ def _check_invariants(a: CachingAllocator, live) -> None:
                 assert not (free(b) and free(nxt) and b.mapped == nxt.mapped), f"unmerged {b} {nxt}"
             b = nxt
         if h.segment is None:
-            assert (h.addr in a.segment_ranges and a.segment_ranges[h.addr][0] == total)
+            assert h.addr in a.segment_ranges and a.segment_ranges[h.addr][0] == total
     assert allocated == a.allocated.current and reserved == a.reserved.current
 
 
-@pytest.mark.parametrize("cfg,pressure", [(AllocatorConfig(), False), (AllocatorConfig(expandable_segments=True), False),
-                                          (AllocatorConfig(), True), (AllocatorConfig(expandable_segments=True), True),
-                                          (AllocatorConfig(max_split_size_bytes=8 * MiB), True)])
+@pytest.mark.parametrize(
+    "cfg,pressure",
+    [
+        (AllocatorConfig(), False),
+        (AllocatorConfig(expandable_segments=True), False),
+        (AllocatorConfig(), True),
+        (AllocatorConfig(expandable_segments=True), True),
+        (AllocatorConfig(max_split_size_bytes=8 * MiB), True),
+    ],
+)
 def test_invariants_hold_through_a_training_step(cfg, pressure):
     from dataclasses import replace as dc_replace
 
@@ -275,8 +290,12 @@ def test_invariants_hold_through_a_training_step(cfg, pressure):
     alloc = allocate(load_cluster("dgx-a100"), 8)
     plan = build_plan(wl, alloc, StrategyConfig("fsdp"))
     opts = memory_options(wl, plan, alloc)
-    ops = allocation_sequence(timeline_for(wl, plan, alloc, opts),
-                              timeline_for(wl, plan, alloc, dc_replace(opts, first_iteration=True)), table, plan.details)
+    ops = allocation_sequence(
+        timeline_for(wl, plan, alloc, opts),
+        timeline_for(wl, plan, alloc, dc_replace(opts, first_iteration=True)),
+        table,
+        plan.details,
+    )
     if pressure:  # less memory than the unbounded replay reserves: release-and-retry must run
         free_run = replay(ops, cfg)
         cfg = replace(cfg, capacity_bytes=(free_run.max_allocated_bytes + free_run.max_reserved_bytes) // 2)

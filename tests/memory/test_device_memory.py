@@ -18,14 +18,16 @@ from simdl.workload.workload import Workload
 A100_40 = dict(model="vgg16", dataset="imagenet", cluster="dgx-a100", gpus=8)
 
 
-@pytest.mark.parametrize("strategy,kw", [("ddp", {}), ("fsdp", {"sharding": "full"}),
-                                         ("fsdp", {"sharding": "grad_op"})])
+@pytest.mark.parametrize(
+    "strategy,kw", [("ddp", {}), ("fsdp", {"sharding": "full"}), ("fsdp", {"sharding": "grad_op"})]
+)
 def test_device_total_is_reserved_plus_context_plus_nccl(strategy, kw):
     r = simdl.predict(strategy=strategy, batch_size=32, **A100_40, **kw)
     parts = r.device_memory_bytes
     assert r.peak_memory_bytes == pytest.approx(sum(parts.values()))
-    assert r.peak_memory_bytes == pytest.approx(r.max_memory_reserved_bytes + parts["cuda_context"]
-                                                + parts["nccl_buffers"])
+    assert r.peak_memory_bytes == pytest.approx(
+        r.max_memory_reserved_bytes + parts["cuda_context"] + parts["nccl_buffers"]
+    )
     assert r.max_memory_reserved_bytes >= r.max_memory_allocated_bytes >= parts["tensors"]
     assert parts["nccl_buffers"] > 0 and parts["cuda_context"] > 0
     assert sum(r.memory_breakdown_bytes.values()) == pytest.approx(r.peak_memory_bytes)
@@ -40,10 +42,16 @@ def test_the_cpu_device_keeps_its_heap_model():
     assert r.peak_memory_bytes == pytest.approx(r.peak_tensor_bytes + r.memory_breakdown_bytes["other"])
 
 
-@pytest.mark.parametrize("cluster,gpus,cfg,expected", [
-    ("dgx-a100", 1, {}, 0), ("dgx-a100", 8, {}, 1), ("a100-40gb-2node", 8, {"sharding": "hybrid"}, 2),
-    ("dgx-a100", 8, {"sharding": "none"}, 1), ("dgx-a100", 8, {"sharding": "full"}, 1),
-])
+@pytest.mark.parametrize(
+    "cluster,gpus,cfg,expected",
+    [
+        ("dgx-a100", 1, {}, 0),
+        ("dgx-a100", 8, {}, 1),
+        ("a100-40gb-2node", 8, {"sharding": "hybrid"}, 2),
+        ("dgx-a100", 8, {"sharding": "none"}, 1),
+        ("dgx-a100", 8, {"sharding": "full"}, 1),
+    ],
+)
 def test_nccl_communicators(cluster, gpus, cfg, expected):
     table = load_workload("resnet18", dataset="cifar10")
     wl = Workload(table=table, batch_size=8)
@@ -81,8 +89,9 @@ def test_maxbatch_agrees_with_fits():
     assert simdl.predict(batch_size=b, **kw).fits_in_memory
     over = simdl.predict(batch_size=b + 1, **kw)
     assert not over.fits_in_memory
-    assert over.peak_memory_bytes > (1 - FIT_MARGIN) * over.memory_capacity_bytes or \
-        any("runs out of memory" in n for n in over.notes)
+    assert over.peak_memory_bytes > (1 - FIT_MARGIN) * over.memory_capacity_bytes or any(
+        "runs out of memory" in n for n in over.notes
+    )
 
 
 def test_allocator_options_reach_the_replay():

@@ -22,7 +22,9 @@ class Node:
         if parent is not None:
             parent.children.append(self)
         kind = _EventType.Allocation if alloc else _EventType.TorchOp
-        fields = SimpleNamespace(ptr=alloc[0], alloc_size=alloc[1], device=SimpleNamespace(type="cpu")) if alloc else None
+        fields = (
+            SimpleNamespace(ptr=alloc[0], alloc_size=alloc[1], device=SimpleNamespace(type="cpu")) if alloc else None
+        )
         self.typed = (kind, fields)
 
 

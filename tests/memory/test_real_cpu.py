@@ -26,10 +26,13 @@ TOLERANCE = 0.03
 STEP_SPREAD = 0.005  # steady steps of one rank agree to 0.5% (seen: to the byte)
 
 
-@pytest.mark.parametrize("model,dataset,batch,optimizer", [
-    ("mnist_cnn", "mnist", 32, "momentum"),
-    pytest.param("resnet18", "cifar10", 32, "adam", marks=pytest.mark.slow),
-])
+@pytest.mark.parametrize(
+    "model,dataset,batch,optimizer",
+    [
+        ("mnist_cnn", "mnist", 32, "momentum"),
+        pytest.param("resnet18", "cifar10", 32, "adam", marks=pytest.mark.slow),
+    ],
+)
 def test_single_process_step(model, dataset, batch, optimizer):
     from simdl.memory.reference import real_single_step
     from simdl.workload.library import load_workload
@@ -44,10 +47,13 @@ def test_single_process_step(model, dataset, batch, optimizer):
     # buffers on an AVX2 host").
     with torch.backends.mkldnn.flags(enabled=False):
         measured = real_single_step(model, t.input_shape, t.num_classes, batch, optimizer)
-    r = simdl.predict(model=model, strategy="ddp", gpus=1, cluster="cpu-local", dataset=dataset,
-                      batch_size=batch, optimizer=optimizer)
+    r = simdl.predict(
+        model=model, strategy="ddp", gpus=1, cluster="cpu-local", dataset=dataset, batch_size=batch, optimizer=optimizer
+    )
     error = r.peak_tensor_bytes / measured - 1
-    print(f"{model} b={batch} {optimizer}: measured {measured:,.0f} B, simdl {r.peak_tensor_bytes:,.0f} B, {error:+.2%}")
+    print(
+        f"{model} b={batch} {optimizer}: measured {measured:,.0f} B, simdl {r.peak_tensor_bytes:,.0f} B, {error:+.2%}"
+    )
     assert abs(error) <= TOLERANCE
 
 
@@ -66,8 +72,15 @@ def test_two_rank_gloo_step(strategy):
     peaks = real_fsdp_step(model, t.input_shape, t.num_classes, batch, units, world=2, sharding=sharding)
     # real_fsdp_step gives the root reshard_after_forward explicitly (full: True).
     kw = {} if strategy == "ddp" else {"sharding": sharding, "reshard_root": sharding == "full"}
-    r = simdl.predict(model=model, strategy=strategy.split("-")[0], gpus=2, cluster="cpu-local", dataset=dataset,
-                      batch_size=batch, **kw)
+    r = simdl.predict(
+        model=model,
+        strategy=strategy.split("-")[0],
+        gpus=2,
+        cluster="cpu-local",
+        dataset=dataset,
+        batch_size=batch,
+        **kw,
+    )
     measured = max(max(p) for p in peaks)
     error = r.peak_tensor_bytes / measured - 1
     print(f"{model} {strategy} x2 gloo: per rank and step {peaks}, simdl {r.peak_tensor_bytes:,.0f} B, {error:+.2%}")

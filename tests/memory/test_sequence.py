@@ -44,11 +44,18 @@ def _live_curve(ops):
     return np.array(out), live
 
 
-@pytest.mark.parametrize("model,strategy,cfg", [
-    ("resnet50", "ddp", {}), ("vit_b_16", "fsdp", {}), ("vgg16", "fsdp", {"sharding": "grad_op"}),
-    ("resnet18", "fsdp", {"sharding": "none"}), ("mobilenet_v3_large", "ddp", {"gradient_as_bucket_view": True}),
-    ("resnet18", "fsdp", {"cpu_offload": True}), ("convnext_tiny", "fsdp", {"sharding": "hybrid"}),
-])
+@pytest.mark.parametrize(
+    "model,strategy,cfg",
+    [
+        ("resnet50", "ddp", {}),
+        ("vit_b_16", "fsdp", {}),
+        ("vgg16", "fsdp", {"sharding": "grad_op"}),
+        ("resnet18", "fsdp", {"sharding": "none"}),
+        ("mobilenet_v3_large", "ddp", {"gradient_as_bucket_view": True}),
+        ("resnet18", "fsdp", {"cpu_offload": True}),
+        ("convnext_tiny", "fsdp", {"sharding": "hybrid"}),
+    ],
+)
 def test_live_bytes_follow_the_timeline(model, strategy, cfg):
     table, steady, ops = _sequence(model, strategy, 32, **cfg)
     curve, live = _live_curve(ops)
@@ -60,7 +67,7 @@ def test_live_bytes_follow_the_timeline(model, strategy, cfg):
 
 def test_parameters_are_one_tensor_each():
     table, steady, ops = _sequence("resnet50", "ddp", 8, optimizer="momentum")
-    first = [op for op in ops[:len(table.params)] if op.kind == ALLOC]
+    first = [op for op in ops[: len(table.params)] if op.kind == ALLOC]
     assert [op.size for op in first] == [p.numel * 4 for p in table.params]
 
 

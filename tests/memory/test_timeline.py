@@ -16,8 +16,13 @@ from simdl.strategies import StrategyConfig, build_plan
 from simdl.workload.library import load_workload
 from simdl.workload.workload import Workload
 
-STRATEGIES = [("ddp", {}), ("fsdp", {"sharding": "full"}), ("fsdp", {"sharding": "grad_op"}),
-              ("fsdp", {"sharding": "hybrid"}), ("fsdp", {"sharding": "none"})]
+STRATEGIES = [
+    ("ddp", {}),
+    ("fsdp", {"sharding": "full"}),
+    ("fsdp", {"sharding": "grad_op"}),
+    ("fsdp", {"sharding": "hybrid"}),
+    ("fsdp", {"sharding": "none"}),
+]
 
 
 def _plan(model="resnet50", strategy="ddp", gpus=16, cluster="dgx-a100", batch=32, optimizer="adam", **kw):
@@ -51,8 +56,18 @@ def test_first_iteration_creates_the_optimizer_state_at_the_step():
 def test_fsdp_parameter_memory_falls_as_one_over_n_while_activations_stay():
     """ZeRO-3 / FSDP full sharding (Rajbhandari et al., SC'20, fig. 1): the sharded
     parameter, gradient and optimizer bytes scale as 1/N; activations do not."""
-    rs = {n: simdl.predict(model="vit_b_16", strategy="fsdp", gpus=n, cluster="dgx-a100", sharding="full",
-                           dataset="imagenet", optimizer="adam") for n in (2, 4, 8, 16)}
+    rs = {
+        n: simdl.predict(
+            model="vit_b_16",
+            strategy="fsdp",
+            gpus=n,
+            cluster="dgx-a100",
+            sharding="full",
+            dataset="imagenet",
+            optimizer="adam",
+        )
+        for n in (2, 4, 8, 16)
+    }
     for n in (4, 8, 16):
         a, b = rs[2].memory_breakdown_bytes, rs[n].memory_breakdown_bytes
         # 1/N up to the allocator's 512-byte rounding of each shard
@@ -96,7 +111,9 @@ def test_cpu_offload_keeps_only_unsharded_units_on_the_gpu():
 
 def test_mixed_precision_halves_activations_and_keeps_fp32_masters():
     fp32 = simdl.predict(model="resnet50", strategy="ddp", gpus=4, batch_size=128).memory_breakdown_bytes
-    bf16 = simdl.predict(model="resnet50", strategy="ddp", gpus=4, batch_size=128, precision="bf16").memory_breakdown_bytes
+    bf16 = simdl.predict(
+        model="resnet50", strategy="ddp", gpus=4, batch_size=128, precision="bf16"
+    ).memory_breakdown_bytes
     assert bf16["params"] == fp32["params"] and bf16["optimizer"] == fp32["optimizer"]
     assert bf16["activations"] < 0.65 * fp32["activations"]
 
@@ -179,8 +196,9 @@ def test_gloo_collectives_add_one_unit_buffer_while_they_run():
 
     wl, alloc, plan = _plan("vgg16", "fsdp", gpus=2, cluster="cpu-local", sharding="full", optimizer="momentum")
     gloo = timeline_for(wl, plan, alloc)
-    nccl = build_timeline(wl, plan, replace(memory_options(wl, plan, alloc), all_gather_scratch=0.0,
-                                            reduce_scatter_scratch=0.0))
+    nccl = build_timeline(
+        wl, plan, replace(memory_options(wl, plan, alloc), all_gather_scratch=0.0, reduce_scatter_scratch=0.0)
+    )
     assert any("scratch" in lab and "convolution" not in lab for lab in gloo.labels)
     assert not any("all-gather scratch" in lab or "reduce-scatter scratch" in lab for lab in nccl.labels)
     np.testing.assert_allclose(gloo.levels()[-1], gloo.levels()[0], atol=1.0)
@@ -191,8 +209,7 @@ def test_gloo_collectives_add_one_unit_buffer_while_they_run():
 def test_fsdp_none_keeps_an_unsharded_copy_beside_the_whole_shard():
     """FSDP2's no-shard stand-in (HSDP, one rank per shard): parameters twice at the start
     of backward, unlike DDP's single copy."""
-    wl, alloc, plan = _plan("vgg16", "fsdp", gpus=4, cluster="a100-80gb-nvlink", sharding="none",
-                            optimizer="momentum")
+    wl, alloc, plan = _plan("vgg16", "fsdp", gpus=4, cluster="a100-80gb-nvlink", sharding="none", optimizer="momentum")
     tl = timeline_for(wl, plan, alloc)
     p = CATEGORIES.index("params")
     assert tl.levels()[:, p].max() == pytest.approx(2 * wl.param_bytes + wl.table.buffer_bytes, rel=1e-6)

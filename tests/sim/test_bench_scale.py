@@ -10,8 +10,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_quick_mode_prints_figures_and_writes_the_png(tmp_path):
     png = tmp_path / "scale.png"
-    r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--quick", "-o", str(png)],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--quick", "-o", str(png)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     rows = [line.split() for line in r.stdout.splitlines() if re.match(r"^\s+\d+\s+(homo|hetero)\s", line)]
     assert [(int(x[0]), x[1]) for x in rows] == [(16, "homo"), (64, "homo"), (16, "hetero"), (64, "hetero")]

@@ -2,8 +2,8 @@
 
 import pytest
 import simpy
-
 from simdl.analytic.costs import CommCosts
+
 from simdl.cluster import allocate
 from simdl.cluster.topology import build_topology
 from simdl.sim.collectives import Collectives, Router, run_collective
@@ -24,8 +24,9 @@ def _run(cluster_name, gpus, calls, algorithm="ring"):
 
     def go(k, op, nbytes, kind, ranks, scope):
         n = len(ranks)
-        yield env.process(run_collective(env, net, colls.phases(op, nbytes, kind, ranks, scope),
-                                         colls.overhead(op, nbytes, n, scope)))
+        yield env.process(
+            run_collective(env, net, colls.phases(op, nbytes, kind, ranks, scope), colls.overhead(op, nbytes, n, scope))
+        )
         ends[k] = env.now
 
     for k, call in enumerate(calls):
@@ -34,8 +35,9 @@ def _run(cluster_name, gpus, calls, algorithm="ring"):
     return [ends[k] for k in range(len(calls))], comm, cluster
 
 
-@pytest.mark.parametrize("cluster_name,gpus", [("a100-80gb-nvlink", 4), ("a100-80gb-nvlink", 2),
-                                               ("dgx-a100", 8), ("a100-80gb-pcie", 4)])
+@pytest.mark.parametrize(
+    "cluster_name,gpus", [("a100-80gb-nvlink", 4), ("a100-80gb-nvlink", 2), ("dgx-a100", 8), ("a100-80gb-pcie", 4)]
+)
 @pytest.mark.parametrize("op", ["all_reduce", "all_gather", "reduce_scatter", "broadcast"])
 def test_ring_collective_matches_closed_form(cluster_name, gpus, op):
     m = 64 * MB
@@ -95,19 +97,35 @@ def test_hybrid_replicate_groups_share_the_node_nic():
 # ---------------------------------------------------------------------------- size regimes
 
 REGIMES = {
-    "kind": "calibrated", "source": "test", "link_GB_per_s": None,
+    "kind": "calibrated",
+    "source": "test",
+    "link_GB_per_s": None,
     "collectives": {
-        "all_reduce": {"overhead_us": 20, "regimes": [
-            {"step_bytes": [1000, 1000000], "alpha_us": 100, "bus_GB_per_s": 1.0},
-            {"step_bytes": [4000000, 64000000], "alpha_us": 0, "bus_GB_per_s": 0.5}]},
-        "all_gather": {"overhead_us": 10, "regimes": [
-            {"step_bytes": [1000, 8000000], "alpha_us": 50, "bus_GB_per_s": 0.8},
-            {"step_bytes": [16000000, 64000000], "alpha_us": 3000, "bus_GB_per_s": 0.5}]},
-        "reduce_scatter": {"overhead_us": 30, "regimes": [
-            {"step_bytes": [1000, 64000000], "alpha_us": 250, "bus_GB_per_s": 0.4}]},
-        "broadcast": {"overhead_us": 12, "regimes": [
-            {"step_bytes": [4000, 700000], "alpha_us": 140, "bus_GB_per_s": 7.0},
-            {"step_bytes": [1000000, 12000000], "alpha_us": 220, "bus_GB_per_s": 4.0}]},
+        "all_reduce": {
+            "overhead_us": 20,
+            "regimes": [
+                {"step_bytes": [1000, 1000000], "alpha_us": 100, "bus_GB_per_s": 1.0},
+                {"step_bytes": [4000000, 64000000], "alpha_us": 0, "bus_GB_per_s": 0.5},
+            ],
+        },
+        "all_gather": {
+            "overhead_us": 10,
+            "regimes": [
+                {"step_bytes": [1000, 8000000], "alpha_us": 50, "bus_GB_per_s": 0.8},
+                {"step_bytes": [16000000, 64000000], "alpha_us": 3000, "bus_GB_per_s": 0.5},
+            ],
+        },
+        "reduce_scatter": {
+            "overhead_us": 30,
+            "regimes": [{"step_bytes": [1000, 64000000], "alpha_us": 250, "bus_GB_per_s": 0.4}],
+        },
+        "broadcast": {
+            "overhead_us": 12,
+            "regimes": [
+                {"step_bytes": [4000, 700000], "alpha_us": 140, "bus_GB_per_s": 7.0},
+                {"step_bytes": [1000000, 12000000], "alpha_us": 220, "bus_GB_per_s": 4.0},
+            ],
+        },
     },
 }
 
@@ -119,8 +137,15 @@ def _regime_preset(tmp_path, base):
 
     link = load_cluster(base).intra_node.bandwidth.value / 1e9
     p = tmp_path / f"{base}-regimes.yaml"
-    p.write_text(yaml.safe_dump({"extends": base, "name": f"{base}-regimes", "efficiency": {
-        "collective_regimes_intra": dict(REGIMES, link_GB_per_s=link)}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "extends": base,
+                "name": f"{base}-regimes",
+                "efficiency": {"collective_regimes_intra": dict(REGIMES, link_GB_per_s=link)},
+            }
+        )
+    )
     return str(p)
 
 
@@ -152,10 +177,21 @@ def test_per_collective_factors_without_regimes_agree_too(tmp_path):
     import yaml
 
     p = tmp_path / "f.yaml"
-    p.write_text(yaml.safe_dump({"extends": "cpu-local", "name": "f", "efficiency": {
-        "collective_regimes_intra": None,
-        **{f"collective_bandwidth_factor_{c}": {"value": v, "kind": "assumed", "source": "test"}
-           for c, v in (("all_gather", 0.5), ("reduce_scatter", 0.28), ("broadcast", 2.5))}}}))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "extends": "cpu-local",
+                "name": "f",
+                "efficiency": {
+                    "collective_regimes_intra": None,
+                    **{
+                        f"collective_bandwidth_factor_{c}": {"value": v, "kind": "assumed", "source": "test"}
+                        for c, v in (("all_gather", 0.5), ("reduce_scatter", 0.28), ("broadcast", 2.5))
+                    },
+                },
+            }
+        )
+    )
     for op in ("all_reduce", "all_gather", "reduce_scatter", "broadcast"):
         (t,), comm, _ = _run(str(p), 2, [(op, 8e6, "world", (0, 1), "intra")], algorithm="auto")
         assert comm.curve(op, "intra") is None

@@ -3,9 +3,9 @@
 import json
 
 import pytest
-
 from simdl.analytic.costs import CommCosts, device_rates, row_times
 from simdl.analytic.schedule import task_durations
+
 from simdl.predict import predict
 from simdl.strategies.plan import COMPUTE
 from simdl.workload.zoo import MODELS
@@ -15,8 +15,13 @@ from simdl.workload.zoo import MODELS
 # (flows of one collective still share among themselves); its PS closed form includes the
 # N-worker incast, so ps-sync is compared with contention on.
 TOLERANCE = 0.02
-GRID = [("ddp", {}, False), ("fsdp", {"sharding": "full"}, False), ("fsdp", {"sharding": "grad_op"}, False),
-        ("fsdp", {"sharding": "none"}, False), ("ps-sync", {"cluster": "a10g-ps"}, True)]
+GRID = [
+    ("ddp", {}, False),
+    ("fsdp", {"sharding": "full"}, False),
+    ("fsdp", {"sharding": "grad_op"}, False),
+    ("fsdp", {"sharding": "none"}, False),
+    ("ps-sync", {"cluster": "a10g-ps"}, True),
+]
 
 
 @pytest.mark.parametrize("model", list(MODELS))
@@ -25,7 +30,9 @@ def test_sim_agrees_with_analytic_without_contention(model):
         a = predict(model, strategy, 4, **kw)
         s = predict(model, strategy, 4, engine="sim", contention=contention, **kw)
         err = s.iteration_time_s / a.iteration_time_s - 1
-        assert abs(err) < TOLERANCE, f"{model} {strategy} {kw}: sim {s.iteration_time_s} analytic {a.iteration_time_s} ({err:+.2%})"
+        assert abs(err) < TOLERANCE, (
+            f"{model} {strategy} {kw}: sim {s.iteration_time_s} analytic {a.iteration_time_s} ({err:+.2%})"
+        )
         assert s.engine == "sim"
         assert s.iterations_per_epoch == a.iterations_per_epoch
         assert s.compute_time_s == pytest.approx(a.compute_time_s, rel=TOLERANCE)
@@ -136,9 +143,12 @@ def test_the_simulator_does_not_import_the_analytic_engine():
 
     root = str(Path(__file__).resolve().parents[2])  # this checkout's simdl, not an installed one
     env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    code = ("import sys, simdl; simdl.predict('resnet18', 'ps-async', 4, cluster='a10g-ps', engine='sim'); "
-            "simdl.predict('resnet18', 'fsdp', 2, engine='sim'); "
-            "print('simdl.analytic.engine' in sys.modules, 'simdl.costs.ps' in sys.modules)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env=env).stdout.split()
+    code = (
+        "import sys, simdl; simdl.predict('resnet18', 'ps-async', 4, cluster='a10g-ps', engine='sim'); "
+        "simdl.predict('resnet18', 'fsdp', 2, engine='sim'); "
+        "print('simdl.analytic.engine' in sys.modules, 'simdl.costs.ps' in sys.modules)"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env
+    ).stdout.split()
     assert out == ["False", "True"]

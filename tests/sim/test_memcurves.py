@@ -1,9 +1,9 @@
 """Memory curves placed for all rank classes at once equal each class placed alone."""
 
 import numpy as np
+from simdl.analytic.costs import device_rates, row_times, spmd_or_ps_rates
 
 import simdl
-from simdl.analytic.costs import device_rates, row_times, spmd_or_ps_rates
 from simdl.memory.model import timeline_for
 from simdl.memory.place import event_times
 from simdl.sim.memcurves import task_windows
@@ -12,8 +12,15 @@ from simdl.workload.workload import Workload
 
 
 def test_every_class_curve_is_its_own_placement():
-    run = simdl.predict(model="resnet18", strategy="fsdp", gpus=8, cluster="dgx-a100", engine="sim",
-                        jitter="lognormal:0.2", return_run=True)
+    run = simdl.predict(
+        model="resnet18",
+        strategy="fsdp",
+        gpus=8,
+        cluster="dgx-a100",
+        engine="sim",
+        jitter="lognormal:0.2",
+        return_run=True,
+    )
     plan, cluster = run.plan, run.cluster
     wl = Workload(load_workload("resnet18", dataset="cifar10"))
     rows = row_times(wl.table, wl.batch_size, spmd_or_ps_rates(device_rates(cluster, wl.precision), plan, wl.table))

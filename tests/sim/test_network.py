@@ -58,8 +58,7 @@ def test_rates_are_recomputed_when_a_flow_starts_and_ends():
 def test_max_min_textbook_example():
     # Bertsekas & Gallager's shape: link A (cap 1) carries flows 0 and 1, link B (cap 2)
     # carries flows 1 and 2. A is the bottleneck of 0 and 1 (1/2 each); flow 2 gets the rest of B.
-    rates = max_min_rates(np.array([1.0, 2.0]), np.array([0, 1, 1, 2]), np.array([0, 0, 1, 1]),
-                          np.ones(4), 3)
+    rates = max_min_rates(np.array([1.0, 2.0]), np.array([0, 1, 1, 2]), np.array([0, 0, 1, 1]), np.ones(4), 3)
     assert rates.tolist() == pytest.approx([0.5, 0.5, 1.5])
 
 
@@ -106,9 +105,13 @@ def test_incremental_sharing_gives_the_rates_of_a_full_recomputation():
     def check(_e=None):
         flows = net.flows
         if flows:
-            full = max_min_rates(cap, np.repeat(np.arange(len(flows)), [len(f.links) for f in flows]),
-                                 np.concatenate([f.links for f in flows]), np.concatenate([f.weights for f in flows]),
-                                 len(flows))
+            full = max_min_rates(
+                cap,
+                np.repeat(np.arange(len(flows)), [len(f.links) for f in flows]),
+                np.concatenate([f.links for f in flows]),
+                np.concatenate([f.weights for f in flows]),
+                len(flows),
+            )
             np.testing.assert_allclose([f.rate for f in flows], full, rtol=1e-11)
             checked.append(len(flows))
 
@@ -118,8 +121,9 @@ def test_incremental_sharing_gives_the_rates_of_a_full_recomputation():
 
     for _ in range(30):
         lo = int(rng.integers(0, n_links - 3))
-        env.process(go(np.arange(lo, lo + int(rng.integers(1, 4))), float(rng.uniform(0, 1.0)),
-                       float(rng.uniform(1e8, 5e9))))
+        env.process(
+            go(np.arange(lo, lo + int(rng.integers(1, 4))), float(rng.uniform(0, 1.0)), float(rng.uniform(1e8, 5e9)))
+        )
     for t in np.linspace(0.01, 3.0, 60):
         env.timeout(float(t)).callbacks.append(check)
     env.run()

@@ -123,8 +123,7 @@ def test_async_beats_sync_with_a_straggler():
 
 
 def test_ssp_bound_holds_workers_back():
-    kw = dict(cluster="a10g-ps", engine="sim", straggler="rank=0,factor=3", iterations=12, warmup=4,
-              batch_size=128)
+    kw = dict(cluster="a10g-ps", engine="sim", straggler="rank=0,factor=3", iterations=12, warmup=4, batch_size=128)
     run = predict("densenet121", "ps-ssp", 4, staleness_bound=1, return_run=True, **kw)
     asyn = predict("densenet121", "ps-async", 4, **kw)
     ssp = run.result
@@ -167,8 +166,14 @@ def test_shared_host_floors_the_simulated_step_at_its_cores():
     r = predict("vgg16", "ps-async", 4, cluster=lab("cpu-local-x4"), engine="sim", **kw)
     a = predict("vgg16", "ps-async", 4, cluster=lab("cpu-local-x4"), engine="analytic", **kw)
     cluster = allocate(lab("cpu-local-x4"), 4)
-    w = wl.Workload(table=load_workload("vgg16", "mnist"), batch_size=32, train_samples=512, epochs=1,
-                    optimizer="momentum", precision="fp32")
+    w = wl.Workload(
+        table=load_workload("vgg16", "mnist"),
+        batch_size=32,
+        train_samples=512,
+        epochs=1,
+        optimizer="momentum",
+        precision="fp32",
+    )
     plan = build_plan(w, cluster, StrategyConfig(name="ps-async"))
     floor = ps_host_floor(cluster, plan, a.compute_time_s)
     assert floor > 0 and r.iteration_time_s >= floor * (1 - 1e-9)

@@ -12,8 +12,18 @@ def test_parse_straggler():
     assert parse_straggler("rank=2-4,factor=2") == [(2, 2.0), (3, 2.0), (4, 2.0)]
 
 
-@pytest.mark.parametrize("bad", ["rank=0", "factor=2", "rank=a,factor=2", "rank=0,factor=-1",
-                                 "rank=3-1,factor=2", "rank=0,speed=2", "rank=0,factor=x"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "rank=0",
+        "factor=2",
+        "rank=a,factor=2",
+        "rank=0,factor=-1",
+        "rank=3-1,factor=2",
+        "rank=0,speed=2",
+        "rank=0,factor=x",
+    ],
+)
 def test_bad_straggler_is_one_line_error(bad):
     with pytest.raises(SimdlError) as e:
         parse_straggler(bad)

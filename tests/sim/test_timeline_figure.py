@@ -83,8 +83,7 @@ def test_a_short_iteration_in_a_long_run_is_zoomed_on():
     """Asynchronous PS: the marked iteration is a sliver of the run; the panel zooms on it."""
     import matplotlib.pyplot as plt
 
-    ps = simdl.predict(model="resnet18", strategy="ps-async", gpus=2, cluster="a10g-ps", engine="sim",
-                       return_run=True)
+    ps = simdl.predict(model="resnet18", strategy="ps-async", gpus=2, cluster="a10g-ps", engine="sim", return_run=True)
     fig = run_figure(ps)
     ax, axm = fig.axes[:2]
     start = last_iteration_start(ps, 0) * 1e3

@@ -25,8 +25,24 @@ def test_cli_trace_and_plot(tmp_path, capsys):
     assert main(["trace", "--model", "resnet18", "--strategy", "fsdp", "--gpus", "2", "-o", str(out)]) == 0
     assert json.loads(out.read_text())["traceEvents"]
     png = tmp_path / "p.png"
-    assert main(["plot", "--model", "mnist_cnn", "--strategy", "ps-async", "--cluster", "a10g-ps",
-                 "--gpus", "2", "-o", str(png)]) == 0
+    assert (
+        main(
+            [
+                "plot",
+                "--model",
+                "mnist_cnn",
+                "--strategy",
+                "ps-async",
+                "--cluster",
+                "a10g-ps",
+                "--gpus",
+                "2",
+                "-o",
+                str(png),
+            ]
+        )
+        == 0
+    )
     assert png.read_bytes()[:4] == b"\x89PNG"
 
 

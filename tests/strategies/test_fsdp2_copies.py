@@ -68,8 +68,10 @@ def test_root_given_reshard_after_forward_is_gathered_again_for_backward(shardin
 
     t = load_workload("resnet18", "cifar10")
     w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32")
-    kept, resharded = (build_plan(w, allocate("cpu-local", 2), StrategyConfig("fsdp", sharding=sharding,
-                                                                                reshard_root=r)) for r in (False, True))
+    kept, resharded = (
+        build_plan(w, allocate("cpu-local", 2), StrategyConfig("fsdp", sharding=sharding, reshard_root=r))
+        for r in (False, True)
+    )
     assert "all_gather:bwd:root" not in {x.name for x in kept.tasks}
     assert ("all_gather:bwd:root" in {x.name for x in resharded.tasks}) == regathered
     assert resharded.details["reshard_root"] == regathered

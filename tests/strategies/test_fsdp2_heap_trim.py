@@ -6,8 +6,8 @@ import dataclasses
 from pathlib import Path
 
 import pytest
-
 from simdl.analytic.costs import compute_task_time, device_rates, row_times
+
 from simdl.cluster import allocate
 from simdl.cluster.allocator import GLIBC_MMAP_THRESHOLD_MAX, mmap_threshold, trim_threshold
 from simdl.strategies import StrategyConfig, build_plan
@@ -91,8 +91,10 @@ def test_a_profile_whose_ranks_never_trim_the_heap_refaults_nothing(tmp_path):
     # Ranks run with MALLOC_TRIM_THRESHOLD_ far above any step's heap: the profile says so
     # (host.trim_threshold_MiB) and the gradients stay mapped; mapped buffers are unchanged.
     path = tmp_path / "keep.yaml"
-    path.write_text(f"name: keep\nextends: {lab('cpu-epyc-milan')}\nhost:\n  trim_threshold_MiB:\n"
-                    "    value: 65536\n    kind: framework\n    source: MALLOC_TRIM_THRESHOLD_=68719476736\n")
+    path.write_text(
+        f"name: keep\nextends: {lab('cpu-epyc-milan')}\nhost:\n  trim_threshold_MiB:\n"
+        "    value: 65536\n    kind: framework\n    source: MALLOC_TRIM_THRESHOLD_=68719476736\n"
+    )
     from simdl.cluster import load_cluster
 
     keep = allocate(load_cluster(str(path)), 2)

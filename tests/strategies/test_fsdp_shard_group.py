@@ -74,11 +74,14 @@ def test_memory_and_bytes_sit_between_full_and_none():
     assert none.comm_bytes_per_iteration < hybrid.comm_bytes_per_iteration < full.comm_bytes_per_iteration
 
 
-@pytest.mark.parametrize("kw, message", [
-    (dict(sharding="full", shard_group=2), "FSDP hybrid sharding only"),
-    (dict(sharding="hybrid", shard_group=3), "shard group 3 must divide"),
-    (dict(sharding="hybrid", shard_group=0), "must be an integer >= 1"),
-])
+@pytest.mark.parametrize(
+    "kw, message",
+    [
+        (dict(sharding="full", shard_group=2), "FSDP hybrid sharding only"),
+        (dict(sharding="hybrid", shard_group=3), "shard group 3 must divide"),
+        (dict(sharding="hybrid", shard_group=0), "must be an integer >= 1"),
+    ],
+)
 def test_bad_shard_groups_are_one_line_errors(kw, message):
     with pytest.raises(SimdlError, match=message):
         simdl.predict("vgg16", "fsdp", 4, cluster=lab("cpu-epyc-x4"), **kw)
@@ -87,8 +90,23 @@ def test_bad_shard_groups_are_one_line_errors(kw, message):
 def test_the_cli_takes_and_echoes_the_mesh(capsys):
     from simdl.cli import main
 
-    assert main(["predict", "--model", "vgg16", "--strategy", "fsdp", "--sharding", "hybrid", "--gpus", "4",
-                 "--shard-group", "2", "--cluster", lab("cpu-epyc-x4")]) in (0, None)
+    assert main(
+        [
+            "predict",
+            "--model",
+            "vgg16",
+            "--strategy",
+            "fsdp",
+            "--sharding",
+            "hybrid",
+            "--gpus",
+            "4",
+            "--shard-group",
+            "2",
+            "--cluster",
+            lab("cpu-epyc-x4"),
+        ]
+    ) in (0, None)
     assert "fsdp-hybrid (2 replicas x 2 shards)" in capsys.readouterr().out
     assert main(["predict", "--strategy", "ddp", "--shard-group", "2"]) == 2
     err = capsys.readouterr().err

@@ -15,14 +15,22 @@ from simdl.workload.library import load_workload
 
 def _with_unit_overhead(name, seconds):
     spec = load_cluster(name)
-    return dataclasses.replace(spec, strategies=spec.strategies.with_fsdp(
-        unit_overhead=Sourced(seconds, "assumed", "test")))
+    return dataclasses.replace(
+        spec, strategies=spec.strategies.with_fsdp(unit_overhead=Sourced(seconds, "assumed", "test"))
+    )
 
 
 def _plan(spec, sharding, accumulation=1):
     t = load_workload("resnet18", "cifar10")
-    w = wl.Workload(table=t, batch_size=8, train_samples=100, epochs=1, optimizer="momentum", precision="fp32",
-                    grad_accumulation=accumulation)
+    w = wl.Workload(
+        table=t,
+        batch_size=8,
+        train_samples=100,
+        epochs=1,
+        optimizer="momentum",
+        precision="fp32",
+        grad_accumulation=accumulation,
+    )
     return t, build_plan(w, allocate(spec, 2), StrategyConfig(name="fsdp", sharding=sharding))
 
 
@@ -51,6 +59,7 @@ def test_the_step_grows_by_the_hooks_and_ddp_and_profiles_without_the_key_do_not
     # blocking FSDP on CPU runs the hooks on the training thread: the step grows by them
     # (and by the peers' wait per second of compute, which they add to)
     assert b - a == pytest.approx(units * 4e-3, rel=0.25)
-    assert (predict(cluster=base, strategy="ddp", **kw).iteration_time_s
-            == predict(cluster=with_u, strategy="ddp", **kw).iteration_time_s)
-
+    assert (
+        predict(cluster=base, strategy="ddp", **kw).iteration_time_s
+        == predict(cluster=with_u, strategy="ddp", **kw).iteration_time_s
+    )

@@ -40,11 +40,18 @@ def strategy_comparisons(source: str, path: str) -> list[str]:
             hits = [w for side in [node.left, *node.comparators] for w in _names_in(side, words)]
             if hits:
                 found.append(f"{path}:{node.lineno}: compares with {', '.join(map(repr, hits))}")
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr in ("startswith", "endswith") and node.args):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("startswith", "endswith")
+            and node.args
+        ):
             arg = node.args[0]
-            values = [arg.value] if isinstance(arg, ast.Constant) else [
-                e.value for e in getattr(arg, "elts", ()) if isinstance(e, ast.Constant)]
+            values = (
+                [arg.value]
+                if isinstance(arg, ast.Constant)
+                else [e.value for e in getattr(arg, "elts", ()) if isinstance(e, ast.Constant)]
+            )
             hits = [v for v in values if v in PREFIXES]
             if hits:
                 found.append(f"{path}:{node.lineno}: {node.func.attr}({', '.join(map(repr, hits))})")

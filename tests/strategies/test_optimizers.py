@@ -10,9 +10,9 @@ from __future__ import annotations
 import math
 
 import pytest
+from simdl.analytic.costs import device_rates, memory_bound_time, row_times
 
 import simdl
-from simdl.analytic.costs import device_rates, memory_bound_time, row_times
 from simdl.cluster import allocate, load_cluster
 from simdl.errors import SimdlError
 from simdl.strategies.optimizer_step import CUDA_ONLY, FOREACH_CALLS, FOREACH_TENSORS_PER_LAUNCH, PASSES
@@ -23,8 +23,7 @@ TORCH_OPTIMIZERS = [o for o in OPTIMIZERS if o not in CUDA_ONLY]
 
 
 def test_every_optimizer_has_state_passes_and_calls():
-    assert set(OPTIMIZERS) == set(OPTIMIZER_STATE_COPIES) == set(PASSES) == set(FOREACH_CALLS) \
-        == set(OPTIMIZER_MEANING)
+    assert set(OPTIMIZERS) == set(OPTIMIZER_STATE_COPIES) == set(PASSES) == set(FOREACH_CALLS) == set(OPTIMIZER_MEANING)
     assert {"sgd", "momentum", "adam", "adamw", "lamb"} <= set(OPTIMIZERS)
 
 
@@ -42,8 +41,11 @@ def test_adamw_keeps_adams_memory_and_streams_two_passes_more():
     launches = math.ceil(len(table.params) / FOREACH_TENSORS_PER_LAUNCH)
     for name in ("sgd", "adamw"):
         r = simdl.predict(model="resnet18", strategy="ddp", gpus=1, optimizer=name)
-        expected = rows.segment(0, n, "fwd") + rows.segment(0, n, "bwd") + memory_bound_time(
-            PASSES[name] * table.param_bytes, FOREACH_CALLS[name] * launches, rates)
+        expected = (
+            rows.segment(0, n, "fwd")
+            + rows.segment(0, n, "bwd")
+            + memory_bound_time(PASSES[name] * table.param_bytes, FOREACH_CALLS[name] * launches, rates)
+        )
         assert r.iteration_time_s == pytest.approx(expected, rel=1e-12)
     assert PASSES["adamw"] == PASSES["adam"] + 2  # read and write the parameters once more
 
@@ -75,8 +77,9 @@ def test_cli_takes_adamw(capsys):
 
     from simdl.cli import main
 
-    code = main(["predict", "--model", "resnet18", "--strategy", "ddp", "--gpus", "2", "--optimizer", "adamw",
-                 "--json"])
+    code = main(
+        ["predict", "--model", "resnet18", "--strategy", "ddp", "--gpus", "2", "--optimizer", "adamw", "--json"]
+    )
     out = capsys.readouterr().out
     assert code == 0
     assert json.loads(out)["config"]["optimizer"] == "adamw"
@@ -116,8 +119,9 @@ def test_state_copies_match_torch(name):
     opt = _optimizer(name, list(model.parameters()), foreach=True)
     _step(model, opt)
     params = sum(p.numel() for p in model.parameters())
-    state = sum(v.numel() for s in opt.state.values() for v in s.values()
-                if hasattr(v, "numel") and v.numel() > 1)  # the scalar step counters excluded
+    state = sum(
+        v.numel() for s in opt.state.values() for v in s.values() if hasattr(v, "numel") and v.numel() > 1
+    )  # the scalar step counters excluded
     assert state == OPTIMIZER_STATE_COPIES[name] * params
 
 
@@ -140,9 +144,14 @@ def test_passes_and_calls_match_torchs_foreach_step(name):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func.name().startswith("aten::_foreach_"):
-                lists = [a for a in list(args) + list(kwargs.values())
-                         if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)
-                         and [t.numel() for t in a] == sizes]
+                lists = [
+                    a
+                    for a in list(args) + list(kwargs.values())
+                    if isinstance(a, (list, tuple))
+                    and a
+                    and isinstance(a[0], torch.Tensor)
+                    and [t.numel() for t in a] == sizes
+                ]
                 if lists:
                     distinct = {tuple(t.data_ptr() for t in a) for a in lists}
                     counted["calls"] += 1

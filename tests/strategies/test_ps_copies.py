@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from simdl.costs.ps import ps_update_time
 from simdl.cluster import allocate
+from simdl.costs.ps import ps_update_time
 from simdl.strategies import StrategyConfig, build_plan
 from simdl.workload import workload as wl
 from simdl.workload.library import load_workload
@@ -73,8 +73,17 @@ def test_ps_on_a_shared_host_pays_for_the_server_with_compute():
 
     w, alloc, plan = _plan("vgg16", "ps-async", lab("cpu-local-x4"), 4)
     assert alloc.spec.shared_device and alloc.spec.host.cpu_cores.value == 2
-    r = simdl.predict(model="vgg16", strategy="ps-async", gpus=4, cluster=lab("cpu-local-x4"), dataset="mnist",
-                      batch_size=32, train_samples=100, epochs=1, optimizer="momentum")
+    r = simdl.predict(
+        model="vgg16",
+        strategy="ps-async",
+        gpus=4,
+        cluster=lab("cpu-local-x4"),
+        dataset="mnist",
+        batch_size=32,
+        train_samples=100,
+        epochs=1,
+        optimizer="momentum",
+    )
     push1, pull1 = engine.ps_transfer_times(alloc, plan, 1)
     upd = ps_update_time(alloc, plan, 1)
     alone = r.compute_time_s + push1 + pull1 + upd

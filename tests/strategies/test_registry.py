@@ -50,12 +50,18 @@ def test_options_are_typed_and_validated_in_one_line():
 
 # (option, value, strategy, the strategies named as taking it)
 REFUSED = [
-    ("sharding", "full", "ddp", "fsdp"), ("wrap", "none", "ddp", "fsdp"), ("reshard_root", True, "ddp", "fsdp"),
-    ("shard_group", 2, "ddp", "fsdp"), ("cpu_offload", True, "ddp", "fsdp"),
-    ("staleness_bound", 2, "ddp", "ps-ssp"), ("staleness_bound", 2, "fsdp", "ps-ssp"),
+    ("sharding", "full", "ddp", "fsdp"),
+    ("wrap", "none", "ddp", "fsdp"),
+    ("reshard_root", True, "ddp", "fsdp"),
+    ("shard_group", 2, "ddp", "fsdp"),
+    ("cpu_offload", True, "ddp", "fsdp"),
+    ("staleness_bound", 2, "ddp", "ps-ssp"),
+    ("staleness_bound", 2, "fsdp", "ps-ssp"),
     ("staleness_bound", 2, "ps-async", "ps-ssp"),
-    ("ps_servers", 2, "ddp", "ps-sync, ps-async, ps-ssp"), ("ps_servers", 2, "fsdp", "ps-sync, ps-async, ps-ssp"),
-    ("bucket_cap_mb", 10, "fsdp", "ddp"), ("bucket_cap_mb", 10, "ps-sync", "ddp"),
+    ("ps_servers", 2, "ddp", "ps-sync, ps-async, ps-ssp"),
+    ("ps_servers", 2, "fsdp", "ps-sync, ps-async, ps-ssp"),
+    ("bucket_cap_mb", 10, "fsdp", "ddp"),
+    ("bucket_cap_mb", 10, "ps-sync", "ddp"),
     ("ps_placement", "colocated", "ddp", "ps-sync, ps-async, ps-ssp"),
     ("ps_placement", "dedicated", "fsdp", "ps-sync, ps-async, ps-ssp"),
 ]

@@ -40,15 +40,39 @@ def _build(workload, cluster, config) -> SpmdPlan:
     n = workload.table.n_rows
     world = cluster.gpus
     grads = 4.0 * sum(p.numel for p in workload.table.params)
-    tasks = [Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd"),
-             Task("backward", COMPUTE, "bwd", deps=(0,), rows=(0, n), direction="bwd")]
+    tasks = [
+        Task("forward", COMPUTE, "fwd", rows=(0, n), direction="fwd"),
+        Task("backward", COMPUTE, "bwd", deps=(0,), rows=(0, n), direction="bwd"),
+    ]
     for c in range(config.toy_chunks):
-        tasks.append(Task(f"all_reduce[{c}]", COMM, "comm", deps=(len(tasks) - 1,), collective="all_reduce",
-                          comm_bytes=grads / config.toy_chunks, group="world"))
-    tasks.append(optimizer_task(workload.optimizer, workload.param_bytes, len(workload.table.params),
-                                (len(tasks) - 1,), foreach=uses_foreach(cluster)))
-    return SpmdPlan(strategy="toy", family="toy", tasks=tuple(tasks), world_size=world, data_parallel=world,
-                    groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")})
+        tasks.append(
+            Task(
+                f"all_reduce[{c}]",
+                COMM,
+                "comm",
+                deps=(len(tasks) - 1,),
+                collective="all_reduce",
+                comm_bytes=grads / config.toy_chunks,
+                group="world",
+            )
+        )
+    tasks.append(
+        optimizer_task(
+            workload.optimizer,
+            workload.param_bytes,
+            len(workload.table.params),
+            (len(tasks) - 1,),
+            foreach=uses_foreach(cluster),
+        )
+    )
+    return SpmdPlan(
+        strategy="toy",
+        family="toy",
+        tasks=tuple(tasks),
+        world_size=world,
+        data_parallel=world,
+        groups={"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")},
+    )
 
 
 def _timeline(workload, plan, options):
@@ -58,10 +82,21 @@ def _timeline(workload, plan, options):
 
 
 TOY = registry.StrategySpec(
-    family="toy", names=("toy",), options=ToyOptions, build_plan=_build, memory_timeline=_timeline,
-    predict_keys={"toy_chunks": registry.PredictKey("toy_chunks", default_reason="one call, the toy's default",
-                                                    cli_type=int, help="all-reduce calls after backward")},
-    labels={"toy": ("toy", {})}, variants=lambda v: ("toy",),
+    family="toy",
+    names=("toy",),
+    options=ToyOptions,
+    build_plan=_build,
+    memory_timeline=_timeline,
+    predict_keys={
+        "toy_chunks": registry.PredictKey(
+            "toy_chunks",
+            default_reason="one call, the toy's default",
+            cli_type=int,
+            help="all-reduce calls after backward",
+        )
+    },
+    labels={"toy": ("toy", {})},
+    variants=lambda v: ("toy",),
     echo=lambda config, plan: {"toy_chunks": config.toy_chunks},
 )
 
@@ -101,8 +136,9 @@ def test_the_toys_own_keyword_is_taken_and_refused_elsewhere():
 
 
 def test_the_toy_sweeps_and_is_recommended():
-    rows = simdl.sweep(model="vgg16", strategy=["toy", "ddp"], gpus=[2, 4], cluster="a100-80gb-pcie",
-                       executor="serial", progress=False)
+    rows = simdl.sweep(
+        model="vgg16", strategy=["toy", "ddp"], gpus=[2, 4], cluster="a100-80gb-pcie", executor="serial", progress=False
+    )
     rows = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
     assert sorted(r["label"] for r in rows) == ["ddp", "ddp", "toy", "toy"]
     assert all(not r["error"] for r in rows)
@@ -116,12 +152,27 @@ def test_the_toy_traces_and_reports(tmp_path, capsys):
     from simdl.cli import main
 
     out = tmp_path / "trace.json"
-    assert main(["trace", "--model", "vgg16", "--strategy", "toy", "--gpus", "2", "--cluster", "a100-80gb-pcie",
-                 "-o", str(out)]) == 0
+    assert (
+        main(
+            [
+                "trace",
+                "--model",
+                "vgg16",
+                "--strategy",
+                "toy",
+                "--gpus",
+                "2",
+                "--cluster",
+                "a100-80gb-pcie",
+                "-o",
+                str(out),
+            ]
+        )
+        == 0
+    )
     names = {e.get("name") for e in json.loads(out.read_text())["traceEvents"]}
     assert "all_reduce[0]" in names and "backward" in names
-    assert main(["predict", "--model", "vgg16", "--strategy", "toy", "--gpus", "2", "--cluster",
-                 "a100-80gb-pcie"]) == 0
+    assert main(["predict", "--model", "vgg16", "--strategy", "toy", "--gpus", "2", "--cluster", "a100-80gb-pcie"]) == 0
     assert ", toy, 2 x" in capsys.readouterr().out
     assert main(["predict", "--strategy", "toy", "--bucket-cap-mb", "10"]) == 2
     assert "applies to ddp; strategy 'toy'" in capsys.readouterr().err
@@ -130,8 +181,25 @@ def test_the_toy_traces_and_reports(tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["config"]["toy_chunks"] == 3
     assert main(["predict", "--strategy", "ddp", "--toy-chunks", "3"]) == 2
     assert "--toy-chunks 3 applies to toy" in capsys.readouterr().err
-    assert main(["sweep", "--model", "vgg16", "--strategy", "toy", "--toy-chunks", "1,2", "--gpus", "2",
-                 "--executor", "serial", "--no-progress"]) == 0
+    assert (
+        main(
+            [
+                "sweep",
+                "--model",
+                "vgg16",
+                "--strategy",
+                "toy",
+                "--toy-chunks",
+                "1,2",
+                "--gpus",
+                "2",
+                "--executor",
+                "serial",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.count("toy") >= 2
 
 
@@ -139,21 +207,44 @@ def test_the_validation_report_takes_a_toy_run(tmp_path):
     root = str(Path(__file__).resolve().parents[2])
     if root not in sys.path:
         sys.path.insert(0, root)
-    from validate.experiments import experiments
-
     from simdl.report.validation import build_report
+    from validate.experiments import experiments
 
     run = next(r for r in experiments("smoke") if not r.is_ps)
     spec = dict(run.to_dict(), strategy="toy", sharding=None)
-    rec = {"schema": "simdl-validation/1", "run_id": "toy-1", "profile": "smoke", "spec": spec, "label": "toy",
-           "model_name": run.model_name, "oversubscribed": False, "processes": run.processes, "cores": 2,
-           "cluster_profile": "cpu-local.yaml", "cluster_profile_sha256": "0" * 16, "status": "ok", "wall_s": 1.0,
-           "host": {"hostname": "t", "cpu_cores": 2, "torch": "x", "cuda": False, "python": "3"},
-           "predicted": {"kwargs": {}, "analytic": {"iteration_time_s": 1.1, "total_time_s": 11.0,
-                                                    "peak_tensor_bytes": 97e6, "gpu_utilization": 0.8,
-                                                    "comm_bytes_per_iteration": 2e6}},
-           "measured": {"step_time_s": {"median": 1.0, "p10": 0.9, "p90": 1.1, "n": 5}, "total_time_s": 11.0,
-                        "peak_allocated_bytes": 100e6, "busy_fraction": 0.7, "steps_per_rank": 8}}
+    rec = {
+        "schema": "simdl-validation/1",
+        "run_id": "toy-1",
+        "profile": "smoke",
+        "spec": spec,
+        "label": "toy",
+        "model_name": run.model_name,
+        "oversubscribed": False,
+        "processes": run.processes,
+        "cores": 2,
+        "cluster_profile": "cpu-local.yaml",
+        "cluster_profile_sha256": "0" * 16,
+        "status": "ok",
+        "wall_s": 1.0,
+        "host": {"hostname": "t", "cpu_cores": 2, "torch": "x", "cuda": False, "python": "3"},
+        "predicted": {
+            "kwargs": {},
+            "analytic": {
+                "iteration_time_s": 1.1,
+                "total_time_s": 11.0,
+                "peak_tensor_bytes": 97e6,
+                "gpu_utilization": 0.8,
+                "comm_bytes_per_iteration": 2e6,
+            },
+        },
+        "measured": {
+            "step_time_s": {"median": 1.0, "p10": 0.9, "p90": 1.1, "n": 5},
+            "total_time_s": 11.0,
+            "peak_allocated_bytes": 100e6,
+            "busy_fraction": 0.7,
+            "steps_per_rank": 8,
+        },
+    }
     path = tmp_path / "results.jsonl"
     path.write_text(json.dumps(rec) + "\n")
     text = build_report(path, tmp_path / "report").read_text()

@@ -16,12 +16,12 @@ import pytest
 import simdl
 from simdl.cluster import allocate, load_cluster
 from simdl.errors import SimdlError
+from simdl.memory.model import memory_options
 from simdl.memory.timeline import CATEGORIES
 from simdl.strategies import StrategyConfig, build_plan
 from simdl.strategies.zero import ZeROOptions
 from simdl.strategies.zero_config import DeepSpeedConfigWarning, read_ds_config
 from simdl.strategies.zero_memory import model_state_bytes, zero_timeline
-from simdl.memory.model import memory_options
 from simdl.workload.library import load_workload
 from simdl.workload.workload import Workload
 
@@ -48,8 +48,10 @@ def ds_estimate_zero2(total_params, num_gpus_per_node=1, num_nodes=1, cpu_offloa
     total_gpus = num_nodes * num_gpus_per_node
     if cpu_offload:
         return int(total_params * max(4 * total_gpus, 16) * additional_buffer_factor), int(2 * total_params)
-    return (int(total_params * 4 * num_gpus_per_node * additional_buffer_factor),
-            int(2 * total_params + int(18 * total_params / total_gpus)))
+    return (
+        int(total_params * 4 * num_gpus_per_node * additional_buffer_factor),
+        int(2 * total_params + int(18 * total_params / total_gpus)),
+    )
 
 
 def ds_estimate_zero3_gpu(total_params, largest_layer_params, total_gpus, cpu_offload, cpu_offload_params):
@@ -129,9 +131,20 @@ def test_zero2_contiguous_gradients_allocates_the_reduce_bucket_and_the_peak_hol
     assert "ipg bucket 1" not in b  # overlap_comm off by default below stage 3
     assert b["flat parameters"] == pytest.approx(2 * sum(p.numel for p in wl.table.params))
     P = sum(p.numel for p in wl.table.params)
-    assert b["fp32 master partition"] == pytest.approx(4 * P / 8) and b["gradient partition"] == pytest.approx(2 * P / 8)
-    r = simdl.predict("vit_b_16", strategy="zero2", gpus=8, cluster=CLUSTER, dataset="imagenet", batch_size=8,
-                      precision="fp16-amp", optimizer="adam", reduce_bucket_size=int(2e8))
+    assert b["fp32 master partition"] == pytest.approx(4 * P / 8) and b["gradient partition"] == pytest.approx(
+        2 * P / 8
+    )
+    r = simdl.predict(
+        "vit_b_16",
+        strategy="zero2",
+        gpus=8,
+        cluster=CLUSTER,
+        dataset="imagenet",
+        batch_size=8,
+        precision="fp16-amp",
+        optimizer="adam",
+        reduce_bucket_size=int(2e8),
+    )
     assert r.memory_breakdown_bytes["comm_buffers"] >= 2e8 * 2
     assert r.config["buffers_bytes"]["ipg bucket 0"] == 4e8
 
@@ -228,8 +241,7 @@ def test_stage_order_of_reductions():
 
 
 def test_reducing_inside_backward_on_a_side_stream_hides_communication():
-    kw = dict(gpus=8, cluster=CLUSTER, dataset="imagenet", batch_size=16, precision="bf16",
-              reduce_bucket_size=int(5e6))
+    kw = dict(gpus=8, cluster=CLUSTER, dataset="imagenet", batch_size=16, precision="bf16", reduce_bucket_size=int(5e6))
     z1 = simdl.predict("vit_b_16", strategy="zero1", **kw)
     z2 = simdl.predict("vit_b_16", strategy="zero2", **kw)
     z2o = simdl.predict("vit_b_16", strategy="zero2", overlap_comm=True, **kw)
@@ -265,20 +277,27 @@ def test_deepspeeds_own_configs_predict(path, capsys):
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", DeepSpeedConfigWarning)  # DeepSpeed's configs use DeepSpeed's keys only
-        assert main(["predict", "--model", "resnet18", "--gpus", "4", "--cluster", CLUSTER,
-                     "--deepspeed-config", str(path)]) == 0
+        assert (
+            main(
+                ["predict", "--model", "resnet18", "--gpus", "4", "--cluster", CLUSTER, "--deepspeed-config", str(path)]
+            )
+            == 0
+        )
     out = capsys.readouterr().out
     assert f"zero{read_ds_config(path).strategy[-1]}" in out
 
 
 def test_a_config_sets_stage_options_batch_and_precision():
-    r = simdl.predict("resnet18", gpus=4, cluster=CLUSTER, deepspeed_config=str(DATA / "ds_config_func_bs8_zero2_gas3.json"))
+    r = simdl.predict(
+        "resnet18", gpus=4, cluster=CLUSTER, deepspeed_config=str(DATA / "ds_config_func_bs8_zero2_gas3.json")
+    )
     c = r.config
     assert (c["strategy"], c["batch_size"], c["grad_accumulation"], c["precision"]) == ("zero2", 8, 3, "fp16-amp")
     assert c["reduce_bucket_size"] == 7_000_000 and c["gradient_clipping"] == 1.0 and c["loss_scaling"]
     assert "activation_checkpointing" in " ".join(c["deepspeed_config_notes"])
-    off = simdl.predict("resnet18", gpus=4, cluster=CLUSTER,
-                        deepspeed_config=str(DATA / "ds_config_func_bs4_zero2_offload.json"))
+    off = simdl.predict(
+        "resnet18", gpus=4, cluster=CLUSTER, deepspeed_config=str(DATA / "ds_config_func_bs4_zero2_offload.json")
+    )
     assert off.config["offload_optimizer"] == "cpu" and off.config["host_memory_bytes"] > 0
     assert off.config["pcie_bytes_per_iteration"] > 0
 
@@ -289,19 +308,22 @@ def _write(tmp_path, text):
     return str(p)
 
 
-@pytest.mark.parametrize("text, match", [
-    ('{"zero_optimization": {"stage": "two"}}', "zero_optimization.stage 'two' must be an integer"),
-    ('{"zero_optimization": {"stage": 4}}', "accepted: 0, 1, 2, 3"),
-    ('{"zero_optimization": {"stage": 2, "overlap_comm": 1}}', "overlap_comm 1 must be true or false"),
-    ('{"zero_optimization": {"stage": 2, "reduce_bucket_size": -1}}', "must be >= 0"),
-    ('{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}', "NVMe offload is not modelled"),
-    ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}', "needs ZeRO stage 3"),
-    ('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}', "both enabled"),
-    ('{"train_micro_batch_size_per_gpu": 0}', "must be >= 1"),
-    ('{"gradient_clipping": "x"}', "gradient_clipping 'x' must be a number"),
-    ('[1]', "must be a JSON object"),
-    ('{"zero_optimization": {', "not JSON"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        ('{"zero_optimization": {"stage": "two"}}', "zero_optimization.stage 'two' must be an integer"),
+        ('{"zero_optimization": {"stage": 4}}', "accepted: 0, 1, 2, 3"),
+        ('{"zero_optimization": {"stage": 2, "overlap_comm": 1}}', "overlap_comm 1 must be true or false"),
+        ('{"zero_optimization": {"stage": 2, "reduce_bucket_size": -1}}', "must be >= 0"),
+        ('{"zero_optimization": {"stage": 3, "offload_param": {"device": "nvme"}}}', "NVMe offload is not modelled"),
+        ('{"zero_optimization": {"stage": 2, "offload_param": {"device": "cpu"}}}', "needs ZeRO stage 3"),
+        ('{"fp16": {"enabled": true}, "bf16": {"enabled": true}}', "both enabled"),
+        ('{"train_micro_batch_size_per_gpu": 0}', "must be >= 1"),
+        ('{"gradient_clipping": "x"}', "gradient_clipping 'x' must be a number"),
+        ("[1]", "must be a JSON object"),
+        ('{"zero_optimization": {', "not JSON"),
+    ],
+)
 def test_a_bad_config_is_one_line_and_exit_2(tmp_path, capsys, text, match):
     from simdl.cli import main
 
@@ -329,20 +351,47 @@ def test_an_unknown_key_warns_naming_it_and_disagreements_are_refused(tmp_path):
 
 
 def test_zero_sweeps_and_is_recommended_when_named():
-    rows = simdl.sweep(model="resnet18", strategy=["zero1", "zero3", "fsdp-full"], gpus=[8], cluster=CLUSTER,
-                       executor="serial", progress=False)
+    rows = simdl.sweep(
+        model="resnet18",
+        strategy=["zero1", "zero3", "fsdp-full"],
+        gpus=[8],
+        cluster=CLUSTER,
+        executor="serial",
+        progress=False,
+    )
     rows = rows.to_dict("records") if hasattr(rows, "to_dict") else list(rows)
     assert sorted(r["label"] for r in rows) == ["fsdp-full", "zero1", "zero3"] and not any(r["error"] for r in rows)
-    rec = simdl.recommend("resnet18", cluster=CLUSTER, gpus=8, batch_sizes=[32], precisions=["fp32"],
-                          strategies=["zero2", "zero3"], jobs=1)
+    rec = simdl.recommend(
+        "resnet18",
+        cluster=CLUSTER,
+        gpus=8,
+        batch_sizes=[32],
+        precisions=["fp32"],
+        strategies=["zero2", "zero3"],
+        jobs=1,
+    )
     assert {r["label"] for r in rec.ranked} == {"zero2", "zero3"}
 
 
 def test_the_text_output_names_each_buffer_and_the_host_memory(capsys):
     from simdl.cli import main
 
-    assert main(["predict", "--model", "resnet18", "--gpus", "4", "--cluster", CLUSTER,
-                 "--deepspeed-config", str(DATA / "ds_config_func_bs4_zero2_offload.json")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--model",
+                "resnet18",
+                "--gpus",
+                "4",
+                "--cluster",
+                CLUSTER,
+                "--deepspeed-config",
+                str(DATA / "ds_config_func_bs4_zero2_offload.json"),
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     buffers = next(line for line in out.splitlines() if line.strip().startswith("buffers:"))
     assert "flat parameters" in buffers and "ipg bucket 0" in buffers and "offload staging buffer" in buffers
@@ -359,8 +408,9 @@ def test_gradient_accumulation_reduces_every_micro_step_from_stage_2_on():
         for gas in (1, 3):
             wl = Workload(table=table, batch_size=8, grad_accumulation=gas)
             plan = build_plan(wl, alloc, StrategyConfig(name=stage, reduce_bucket_size=int(2e6)))
-            counts[stage, gas] = sum(t.collective in ("all_reduce", "reduce_scatter") and "bucket" in t.name
-                                     for t in plan.tasks)
+            counts[stage, gas] = sum(
+                t.collective in ("all_reduce", "reduce_scatter") and "bucket" in t.name for t in plan.tasks
+            )
     assert counts["zero1", 3] == counts["zero1", 1]
     assert counts["zero2", 3] == 3 * counts["zero2", 1] and counts["zero3", 3] == 3 * counts["zero3", 1]
 
@@ -370,9 +420,19 @@ def test_an_adam_config_steps_with_fused_adam():
     of torch's foreach Adam (20 passes and a partition-sized scratch)."""
     path = str(DATA / "ds_config_z2.json")
     fused = simdl.predict("vit_b_16", gpus=8, cluster=CLUSTER, dataset="imagenet", deepspeed_config=path)
-    torch_adam = simdl.predict("vit_b_16", strategy="zero2", gpus=8, cluster=CLUSTER, dataset="imagenet",
-                               batch_size=1, precision="bf16", optimizer="adam", gradient_clipping=1.0,
-                               overlap_comm=False, contiguous_gradients=False)
+    torch_adam = simdl.predict(
+        "vit_b_16",
+        strategy="zero2",
+        gpus=8,
+        cluster=CLUSTER,
+        dataset="imagenet",
+        batch_size=1,
+        precision="bf16",
+        optimizer="adam",
+        gradient_clipping=1.0,
+        overlap_comm=False,
+        contiguous_gradients=False,
+    )
     assert fused.config["optimizer"] == "adam" and read_ds_config(path).options["fused_adam"]
     assert fused.step_split_s["optimizer"] < 0.5 * torch_adam.step_split_s["optimizer"]
 

@@ -48,8 +48,7 @@ def test_stage3_holds_each_fetch_all_gather_output_beside_the_copies():
     from simdl.workload.library import load_workload
     from simdl.workload.workload import Workload
 
-    wl = Workload(table=load_workload("resnet18", dataset="cifar10"), batch_size=16, optimizer="adam",
-                  precision="fp32")
+    wl = Workload(table=load_workload("resnet18", dataset="cifar10"), batch_size=16, optimizer="adam", precision="fp32")
     alloc = allocate(load_cluster("cpu-local"), 2, None)
     plan = build_plan(wl, alloc, StrategyConfig(name="zero3"))
     tl = zero_timeline(wl, plan, memory_options(wl, plan, alloc))

@@ -14,7 +14,8 @@ class _Sleepy(nn.Module):
         super().__init__()
         self.delay_s = delay_s
         self.body = nn.Sequential(
-            nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, num_classes))
+            nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, num_classes)
+        )
 
     def forward(self, x):
         if x.device.type != "meta":

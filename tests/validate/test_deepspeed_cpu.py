@@ -28,10 +28,17 @@ class FakeLauncher:
             (workdir / "rank1.error.txt").write_text("RuntimeError: gloo connection reset\n\ntraceback")
             return Launched(1, "fake", 0.1)
         for rank in range(run.ranks):
-            rec = {"rank": rank, "steady_step_times_s": [self.step, self.step * (1 + 0.1 * rank)],
-                   "peak_allocated_bytes": self.peak + rank, "peak_rss_bytes": 1e9, "losses": [2.3, 2.2],
-                   "optimizer_class": "DeepSpeedZeroOptimizer", "deepspeed_version": "0.0-fake",
-                   "torch_version": "x", "backend": "gloo"}
+            rec = {
+                "rank": rank,
+                "steady_step_times_s": [self.step, self.step * (1 + 0.1 * rank)],
+                "peak_allocated_bytes": self.peak + rank,
+                "peak_rss_bytes": 1e9,
+                "losses": [2.3, 2.2],
+                "optimizer_class": "DeepSpeedZeroOptimizer",
+                "deepspeed_version": "0.0-fake",
+                "torch_version": "x",
+                "backend": "gloo",
+            }
             (workdir / f"rank{rank}.json").write_text(json.dumps(rec))
         return Launched(0, "fake", 0.1)
 
@@ -43,8 +50,9 @@ def _runs():
 def test_each_run_is_predicted_measured_and_written_as_it_ends(tmp_path):
     out = tmp_path / "r.jsonl"
     fake = FakeLauncher(fail_stages={2})
-    recs = dc.run_matrix(_runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=False,
-                         launcher=fake)
+    recs = dc.run_matrix(
+        _runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=False, launcher=fake
+    )
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert [r["status"] for r in lines] == ["ok", "failed", "ok"] == [r["status"] for r in recs]
     assert "gloo connection reset" in lines[1]["failure"]
@@ -63,26 +71,54 @@ def test_each_run_is_predicted_measured_and_written_as_it_ends(tmp_path):
 
 def test_resume_skips_finished_runs_and_retry_failed_redoes_failures(tmp_path):
     out = tmp_path / "r.jsonl"
-    dc.run_matrix(_runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=False,
-                  launcher=FakeLauncher(fail_stages={2}))
+    dc.run_matrix(
+        _runs(),
+        out,
+        cluster="cpu-local",
+        python=sys.executable,
+        timeout_s=60,
+        resume=False,
+        launcher=FakeLauncher(fail_stages={2}),
+    )
     again = FakeLauncher()
-    assert dc.run_matrix(_runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=True,
-                         launcher=again) == [] and again.calls == []
+    assert (
+        dc.run_matrix(
+            _runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=True, launcher=again
+        )
+        == []
+        and again.calls == []
+    )
     retry = FakeLauncher()
-    recs = dc.run_matrix(_runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=True,
-                         retry_failed=True, launcher=retry)
+    recs = dc.run_matrix(
+        _runs(),
+        out,
+        cluster="cpu-local",
+        python=sys.executable,
+        timeout_s=60,
+        resume=True,
+        retry_failed=True,
+        launcher=retry,
+    )
     assert [r["run"]["stage"] for r in recs] == [2] and recs[0]["status"] == "ok"
     assert len(out.read_text().splitlines()) == 4
 
 
 def test_a_torn_last_line_is_skipped_on_resume(tmp_path):
     out = tmp_path / "r.jsonl"
-    dc.run_matrix(_runs()[:1], out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=False,
-                  launcher=FakeLauncher())
+    dc.run_matrix(
+        _runs()[:1],
+        out,
+        cluster="cpu-local",
+        python=sys.executable,
+        timeout_s=60,
+        resume=False,
+        launcher=FakeLauncher(),
+    )
     with open(out, "a") as f:
         f.write('{"run_id": "zero2-torn')  # a kill mid-write
-    recs = dc.run_matrix(_runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=True,
-                         launcher=FakeLauncher())
+    recs = dc.run_matrix(
+        _runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=True, launcher=FakeLauncher()
+    )
     assert [r["run"]["stage"] for r in recs] == [2, 3]
 
 
@@ -90,8 +126,15 @@ def test_existing_results_without_resume_are_refused(tmp_path):
     out = tmp_path / "r.jsonl"
     out.write_text('{"run_id": "x", "status": "ok"}\n')
     with pytest.raises(dc.SimdlError, match="--resume"):
-        dc.run_matrix(_runs(), out, cluster="cpu-local", python=sys.executable, timeout_s=60, resume=False,
-                      launcher=FakeLauncher())
+        dc.run_matrix(
+            _runs(),
+            out,
+            cluster="cpu-local",
+            python=sys.executable,
+            timeout_s=60,
+            resume=False,
+            launcher=FakeLauncher(),
+        )
 
 
 def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys):

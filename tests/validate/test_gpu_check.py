@@ -23,8 +23,14 @@ HERE = Path(__file__).resolve().parent
 def _run(out: Path, *args: str, timeout: float = 300) -> tuple[subprocess.CompletedProcess, float]:
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(HERE), os.environ.get("PYTHONPATH", "")]))
     t0 = time.time()
-    p = subprocess.run([sys.executable, "-m", "validate.gpu_check", "-o", str(out), "--cpu", *args], cwd=ROOT,
-                       env=env, capture_output=True, text=True, timeout=timeout)
+    p = subprocess.run(
+        [sys.executable, "-m", "validate.gpu_check", "-o", str(out), "--cpu", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return p, time.time() - t0
 
 
@@ -64,9 +70,14 @@ def test_cpu_form_end_to_end(tmp_path):
     assert info["env"]["device"] == "cpu" and info["calibration"]["status"] == "ok"
     assert (out / "calibration-profile.yaml").is_file() and (out / "calibration-run.tar.gz").is_file()
     assert "Step time: MAPE" in p.stdout
-    md = subprocess.run([sys.executable, "-m", "simdl", "report", str(out / "results.jsonl"), "-o",
-                         str(tmp_path / "report")], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                        env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    md = subprocess.run(
+        [sys.executable, "-m", "simdl", "report", str(out / "results.jsonl"), "-o", str(tmp_path / "report")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+    )
     assert md.returncode == 0, md.stderr[-2000:]
     text = (tmp_path / "report" / "README.md").read_text()
     assert "## GPU check" in text and "Time per op class" in text and "| conv |" in text
@@ -81,9 +92,23 @@ def test_budget_stops_what_cannot_finish(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "gpu"
     budget = 90.0
-    p, wall = _run(out, "--models", "gpu_check_models:slow,gpu_check_models:hung,mnist_cnn", "--batches", "2",
-                   "--precisions", "fp32", "--config-cap-s", "5", "--kill-grace-s", "5", "--calibrate-s", "0",
-                   "--budget-s", str(budget))
+    p, wall = _run(
+        out,
+        "--models",
+        "gpu_check_models:slow,gpu_check_models:hung,mnist_cnn",
+        "--batches",
+        "2",
+        "--precisions",
+        "fp32",
+        "--config-cap-s",
+        "5",
+        "--kill-grace-s",
+        "5",
+        "--calibrate-s",
+        "0",
+        "--budget-s",
+        str(budget),
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert wall < budget + 10
     by_model = {r["model_name"]: r for r in read_jsonl(out / "results.jsonl")}
@@ -97,8 +122,20 @@ def test_budget_stops_what_cannot_finish(tmp_path):
 def test_budget_spent_before_measuring_records_every_configuration(tmp_path):
     """No time left after the predictions: nothing is started, and every configuration says so."""
     out = tmp_path / "gpu"
-    p, wall = _run(out, "--models", "mnist_cnn,resnet18", "--batches", "2,4", "--precisions", "fp32",
-                   "--calibrate-s", "0", "--budget-s", "0.5", timeout=120)
+    p, wall = _run(
+        out,
+        "--models",
+        "mnist_cnn,resnet18",
+        "--batches",
+        "2,4",
+        "--precisions",
+        "fp32",
+        "--calibrate-s",
+        "0",
+        "--budget-s",
+        "0.5",
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     results = read_jsonl(out / "results.jsonl")
     assert len(results) == 4 and all(r["status"] == "stopped" and "not started" in r["error"] for r in results)
@@ -107,9 +144,15 @@ def test_budget_spent_before_measuring_records_every_configuration(tmp_path):
     assert again.returncode == 2 and "--resume" in again.stderr
 
 
-@pytest.mark.parametrize("args, says", [(("--sizes", "64"), "sizes 224 or 32"), (("--steps", "0"), "steps >= 1"),
-                                        (("--engines", "fast"), "--engines 'fast'"),
-                                        (("--cluster", "no-such-preset"), "no-such-preset")])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (("--sizes", "64"), "sizes 224 or 32"),
+        (("--steps", "0"), "steps >= 1"),
+        (("--engines", "fast"), "--engines 'fast'"),
+        (("--cluster", "no-such-preset"), "no-such-preset"),
+    ],
+)
 def test_bad_setting_is_one_line(tmp_path, args, says):
     p, _ = _run(tmp_path / "gpu", *args, timeout=120)
     assert p.returncode == 2 and p.stderr.startswith("error:") and says in p.stderr, p.stderr
@@ -139,49 +182,68 @@ def test_h200_and_h100_pcie_presets():
     assert pcie.intra_node.bandwidth.value == pytest.approx(64e9) and pcie.gpu.peak("fp32") == pytest.approx(51e12)
 
 
-@pytest.mark.parametrize("name, cls", [
-    ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nchw", "conv"),
-    ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>", "norm"),
-    ("void at::native::batch_norm_collect_statistics_kernel<float, float, float, 512>", "norm"),
-    ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNN", "gemm"),
-    ("ampere_sgemm_128x64_tn", "gemm"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar", "elementwise"),
-    ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>", "pool"),
-    ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>", "softmax"),
-    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "reduction"),
-    ("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::TensorListMetadata<3>>", "optimizer"),
-    ("Memcpy HtoD (Pageable -> Device)", "copy"),
-    ("void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>", "gemm"),
-    ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<float, float>", "norm"),
-    ("void at::native::im2col_kernel<float>", "conv"),
-    ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", "gemm"),
-    ("void cunn_ClassNLLCriterion_updateOutput_kernel<float>", "reduction"),
-    ("aten::mkldnn_convolution", "conv"),
-    ("aten::addmm", "gemm"),
-    ("aten::native_batch_norm", "norm"),
-    ("aten::relu_", "elementwise"),
-    ("some_unknown_kernel", "other"),
-])
+@pytest.mark.parametrize(
+    "name, cls",
+    [
+        ("sm90_xmma_fprop_implicit_gemm_bf16bf16_bf16f32_f32_nhwckrsc_nchw", "conv"),
+        ("void cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>", "norm"),
+        ("void at::native::batch_norm_collect_statistics_kernel<float, float, float, 512>", "norm"),
+        ("nvjet_tst_128x256_64x4_2x1_v_bz_coopA_TNN", "gemm"),
+        ("ampere_sgemm_128x64_tn", "gemm"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::(anonymous namespace)::launch_clamp_scalar",
+            "elementwise",
+        ),
+        ("void at::native::(anonymous namespace)::max_pool_forward_nchw<float, float>", "pool"),
+        ("void at::native::(anonymous namespace)::cunn_SoftMaxForward<4, float, float>", "softmax"),
+        ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float>>", "reduction"),
+        (
+            "void at::native::(anonymous namespace)::multi_tensor_apply_kernel<at::native::TensorListMetadata<3>>",
+            "optimizer",
+        ),
+        ("Memcpy HtoD (Pageable -> Device)", "copy"),
+        ("void splitKreduce_kernel<32, 16, int, float, float, float, float, true, false, false>", "gemm"),
+        ("void at::native::(anonymous namespace)::GammaBetaBackwardCUDAKernel_32x32<float, float>", "norm"),
+        ("void at::native::im2col_kernel<float>", "conv"),
+        ("fmha_cutlassF_f32_aligned_64x64_rf_sm80", "gemm"),
+        ("void cunn_ClassNLLCriterion_updateOutput_kernel<float>", "reduction"),
+        ("aten::mkldnn_convolution", "conv"),
+        ("aten::addmm", "gemm"),
+        ("aten::native_batch_norm", "norm"),
+        ("aten::relu_", "elementwise"),
+        ("some_unknown_kernel", "other"),
+    ],
+)
 def test_kernel_classes(name, cls):
     assert kernel_class(name) == cls
 
 
-@pytest.mark.parametrize("name, op, cls", [
-    ("ampere_sgemm_128x128_nn", "aten::cudnn_convolution", "conv"),  # cuDNN's GEMM-based convolution
-    ("ampere_sgemm_128x128_nn", "aten::addmm", "gemm"),
-    ("ampere_sgemm_128x128_nn", "", "gemm"),  # no launching op recorded: by the name
-    ("cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1", "", "conv"),
-    ("void fft2d_r2c_16x16<float>(float2*, float const*, int, int)", "", "conv"),
-    ("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>", "aten::_foreach_add_", "optimizer"),
-    ("void at::native::reduce_kernel<512, 1>", "aten::native_batch_norm_backward", "norm"),
-])
+@pytest.mark.parametrize(
+    "name, op, cls",
+    [
+        ("ampere_sgemm_128x128_nn", "aten::cudnn_convolution", "conv"),  # cuDNN's GEMM-based convolution
+        ("ampere_sgemm_128x128_nn", "aten::addmm", "gemm"),
+        ("ampere_sgemm_128x128_nn", "", "gemm"),  # no launching op recorded: by the name
+        ("cudnn_infer_volta_scudnn_128x64_relu_small_nn_v1", "", "conv"),
+        ("void fft2d_r2c_16x16<float>(float2*, float const*, int, int)", "", "conv"),
+        (
+            "void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>",
+            "aten::_foreach_add_",
+            "optimizer",
+        ),
+        ("void at::native::reduce_kernel<512, 1>", "aten::native_batch_norm_backward", "norm"),
+    ],
+)
 def test_kernel_classes_by_launching_op(name, op, cls):
     assert kernel_class(name, op) == cls
 
 
 def test_groups_add_up():
-    kernels = [["sm90_xmma_fprop_implicit_gemm", 3, 0.002], ["cunn_SoftMaxForward", 1, 0.001],
-               ["multi_tensor_apply_kernel", 2, 0.0005]]
+    kernels = [
+        ["sm90_xmma_fprop_implicit_gemm", 3, 0.002],
+        ["cunn_SoftMaxForward", 1, 0.001],
+        ["multi_tensor_apply_kernel", 2, 0.0005],
+    ]
     assert kernel_groups(kernels) == pytest.approx({"conv": 0.002, "elementwise": 0.001, "optimizer": 0.0005})
     rows = row_groups({"conv": 1.0, "linear": 0.5, "attention": 0.25, "activation": 0.1, "other": 0.1}, 0.2)
     assert rows == pytest.approx({"conv": 1.0, "gemm": 0.75, "elementwise": 0.2, "optimizer": 0.2})
@@ -189,17 +251,43 @@ def test_groups_add_up():
 
 def test_report_gpu_section_from_synthetic_files(tmp_path):
     """Predicted per-group time against the profiled kernels; a torn last gzip member is dropped."""
-    rec = {"kind": "gpu_check", "run_id": "gpu/resnet18/224px/b32/bf16", "status": "ok",
-           "_source_file": str(tmp_path / "results.jsonl"),
-           "predicted": {"analytic": {"iteration_time_s": 0.012, "peak_tensor_bytes": 2 * 2**30,
-                                      "max_memory_allocated_bytes": None, "max_memory_reserved_bytes": None,
-                                      "device_total_bytes": 3 * 2**30, "step_split_s": {"optimizer": 0.001},
-                                      "by_op_class_s": {"conv": 0.008, "norm": 0.002, "activation": 0.001}}},
-           "measured": {"step_time_s": {"median": 0.010}, "peak_allocated_bytes": 2.5 * 2**30,
-                        "max_memory_reserved_bytes": 2.75 * 2**30, "device_state": {"used_bytes": 3.5 * 2**30}}}
-    member = json.dumps({"run_id": rec["run_id"], "source": "CUDA kernels", "profiled_step_s": 0.011,
-                         "kernels": [["sm90_xmma_fprop_implicit_gemm", 40, 0.006],
-                                     ["cudnn::bn_fw_tr_1C11_kernel_NCHW", 20, 0.001]]}) + "\n"
+    rec = {
+        "kind": "gpu_check",
+        "run_id": "gpu/resnet18/224px/b32/bf16",
+        "status": "ok",
+        "_source_file": str(tmp_path / "results.jsonl"),
+        "predicted": {
+            "analytic": {
+                "iteration_time_s": 0.012,
+                "peak_tensor_bytes": 2 * 2**30,
+                "max_memory_allocated_bytes": None,
+                "max_memory_reserved_bytes": None,
+                "device_total_bytes": 3 * 2**30,
+                "step_split_s": {"optimizer": 0.001},
+                "by_op_class_s": {"conv": 0.008, "norm": 0.002, "activation": 0.001},
+            }
+        },
+        "measured": {
+            "step_time_s": {"median": 0.010},
+            "peak_allocated_bytes": 2.5 * 2**30,
+            "max_memory_reserved_bytes": 2.75 * 2**30,
+            "device_state": {"used_bytes": 3.5 * 2**30},
+        },
+    }
+    member = (
+        json.dumps(
+            {
+                "run_id": rec["run_id"],
+                "source": "CUDA kernels",
+                "profiled_step_s": 0.011,
+                "kernels": [
+                    ["sm90_xmma_fprop_implicit_gemm", 40, 0.006],
+                    ["cudnn::bn_fw_tr_1C11_kernel_NCHW", 20, 0.001],
+                ],
+            }
+        )
+        + "\n"
+    )
     with open(tmp_path / "kernels.jsonl.gz", "wb") as f:
         f.write(gzip.compress(member.encode()))
         f.write(gzip.compress(b'{"run_id": "torn"}\n')[:15])
@@ -208,8 +296,11 @@ def test_report_gpu_section_from_synthetic_files(tmp_path):
     assert "+20.0%" in text  # step 12 ms predicted against 10 ms
     assert "| conv | 1 | 0.008 | 0.006 | +33.3% |" in text
     assert "8.00 / 6.00" in text and "-20.0%" in text  # allocated 2 GiB against 2.5
-    assert "| resnet18 | +20.0% |" in "\n".join(gpu_section([{**rec, "model_name": "resnet18", "spec": {
-        "image_size": 224, "batch_size": 32, "precision": "bf16"}}]))
+    assert "| resnet18 | +20.0% |" in "\n".join(
+        gpu_section(
+            [{**rec, "model_name": "resnet18", "spec": {"image_size": 224, "batch_size": 32, "precision": "bf16"}}]
+        )
+    )
 
 
 @pytest.mark.torch
@@ -238,8 +329,10 @@ def test_driver_queries_through_nvidia_smi(tmp_path, monkeypatch):
     from validate.gpu_device import _smi
 
     smi = tmp_path / "nvidia-smi"
-    smi.write_text("#!/bin/sh\ncase \"$*\" in *query-gpu=name*) echo 'NVIDIA H200';;\n"
-                   "*) echo '1024, 143771, 1980, 3201, 1980, 3201, 120.50, 35, 580.159.03';; esac\n")
+    smi.write_text(
+        "#!/bin/sh\ncase \"$*\" in *query-gpu=name*) echo 'NVIDIA H200';;\n"
+        "*) echo '1024, 143771, 1980, 3201, 1980, 3201, 120.50, 35, 580.159.03';; esac\n"
+    )
     smi.chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
     assert gpu_name_from_driver() == "NVIDIA H200"
@@ -257,9 +350,12 @@ def test_launching_op_is_the_one_with_most_of_a_kernels_time():
 
     K = namedtuple("Kernel", ["name", "device", "duration"])
     E = namedtuple("Event", ["name", "kernels"])
-    events = [E("aten::cudnn_convolution", [K("sgemm_128", 0, 30.0), K("sgemm_128", 0, 30.0)]),
-              E("aten::addmm", [K("sgemm_128", 0, 50.0)]), E("aten::relu", [K("relu_k", 0, 2.0)]),
-              E("aten::empty", [])]
+    events = [
+        E("aten::cudnn_convolution", [K("sgemm_128", 0, 30.0), K("sgemm_128", 0, 30.0)]),
+        E("aten::addmm", [K("sgemm_128", 0, 50.0)]),
+        E("aten::relu", [K("relu_k", 0, 2.0)]),
+        E("aten::empty", []),
+    ]
     assert _launching_ops(events) == {"sgemm_128": "aten::cudnn_convolution", "relu_k": "aten::relu"}
 
 
@@ -287,11 +383,36 @@ def test_a_worker_that_cannot_start_fails_every_configuration(tmp_path):
     smi.write_text("#!/bin/sh\necho 'NVIDIA H200'\n")
     smi.chmod(0o755)
     out = tmp_path / "gpu"
-    env = dict(os.environ, PATH=f"{smi.parent}{os.pathsep}{os.environ['PATH']}", CUDA_VISIBLE_DEVICES="",
-               PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-m", "validate.gpu_check", "-o", str(out), "--models", "mnist_cnn",
-                        "--batches", "2", "--precisions", "fp32", "--sizes", "32", "--calibrate-s", "0"],
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=180)
+    env = dict(
+        os.environ,
+        PATH=f"{smi.parent}{os.pathsep}{os.environ['PATH']}",
+        CUDA_VISIBLE_DEVICES="",
+        PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "validate.gpu_check",
+            "-o",
+            str(out),
+            "--models",
+            "mnist_cnn",
+            "--batches",
+            "2",
+            "--precisions",
+            "fp32",
+            "--sizes",
+            "32",
+            "--calibrate-s",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     (rec,) = read_jsonl(out / "results.jsonl")
     assert rec["status"] == "failed" and "exited with code 3" in rec["error"]

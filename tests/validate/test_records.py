@@ -15,8 +15,14 @@ from validate import records
 
 
 def _rec(i, path="/work/main/simdl/cluster/data/clusters/cpu-epyc-zen4.yaml"):
-    return {"run_id": f"r{i}", "status": "ok", "cluster_profile": path, "started": f"2026-01-0{i}T00:00:00+00:00",
-            "measured": {"steady_step_times_s": [1.0 + i, 2.0 + i]}, "command": "/tmp/valclone/.venv/bin/python -m x"}
+    return {
+        "run_id": f"r{i}",
+        "status": "ok",
+        "cluster_profile": path,
+        "started": f"2026-01-0{i}T00:00:00+00:00",
+        "measured": {"steady_step_times_s": [1.0 + i, 2.0 + i]},
+        "command": "/tmp/valclone/.venv/bin/python -m x",
+    }
 
 
 def test_every_record_file_matches_its_index_row():

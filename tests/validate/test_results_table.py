@@ -18,9 +18,11 @@ from validate.records import RECORDS, fixture_text
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "validate" / "README.md"
 FIXTURES = ROOT / "tests" / "fixtures" / "records"
-ROW = re.compile(r"^\| (?P<host>[^|]+) \| (?P<ranks>[^|]+) \| \[`(?P<id>[a-z0-9.-]+)`\]\([^)]*\) \| (?P<profile>[^|]+) \| "
-                 r"(?P<runs>\d+) \| (?P<step>[^|]+) \| (?P<memory>[^|]+) \| (?P<staleness>[^|]+) \| (?P<order>[^|]+) \| "
-                 r"(?P<band>[^|]+) \|$")
+ROW = re.compile(
+    r"^\| (?P<host>[^|]+) \| (?P<ranks>[^|]+) \| \[`(?P<id>[a-z0-9.-]+)`\]\([^)]*\) \| (?P<profile>[^|]+) \| "
+    r"(?P<runs>\d+) \| (?P<step>[^|]+) \| (?P<memory>[^|]+) \| (?P<staleness>[^|]+) \| (?P<order>[^|]+) \| "
+    r"(?P<band>[^|]+) \|$"
+)
 
 
 def table_rows() -> list[dict[str, str]]:
@@ -36,12 +38,14 @@ def figures(path: Path) -> dict[str, str]:
     band = band_coverage(records)
     stale = s["staleness"]
     order = {goal: achieved.split()[0] for goal, _, achieved, _ in goals(records) if goal.startswith("strategy order")}
-    return {"runs": str(len(ok)),
-            "step": f"{_pct(s['step_time']['mape'])} / {_pct(s['step_time']['max'])}",
-            "memory": f"{_pct(s['peak_memory']['mape'])} / {_pct(s['peak_memory']['max'])}",
-            "staleness": f"{_pct(stale['mape'])} ({stale['n']} runs)" if stale["n"] else "-",
-            "order": f"{order['strategy order by time']} / {order['strategy order by memory']}",
-            "band": f"{band['inside']}/{band['runs']}" if band["runs"] else "-"}
+    return {
+        "runs": str(len(ok)),
+        "step": f"{_pct(s['step_time']['mape'])} / {_pct(s['step_time']['max'])}",
+        "memory": f"{_pct(s['peak_memory']['mape'])} / {_pct(s['peak_memory']['max'])}",
+        "staleness": f"{_pct(stale['mape'])} ({stale['n']} runs)" if stale["n"] else "-",
+        "order": f"{order['strategy order by time']} / {order['strategy order by memory']}",
+        "band": f"{band['inside']}/{band['runs']}" if band["runs"] else "-",
+    }
 
 
 def test_the_table_has_a_row_per_processor():

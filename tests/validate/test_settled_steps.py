@@ -27,8 +27,10 @@ def test_a_slow_start_is_cut_where_it_ends():
 
 
 def _ps(steps_by_worker):
-    return {"spec": {"strategy": "ps-async", "ranks": len(steps_by_worker)},
-            "measured": {"steady_step_times_s": [t for s in steps_by_worker for t in s]}}
+    return {
+        "spec": {"strategy": "ps-async", "ranks": len(steps_by_worker)},
+        "measured": {"steady_step_times_s": [t for s in steps_by_worker for t in s]},
+    }
 
 
 def test_each_ps_worker_is_cut_at_its_own_start():
@@ -36,7 +38,7 @@ def test_each_ps_worker_is_cut_at_its_own_start():
     b = [1.0, 1.1, 0.9, 1.0, 1.1, 0.9, 1.0, 1.05]
     got = settled_steps(_ps([a, b]))
     # worker a's slow first step is gone, worker b keeps every step
-    assert 4.0 not in got and got[-len(b):] == b and len(got) == len(a) - 1 + len(b)
+    assert 4.0 not in got and got[-len(b) :] == b and len(got) == len(a) - 1 + len(b)
     # pooled lists that do not split evenly among the workers are left whole
     uneven = {"spec": {"strategy": "ps-sync", "ranks": 2}, "measured": {"steady_step_times_s": a + b[:-1]}}
     assert settled_steps(uneven) == a + b[:-1]
@@ -44,9 +46,15 @@ def test_each_ps_worker_is_cut_at_its_own_start():
 
 def test_repeats_are_cut_before_they_are_pooled():
     def rec(steps, started):
-        return {"run_id": "x", "status": "ok", "started": started, "spec": {"strategy": "ddp", "ranks": 2},
-                "host": {"hostname": "h", "cpu_cores": 2},
-                "measured": {"steady_step_times_s": steps, "total_time_s": sum(steps)}}
+        return {
+            "run_id": "x",
+            "status": "ok",
+            "started": started,
+            "spec": {"strategy": "ddp", "ranks": 2},
+            "host": {"hostname": "h", "cpu_cores": 2},
+            "measured": {"steady_step_times_s": steps, "total_time_s": sum(steps)},
+        }
+
     one = rec([6.0, 4.0, 2.0, 2.1, 1.9, 2.0, 2.0], "t1")
     two = rec([6.0, 4.0, 2.1, 2.0, 1.9, 2.0, 2.1], "t2")
     pooled = pool_repeats(two, [one, two])
@@ -69,11 +77,23 @@ def test_the_first_sweeps_vit_b16_b64_had_not_settled():
 
 
 def _rank(rank, times, stop):
-    return {"rank": rank, "step_times_s": times, "steady_step_times_s": times[5:], "epoch_times_s": [sum(times)],
-            "train_time_s": sum(times) + stop, "steps": len(times), "peak_allocated_bytes": 1e6,
-            "peak_rss_bytes": 2e6, "busy_fraction": 0.5, "comm_payload_bytes_per_step": 8.0,
-            "comm_sent_bytes_per_step": 8.0, "collectives_per_step": 1, "test_accuracy": 0.1,
-            "memory_timeline": [], "profiler_stop_s": stop}
+    return {
+        "rank": rank,
+        "step_times_s": times,
+        "steady_step_times_s": times[5:],
+        "epoch_times_s": [sum(times)],
+        "train_time_s": sum(times) + stop,
+        "steps": len(times),
+        "peak_allocated_bytes": 1e6,
+        "peak_rss_bytes": 2e6,
+        "busy_fraction": 0.5,
+        "comm_payload_bytes_per_step": 8.0,
+        "comm_sent_bytes_per_step": 8.0,
+        "collectives_per_step": 1,
+        "test_accuracy": 0.1,
+        "memory_timeline": [],
+        "profiler_stop_s": stop,
+    }
 
 
 DDP_RUN = RunSpec("exp1", "vgg16", "cifar10", "ddp", 2, 8, 1, 64, 16)
@@ -109,8 +129,12 @@ def test_the_harness_profiling_is_taken_out_of_the_training_time(tmp_path):
     # slowest rank per profiled step (2.5, 1.6, 1.2) over the steady median (1.0), and the
     # slowest stop; the warm-up steps stay in: a user's training has them too
     assert abs(m["profiling_overhead_s"] - ((1.5 + 0.6 + 0.2) + 0.9)) < 1e-9
-    rec = {"spec": {"strategy": "ddp", "ranks": 2}, "status": "ok", "measured": m,
-           "predicted": {"analytic": {"total_time_s": 10.0}}}
+    rec = {
+        "spec": {"strategy": "ddp", "ranks": 2},
+        "status": "ok",
+        "measured": m,
+        "predicted": {"analytic": {"total_time_s": 10.0}},
+    }
     metric = METRIC_BY_KEY["total_time_unprofiled"]
     assert abs(metric.measured(rec) - (m["total_time_s"] - m["profiling_overhead_s"])) < 1e-9
     assert metric.applies(rec)

@@ -37,12 +37,15 @@ def test_the_server_burns_the_cpu_while_the_last_push_arrives():
 
 def test_window_counts_a_process_that_started_inside_it():
     rows = [(0.0, {"1": 100}), (1.0, {"1": 150, "2": 30})]
-    assert proc_cpu_timeline.window(rows, 0.0, 1.0) == {"1": 50 / proc_cpu_timeline.TICK,
-                                                        "2": 30 / proc_cpu_timeline.TICK}
+    assert proc_cpu_timeline.window(rows, 0.0, 1.0) == {
+        "1": 50 / proc_cpu_timeline.TICK,
+        "2": 30 / proc_cpu_timeline.TICK,
+    }
 
 
-@pytest.mark.parametrize("args", [["ps_sync_rounds.py", "/nonexistent"],
-                                  ["proc_cpu_timeline.py", "window", "/nonexistent", "0", "x"]])
+@pytest.mark.parametrize(
+    "args", [["ps_sync_rounds.py", "/nonexistent"], ["proc_cpu_timeline.py", "window", "/nonexistent", "0", "x"]]
+)
 def test_bad_input_is_one_line_and_status_2(args):
     r = subprocess.run([sys.executable, str(ROOT / "benchmarks" / args[0]), *args[1:]], capture_output=True, text=True)
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1

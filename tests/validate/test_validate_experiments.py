@@ -105,5 +105,6 @@ def test_a_one_host_hybrid_run_is_predicted_with_its_mesh():
     h = RunSpec("exp1", "vgg16", "cifar10", "fsdp", 4, 32, 1, 1536, 256, sharding="hybrid", shard_group=2)
     kw = prediction_kwargs(h, "cpu-epyc-x4")
     assert kw["shard_group"] == 2 and kw["sharding"] == "hybrid" and kw["nodes"] == 1
-    assert "shard_group" not in prediction_kwargs(RunSpec("exp1", "vgg16", "cifar10", "ddp", 4, 32, 1, 1536, 256),
-                                                  "cpu-epyc-x4")
+    assert "shard_group" not in prediction_kwargs(
+        RunSpec("exp1", "vgg16", "cifar10", "ddp", 4, 32, 1, 1536, 256), "cpu-epyc-x4"
+    )

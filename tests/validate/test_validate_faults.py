@@ -37,10 +37,22 @@ def test_a_step_that_touches_fresh_memory_counts_its_pages():
 
 
 def _rank(rank, faults):
-    return {"rank": rank, "steady_step_times_s": [1.0, 1.1, 1.2], "epoch_times_s": [4.0], "train_time_s": 4.0,
-            "steps": 4, "peak_allocated_bytes": 1e6, "peak_rss_bytes": 2e6, "busy_fraction": 0.5,
-            "comm_payload_bytes_per_step": 8.0, "comm_sent_bytes_per_step": 8.0, "collectives_per_step": 1,
-            "test_accuracy": 0.1, "memory_timeline": [], **({"steady_fault_bytes": faults} if faults else {})}
+    return {
+        "rank": rank,
+        "steady_step_times_s": [1.0, 1.1, 1.2],
+        "epoch_times_s": [4.0],
+        "train_time_s": 4.0,
+        "steps": 4,
+        "peak_allocated_bytes": 1e6,
+        "peak_rss_bytes": 2e6,
+        "busy_fraction": 0.5,
+        "comm_payload_bytes_per_step": 8.0,
+        "comm_sent_bytes_per_step": 8.0,
+        "collectives_per_step": 1,
+        "test_accuracy": 0.1,
+        "memory_timeline": [],
+        **({"steady_fault_bytes": faults} if faults else {}),
+    }
 
 
 def test_the_run_record_keeps_each_ranks_median_faults(tmp_path):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from validate import run as vrun
 from validate import repredict as vre
+from validate import run as vrun
 from validate.run import LAB_PROFILES
 
 
@@ -15,8 +15,13 @@ def _fake_sweep(monkeypatch, device, caches=None):
 
     def fake_run_one(run, *a, host_mismatch="", **k):
         calls.append(host_mismatch)
-        return {"run_id": run.run_id, "status": "ok", "host_mismatch": host_mismatch,
-                "measured": {"step_time_s": {"median": 1.0}}, "predicted": {"analytic": {"iteration_time_s": 1.0}}}
+        return {
+            "run_id": run.run_id,
+            "status": "ok",
+            "host_mismatch": host_mismatch,
+            "measured": {"step_time_s": {"median": 1.0}},
+            "predicted": {"analytic": {"iteration_time_s": 1.0}},
+        }
 
     monkeypatch.setattr(vrun, "run_one", fake_run_one)
     monkeypatch.setattr("simdl.cluster.host.cpu_device_name", lambda *a: device)
@@ -32,8 +37,10 @@ def test_local_sweep_on_another_processor_is_refused_in_one_line(tmp_path, monke
     assert len(err.splitlines()) == 1 and "Some Other CPU" in err and "--allow-other-host" in err
     assert not calls and not out.exists()
     # allowed on request: the runs carry the reason
-    assert vrun.main(["--profile", "local", "-o", str(out), "--only", "vit_b_32-fsdp-full-r2-b16",
-                      "--allow-other-host"]) == 0
+    assert (
+        vrun.main(["--profile", "local", "-o", str(out), "--only", "vit_b_32-fsdp-full-r2-b16", "--allow-other-host"])
+        == 0
+    )
     assert calls and all("Some Other CPU" in c for c in calls)
 
 
@@ -62,13 +69,28 @@ def test_a_sibling_profile_of_another_processor_of_the_same_name_is_refused(tmp_
     calls = _fake_sweep(monkeypatch, "cpu: AMD EPYC", l2_1m)
     # --cluster cpu-epyc: the default on this processor is now the newer cpu-epyc-zen4, which has
     # no 4-rank sibling of its name (validate.run derives a 4-slot copy of it instead).
-    assert vrun.main(["--profile", "local", "-o", str(tmp_path / "a.jsonl"), "--only", "exp2-resnet50-ps-sync",
-                      "--cluster", "cpu-epyc"]) == 2
+    assert (
+        vrun.main(
+            [
+                "--profile",
+                "local",
+                "-o",
+                str(tmp_path / "a.jsonl"),
+                "--only",
+                "exp2-resnet50-ps-sync",
+                "--cluster",
+                "cpu-epyc",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "cpu-epyc-x4" in err and "L2 512K" in err and "L2 1024K" in err and not calls
     calls = _fake_sweep(monkeypatch, "cpu: AMD EPYC", l2_512k)
     assert vrun.main(["--profile", "local", "-o", str(tmp_path / "b.jsonl"), "--only", "exp2-resnet50-ps-sync"]) == 0
-    assert vrun.main(["--profile", "local", "-o", str(tmp_path / "c.jsonl"), "--only", "vit_b_32-fsdp-full-r2-b16"]) == 0
+    assert (
+        vrun.main(["--profile", "local", "-o", str(tmp_path / "c.jsonl"), "--only", "vit_b_32-fsdp-full-r2-b16"]) == 0
+    )
     assert calls == ["", ""]
 
 
@@ -78,8 +100,11 @@ def test_repredict_labels_runs_of_another_processor(tmp_path, monkeypatch):
     monkeypatch.setattr(vre, "predict_run", lambda run, path, engines: {"analytic": {}})
     run = next(r for r in experiments("smoke") if r.ranks == 2)
     base = {"run_id": run.run_id, "spec": run.to_dict(), "status": "ok"}
-    recs = [dict(base, host={"cpu_model": "AMD EPYC"}), dict(base, host={"hostname": "vm"}),
-            dict(base, host={"cpu_model": "Intel(R) Xeon(R) Processor"}, host_mismatch="stale")]
+    recs = [
+        dict(base, host={"cpu_model": "AMD EPYC"}),
+        dict(base, host={"hostname": "vm"}),
+        dict(base, host={"cpu_model": "Intel(R) Xeon(R) Processor"}, host_mismatch="stale"),
+    ]
     out = vre.repredict(json.loads(json.dumps(recs)), "cpu-local", tmp_path, ("analytic",))
     assert "AMD EPYC" in out[0]["host_mismatch"]
     assert "host_mismatch" not in out[1]  # the processor was not recorded: nothing to compare
@@ -88,8 +113,17 @@ def test_repredict_labels_runs_of_another_processor(tmp_path, monkeypatch):
     from simdl.cluster import load_cluster
     from simdl.cluster.host import profile_caches
 
-    other = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc-x4.yaml")))})
-    same = dict(base, host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc.yaml")))})
+    other = dict(
+        base,
+        host={
+            "cpu_model": "AMD EPYC",
+            "cpu_caches": profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc-x4.yaml"))),
+        },
+    )
+    same = dict(
+        base,
+        host={"cpu_model": "AMD EPYC", "cpu_caches": profile_caches(load_cluster(str(LAB_PROFILES / "cpu-epyc.yaml")))},
+    )
     out = vre.repredict(json.loads(json.dumps([other, same])), "cpu-epyc", tmp_path, ("analytic",))
     assert "L2 512K" in out[0]["host_mismatch"] and "host_mismatch" not in out[1]
 
@@ -131,9 +165,11 @@ def test_repredict_labels_runs_made_under_other_malloc_settings(tmp_path, monkey
     monkeypatch.setattr(vre, "predict_run", lambda run, path, engines: {"analytic": {}})
     run = next(r for r in experiments("smoke") if r.ranks == 2)
     base = {"run_id": run.run_id, "spec": run.to_dict(), "status": "ok"}
-    recs = [dict(base, host={"allocator_env": {"MALLOC_TRIM_THRESHOLD_": "68719476736"}}),
-            dict(base, host={"allocator_env": {}}, allocator_mismatch="stale"),
-            dict(base, host={})]  # before 2026-12-02: not recorded, nothing to compare
+    recs = [
+        dict(base, host={"allocator_env": {"MALLOC_TRIM_THRESHOLD_": "68719476736"}}),
+        dict(base, host={"allocator_env": {}}, allocator_mismatch="stale"),
+        dict(base, host={}),
+    ]  # before 2026-12-02: not recorded, nothing to compare
     out = vre.repredict(json.loads(json.dumps(recs)), "cpu-epyc-zen4", tmp_path, ("analytic",))
     assert "MALLOC_TRIM_THRESHOLD_=68719476736" in out[0]["allocator_mismatch"]
     assert "allocator_mismatch" not in out[1] and "allocator_mismatch" not in out[2]

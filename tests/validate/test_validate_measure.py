@@ -15,14 +15,29 @@ class Ev:
         self._n, self._s, self._d, self._t, self._b = name, start, dur, thread, nbytes
         self._shapes, self._dtypes = list(shapes), list(dtypes)
 
-    def name(self): return self._n
-    def start_ns(self): return self._s
-    def duration_ns(self): return self._d
-    def start_thread_id(self): return self._t
-    def nbytes(self): return self._b
-    def device_type(self): return "DeviceType.CPU"
-    def shapes(self): return self._shapes
-    def dtypes(self): return self._dtypes
+    def name(self):
+        return self._n
+
+    def start_ns(self):
+        return self._s
+
+    def duration_ns(self):
+        return self._d
+
+    def start_thread_id(self):
+        return self._t
+
+    def nbytes(self):
+        return self._b
+
+    def device_type(self):
+        return "DeviceType.CPU"
+
+    def shapes(self):
+        return self._shapes
+
+    def dtypes(self):
+        return self._dtypes
 
 
 def test_analyse_profile():
@@ -114,8 +129,9 @@ def test_collectives_of_a_two_by_two_hsdp_mesh_are_counted_over_their_groups():
     assert a["comm_payload_bytes_per_step"] == 4 * (8320 + 8320 + 4160)
     assert a["comm_sent_bytes_per_step"] == 4 * (4160 + 8320 + 4160)
     # a full-world mesh, and DDP's all-reduce, stay over the world
-    assert measure.group_sizes([Ev("c10d::_allgather_base_", 0, shapes=[[400], [100]]), Ev("c10d::allreduce_", 1)],
-                               backend[:2], 4) == [4, 4]
+    assert measure.group_sizes(
+        [Ev("c10d::_allgather_base_", 0, shapes=[[400], [100]]), Ev("c10d::allreduce_", 1)], backend[:2], 4
+    ) == [4, 4]
     # a broadcast beside a 2-rank reduce-scatter stays over the world; only the all-reduce is HSDP's
     assert measure.group_sizes(calls[1:2] + [Ev("c10d::broadcast_", 40)], backend[1:], 4) == [2, 4]
     # unpaired (counts differ): every collective over the world, as before

@@ -26,8 +26,14 @@ def test_the_probe_remeasures_a_calibrated_batch_never_the_runs_own():
 
 
 def test_speed_ratio_is_the_mean_probe_over_the_calibrated_step():
-    point = {"model": "vgg16", "dataset": "cifar10", "batch": 24, "calibrated_step_s": 2.0, "ranks": 2,
-             "compute_profile": "x.json"}
+    point = {
+        "model": "vgg16",
+        "dataset": "cifar10",
+        "batch": 24,
+        "calibrated_step_s": 2.0,
+        "ranks": 2,
+        "compute_profile": "x.json",
+    }
     rec = probe.speed(point, {"step_s": 2.2}, {"step_s": 2.6})
     assert rec["speed_ratio"] == pytest.approx(1.2)
     assert "compute_profile" not in rec
@@ -37,11 +43,22 @@ def test_speed_ratio_is_the_mean_probe_over_the_calibrated_step():
 
 
 def _rec(run_id, measured, predicted, ratio):
-    return {"run_id": run_id, "status": "ok", "spec": {"strategy": "ddp", "ranks": 2},
-            "measured": {"step_time_s": {"median": measured}},
-            "predicted": {"analytic": {"iteration_time_s": predicted}},
-            "machine_probe": {"model": "vgg16", "batch": 24, "ranks": 2, "calibrated_step_s": 1.0,
-                              "before": {"step_s": ratio}, "after": {"step_s": ratio}, "speed_ratio": ratio}}
+    return {
+        "run_id": run_id,
+        "status": "ok",
+        "spec": {"strategy": "ddp", "ranks": 2},
+        "measured": {"step_time_s": {"median": measured}},
+        "predicted": {"analytic": {"iteration_time_s": predicted}},
+        "machine_probe": {
+            "model": "vgg16",
+            "batch": 24,
+            "ranks": 2,
+            "calibrated_step_s": 1.0,
+            "before": {"step_s": ratio},
+            "after": {"step_s": ratio},
+            "speed_ratio": ratio,
+        },
+    }
 
 
 def test_the_drift_table_scales_the_prediction_by_the_ratio():

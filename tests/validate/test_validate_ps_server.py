@@ -41,8 +41,15 @@ def test_steady_state_starts_once_every_worker_pulled_after_its_profiled_step():
         _step(s, 1, clock)
     _step(s, 0, 3)
     after_profiling = [(w, c, flag) for w, c, _, flag in s.update_log]
-    assert after_profiling == [(0, 0, False), (0, 1, False), (0, 2, False),
-                               (1, 0, False), (1, 1, False), (1, 2, True), (0, 3, True)]
+    assert after_profiling == [
+        (0, 0, False),
+        (0, 1, False),
+        (0, 2, False),
+        (1, 0, False),
+        (1, 1, False),
+        (1, 2, True),
+        (0, 3, True),
+    ]
 
 
 def test_event_log_orders_each_update_and_pull():
@@ -79,8 +86,7 @@ def test_sync_round_applies_the_mean_from_a_sum_kept_across_rounds():
     s.opt = torch.optim.SGD(s.params, lr=1.0)  # plain SGD: p -= mean
     before = [p.detach().clone() for p in s.params]
     for rnd in range(2):
-        futs = [s.push(w, [torch.full_like(p, float(w + 1 + rnd)) for p in s.params], rnd, False)
-                for w in range(2)]
+        futs = [s.push(w, [torch.full_like(p, float(w + 1 + rnd)) for p in s.params], rnd, False) for w in range(2)]
         assert [f.wait() for f in futs] == [rnd + 1, rnd + 1]
         if rnd == 0:
             buffers = [t.data_ptr() for t in s.round_sum]

@@ -39,12 +39,25 @@ def test_report_files(results_file, tmp_path):
     out = tmp_path / "report"
     md = build_report(results_file, out, paper=False)
     text = md.read_text()
-    for section in ("Accuracy per metric", "Goals", "experiment 1", "experiment 2", "Ordering", "Runs",
-                    "Oversubscribed", "uncalibrated"):
+    for section in (
+        "Accuracy per metric",
+        "Goals",
+        "experiment 1",
+        "experiment 2",
+        "Ordering",
+        "Runs",
+        "Oversubscribed",
+        "uncalibrated",
+    ):
         assert section in text, section
     pngs = sorted(p.name for p in out.glob("*.png"))
-    assert {"parity_analytic.png", "error_by_strategy_analytic.png", "memory_over_time.png", "staleness.png",
-            "exp1_step_time.png"} <= set(pngs)
+    assert {
+        "parity_analytic.png",
+        "error_by_strategy_analytic.png",
+        "memory_over_time.png",
+        "staleness.png",
+        "exp1_step_time.png",
+    } <= set(pngs)
     assert "nan" not in text.lower().replace("nan)", "")  # no NaN in the tables
 
 
@@ -64,17 +77,28 @@ def test_calibration_configs_and_overlap(results_file, tmp_path):
 
     from simdl.report.validation import calibration_configs
 
-    calib = {"provenance": {"ranks": 2, "settings": {"compute_models": "mnist_cnn:mnist:8,48;resnet18:cifar10:4,8"}},
-             "compute": {"batches": {"mnist_cnn": [8, 48], "resnet18": [4, 8]}},
-             "strategy_steps_measured": {"ddp": {"model": "mnist_cnn", "dataset": "mnist", "batch": 16},
-                                         "fsdp1": {"skipped": True}}}
+    calib = {
+        "provenance": {"ranks": 2, "settings": {"compute_models": "mnist_cnn:mnist:8,48;resnet18:cifar10:4,8"}},
+        "compute": {"batches": {"mnist_cnn": [8, 48], "resnet18": [4, 8]}},
+        "strategy_steps_measured": {
+            "ddp": {"model": "mnist_cnn", "dataset": "mnist", "batch": 16},
+            "fsdp1": {"skipped": True},
+        },
+    }
     configs = calibration_configs(calib)
     assert {(c["stage"], c["model"], c["batch"]) for c in configs} == {
-        ("compute", "mnist_cnn", 8), ("compute", "mnist_cnn", 48), ("compute", "resnet18", 4),
-        ("compute", "resnet18", 8), ("strategies", "mnist_cnn", 16)}
+        ("compute", "mnist_cnn", 8),
+        ("compute", "mnist_cnn", 48),
+        ("compute", "resnet18", 4),
+        ("compute", "resnet18", 8),
+        ("strategies", "mnist_cnn", 16),
+    }
     profile = tmp_path / "fitted.yaml"
-    profile.write_text("name: fitted\nx:\n  kind: calibrated\ncalibration:\n" +
-                       "\n".join("  " + line for line in json.dumps(calib, indent=1).splitlines()) + "\n")
+    profile.write_text(
+        "name: fitted\nx:\n  kind: calibrated\ncalibration:\n"
+        + "\n".join("  " + line for line in json.dumps(calib, indent=1).splitlines())
+        + "\n"
+    )
     recs = [json.loads(line) for line in results_file.read_text().splitlines()]
     for r in recs:
         r["cluster_profile"] = str(profile)
@@ -88,17 +112,25 @@ def test_calibration_configs_and_overlap(results_file, tmp_path):
     # Runs predicted with two profiles (2 and 4 ranks): both calibrations are listed and checked.
     calib4 = {"provenance": {"ranks": 4, "settings": {"compute_models": "vgg16:cifar10:24"}}}
     profile4 = tmp_path / "fitted4.yaml"
-    profile4.write_text("name: fitted4\nx:\n  kind: calibrated\ncalibration:\n" +
-                        "\n".join("  " + line for line in json.dumps(calib4, indent=1).splitlines()) + "\n")
+    profile4.write_text(
+        "name: fitted4\nx:\n  kind: calibrated\ncalibration:\n"
+        + "\n".join("  " + line for line in json.dumps(calib4, indent=1).splitlines())
+        + "\n"
+    )
     recs[0]["cluster_profile"] = str(profile4)
     recs[0]["spec"] = dict(recs[0]["spec"], model="vgg16", dataset="cifar10", batch_size=24)
     recs[0]["model_name"] = "vgg16"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     text = build_report(path, tmp_path / "rep2").read_text()
-    assert "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text and "| compute | vgg16 | cifar10 | 24 | 4 | - |" in text
+    assert (
+        "| strategies | mnist_cnn | mnist | 16 | 2 | ddp |" in text
+        and "| compute | vgg16 | cifar10 | 24 | 4 | - |" in text
+    )
     assert f"`{recs[0]['run_id']}`" in text.split("also measured: ")[1].split("\n")[0]
     # A profile of a machine whose steps wander more than the goal is named with that warning.
-    profile4.write_text(profile4.read_text() + "efficiency:\n  compute_jitter:\n    value: 0.1298\n    kind: calibrated\n")
+    profile4.write_text(
+        profile4.read_text() + "efficiency:\n  compute_jitter:\n    value: 0.1298\n    kind: calibrated\n"
+    )
     text = build_report(path, tmp_path / "rep3").read_text()
     assert "fitted4.yaml`**: this machine's steps wander: compute jitter 0.130" in text
 
@@ -108,14 +140,22 @@ def test_calibration_configs_keep_each_dataset():
     that also form the compute profile say so."""
     from simdl.report.validation import calibration_configs
 
-    calib = {"provenance": {"ranks": 2, "settings": {
-        "compute_models": "vgg16:cifar10:2,8;vgg16:mnist:24,48;validate.models:vgg16_w8:cifar10:16"}},
-             "compute": {"batches": {"vgg16": [2, 8, 24, 48]}},
-             "compute_profiles": [{"model": "vgg16", "dataset": "mnist", "batches": [24, 48]}]}
+    calib = {
+        "provenance": {
+            "ranks": 2,
+            "settings": {"compute_models": "vgg16:cifar10:2,8;vgg16:mnist:24,48;validate.models:vgg16_w8:cifar10:16"},
+        },
+        "compute": {"batches": {"vgg16": [2, 8, 24, 48]}},
+        "compute_profiles": [{"model": "vgg16", "dataset": "mnist", "batches": [24, 48]}],
+    }
     got = {(c["stage"], c["model"], c["dataset"], c["batch"]) for c in calibration_configs(calib)}
-    assert got == {("compute", "vgg16", "cifar10", 2), ("compute", "vgg16", "cifar10", 8),
-                   ("compute profile", "vgg16", "mnist", 24), ("compute profile", "vgg16", "mnist", 48),
-                   ("compute", "validate.models:vgg16_w8", "cifar10", 16)}
+    assert got == {
+        ("compute", "vgg16", "cifar10", 2),
+        ("compute", "vgg16", "cifar10", 8),
+        ("compute profile", "vgg16", "mnist", 24),
+        ("compute profile", "vgg16", "mnist", 48),
+        ("compute", "validate.models:vgg16_w8", "cifar10", 16),
+    }
 
 
 def test_retried_run_counts_once_as_its_latest_attempt(tmp_path):
@@ -124,9 +164,16 @@ def test_retried_run_counts_once_as_its_latest_attempt(tmp_path):
     from simdl.report.metrics import read_results
 
     p = tmp_path / "r.jsonl"
-    p.write_text("".join(json.dumps(r) + "\n" for r in (
-        {"run_id": "a", "status": "failed", "error": "oom"}, {"run_id": "b", "status": "ok"},
-        {"run_id": "a", "status": "ok"})))
+    p.write_text(
+        "".join(
+            json.dumps(r) + "\n"
+            for r in (
+                {"run_id": "a", "status": "failed", "error": "oom"},
+                {"run_id": "b", "status": "ok"},
+                {"run_id": "a", "status": "ok"},
+            )
+        )
+    )
     recs = read_results(p)
     assert [(r["run_id"], r["status"]) for r in recs] == [("a", "ok"), ("b", "ok")]
     assert recs[0]["attempts"] == 2 and "attempts" not in recs[1]
@@ -150,17 +197,24 @@ def test_repeated_runs_pool_their_steps_and_other_transports_do_not(tmp_path):
     host = {"hostname": "vm", "cpu_cores": 2}
 
     def rec(steps, total, transport="uv", hist=None):
-        m = {"steady_step_times_s": steps, "step_time_s": {"median": sorted(steps)[len(steps) // 2]},
-             "total_time_s": total, "transport": transport, "peak_allocated_bytes": 7}
+        m = {
+            "steady_step_times_s": steps,
+            "step_time_s": {"median": sorted(steps)[len(steps) // 2]},
+            "total_time_s": total,
+            "transport": transport,
+            "peak_allocated_bytes": 7,
+        }
         if hist:
             m["staleness_steady"] = {"mean": 0.0, "histogram": hist}
         return {"run_id": "a", "status": "ok", "host": host, "measured": m}
 
     p = tmp_path / "r.jsonl"
-    rows = (rec([9.0, 9.0, 9.0], 90.0, transport="default"),  # another transport: not a repeat
-            rec([1.0, 2.0, 3.0], 10.0, hist={"2": 1, "3": 1}),
-            {"run_id": "a", "status": "failed", "error": "killed"},
-            rec([4.0, 5.0, 6.0], 20.0, hist={"3": 2}))
+    rows = (
+        rec([9.0, 9.0, 9.0], 90.0, transport="default"),  # another transport: not a repeat
+        rec([1.0, 2.0, 3.0], 10.0, hist={"2": 1, "3": 1}),
+        {"run_id": "a", "status": "failed", "error": "killed"},
+        rec([4.0, 5.0, 6.0], 20.0, hist={"3": 2}),
+    )
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (r,) = read_results(p)
     m = r["measured"]
@@ -186,16 +240,29 @@ def test_a_repeat_measured_on_a_busy_host_is_left_out_beside_quiet_ones(tmp_path
     host = {"hostname": "vm", "cpu_cores": 2}
 
     def rec(steps, started, others=0.0):
-        return {"run_id": "a", "status": "ok", "host": host, "started": started,
-                "host_cpu": {"others_cores": others},
-                "predicted": {"analytic": {"iteration_time_s": 2.0}},
-                "measured": {"steady_step_times_s": steps, "step_time_s": {"median": sorted(steps)[len(steps) // 2]},
-                             "total_time_s": 10.0, "transport": None, "busy_fraction": 0.5 if others else 0.9}}
+        return {
+            "run_id": "a",
+            "status": "ok",
+            "host": host,
+            "started": started,
+            "host_cpu": {"others_cores": others},
+            "predicted": {"analytic": {"iteration_time_s": 2.0}},
+            "measured": {
+                "steady_step_times_s": steps,
+                "step_time_s": {"median": sorted(steps)[len(steps) // 2]},
+                "total_time_s": 10.0,
+                "transport": None,
+                "busy_fraction": 0.5 if others else 0.9,
+            },
+        }
 
     p = tmp_path / "r.jsonl"
     # busy first, then two quiet repeats: pooled over the quiet two
-    rows = (rec([9.0] * 3, "2026-11-29T10:00:00", 0.9), rec([1.0] * 3, "2026-11-29T11:00:00"),
-            rec([3.0] * 3, "2026-11-29T12:00:00"))
+    rows = (
+        rec([9.0] * 3, "2026-11-29T10:00:00", 0.9),
+        rec([1.0] * 3, "2026-11-29T11:00:00"),
+        rec([3.0] * 3, "2026-11-29T12:00:00"),
+    )
     p.write_text("".join(json.dumps(r) + "\n" for r in rows))
     (r,) = read_results(p)
     m = r["measured"]
@@ -262,8 +329,10 @@ def test_setup_names_the_allocator_settings_runs_were_measured_with(results_file
     recs[0]["allocator_mismatch"] = "profile p was timed with glibc's default malloc settings; these ranks with X=1"
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     setup = build_report(path, tmp_path / "rep3").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
-    assert ("**Predicted with a profile timed under other malloc settings** (1 of 2 runs): profile p was timed "
-            "with glibc's default malloc settings; these ranks with X=1.") in setup
+    assert (
+        "**Predicted with a profile timed under other malloc settings** (1 of 2 runs): profile p was timed "
+        "with glibc's default malloc settings; these ranks with X=1."
+    ) in setup
 
 
 def test_setup_lists_runs_measured_while_other_processes_were_busy(results_file, tmp_path):
@@ -279,8 +348,10 @@ def test_setup_lists_runs_measured_while_other_processes_were_busy(results_file,
     recs[2]["host_cpu"]["others_cores"] = 0.97
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     setup = build_report(path, tmp_path / "rep2").read_text().split("## Setup", 1)[1].split("\n## ", 1)[0]
-    assert (f"**Other processes were busy** (1 of 3 runs, more than 0.25 of a core on average): "
-            f"`{recs[2]['run_id']}`: other processes used 0.97 cores during the run.") in setup
+    assert (
+        f"**Other processes were busy** (1 of 3 runs, more than 0.25 of a core on average): "
+        f"`{recs[2]['run_id']}`: other processes used 0.97 cores during the run."
+    ) in setup
 
 
 def test_split_table_compares_shares_of_the_step_and_skips_runs_without_groups(results_file):
@@ -290,11 +361,20 @@ def test_split_table_compares_shares_of_the_step_and_skips_runs_without_groups(r
     rec["predicted"]["analytic"]["iteration_time_s"] = 2.0
     assert split_table([rec]) == []  # a run made before the groups were measured
     # profiled step 1.25 s (the profiler's slowdown): shares 40 / 20 / 8 / 32 %
-    rec["measured"].update(busy_by_group_s={"compute": 0.5, "copies": 0.25, "optimizer": 0.1, "collective_calls": 0.2},
-                           profiled_step_s=1.25)
-    rec["predicted"]["analytic"]["step_split_s"] = {"compute": 1.0, "copies": 0.1, "optimizer": 0.1, "host": 0.2,
-                                                    "interference": 0.2, "blocking_wait": 0.0, "exposed_comm": 0.4,
-                                                    "input_stall": 0.0}
+    rec["measured"].update(
+        busy_by_group_s={"compute": 0.5, "copies": 0.25, "optimizer": 0.1, "collective_calls": 0.2},
+        profiled_step_s=1.25,
+    )
+    rec["predicted"]["analytic"]["step_split_s"] = {
+        "compute": 1.0,
+        "copies": 0.1,
+        "optimizer": 0.1,
+        "host": 0.2,
+        "interference": 0.2,
+        "blocking_wait": 0.0,
+        "exposed_comm": 0.4,
+        "input_stall": 0.0,
+    }
     lines = split_table([rec])
     row = lines[-2]
     assert "40.0% / 50.0%" in row and "20.0% / 5.0%" in row and "8.0% / 5.0%" in row and "32.0% / 40.0%" in row
@@ -323,7 +403,10 @@ def test_several_results_files_read_as_one_sweep(results_file, tmp_path):
     out = tmp_path / "rep"
     assert main(["report", str(first), str(second), "-o", str(out)]) == 0
     text = (out / "README.md").read_text()
-    assert f"`{first}`, `{second}`" in text and f"later file (its own measurement, prediction and profile): `{recs[2]['run_id']}`" in text
+    assert (
+        f"`{first}`, `{second}`" in text
+        and f"later file (its own measurement, prediction and profile): `{recs[2]['run_id']}`" in text
+    )
     assert "| file | started |" in text
     assert main(["report", str(first), str(tmp_path / "missing.jsonl")]) == 2
 
@@ -340,8 +423,14 @@ def test_repeated_sweeps_in_several_files_are_pooled(results_file, tmp_path):
     rec["measured"].update(steady_step_times_s=steps, step_time_s={"median": 1.1, "n": 3})
     first, second = tmp_path / "sweep1.jsonl", tmp_path / "sweep2.jsonl"
     first.write_text("".join(json.dumps(r) + "\n" for r in recs))
-    again = dict(rec, measured=dict(rec["measured"], steady_step_times_s=[100.0] * (len(steps) + 1),
-                                    step_time_s={"median": 100.0, "n": len(steps) + 1}))
+    again = dict(
+        rec,
+        measured=dict(
+            rec["measured"],
+            steady_step_times_s=[100.0] * (len(steps) + 1),
+            step_time_s={"median": 100.0, "n": len(steps) + 1},
+        ),
+    )
     second.write_text(json.dumps(again) + "\n")
     merged, replaced = read_result_files([first, second], repeats=True)
     assert replaced == {} and [r["run_id"] for r in merged] == [r["run_id"] for r in recs]
@@ -384,14 +473,21 @@ def _ps_pair(synthetic_record, async_step, ssp_step, p_async, p_ssp, held=(0, 96
 
     out = []
     for mode, m, p in (("ps-async", async_step, p_async), ("ps-ssp", ssp_step, p_ssp)):
-        run = RunSpec("exp2", "resnet50", "mnist", mode, 4, 32, 1, 1024, 256,
-                      staleness_bound=2 if mode == "ps-ssp" else 0)
+        run = RunSpec(
+            "exp2", "resnet50", "mnist", mode, 4, 32, 1, 1024, 256, staleness_bound=2 if mode == "ps-ssp" else 0
+        )
         r = synthetic_record(run, step_m=m, step_p=p)
-        r["predicted"]["sim"] = {"iteration_time_s": p, "staleness": {"mean": 3.0, "held_pulls": pred_held,
-                                                                      "held_wait_s": 0.007}}
+        r["predicted"]["sim"] = {
+            "iteration_time_s": p,
+            "staleness": {"mean": 3.0, "held_pulls": pred_held, "held_wait_s": 0.007},
+        }
         if mode == "ps-ssp":
-            r["measured"]["ssp_held_pulls"] = {"held": held[0], "pulls": held[1], "fraction": held[0] / held[1],
-                                               "mean_wait_s": 0.0}
+            r["measured"]["ssp_held_pulls"] = {
+                "held": held[0],
+                "pulls": held[1],
+                "fraction": held[0] / held[1],
+                "mean_wait_s": 0.0,
+            }
         out.append(r)
     return out
 
@@ -428,15 +524,17 @@ def test_a_one_host_hybrid_run_is_named_with_its_mesh(make_record):
     assert "| hybrid (2 x 2 mesh, one host) | 4" in "\n".join(vit_table([make_record(v)], "analytic"))
 
 
-def _exp1_group(make_record, steps, started=("2026-11-29T15:00:00+00:00", "2026-11-29T15:06:00+00:00",
-                                             "2026-11-29T15:09:00+00:00")):
+def _exp1_group(
+    make_record, steps, started=("2026-11-29T15:00:00+00:00", "2026-11-29T15:06:00+00:00", "2026-11-29T15:09:00+00:00")
+):
     """VGG16 at 2 ranks under ddp, fsdp full and fsdp none: (measured, predicted) step per strategy."""
     from validate.experiments import RunSpec
 
     out = []
     for (strategy, sharding), (m, p), t in zip((("ddp", "full"), ("fsdp", "full"), ("fsdp", "none")), steps, started):
-        r = make_record(RunSpec("exp1", "vgg16", "cifar10", strategy, 2, 32, 1, 1536, 256, sharding=sharding),
-                        step_m=m, step_p=p)
+        r = make_record(
+            RunSpec("exp1", "vgg16", "cifar10", strategy, 2, 32, 1, 1536, 256, sharding=sharding), step_m=m, step_p=p
+        )
         r["started"] = t
         out.append(r)
     return out

@@ -35,8 +35,13 @@ def test_resume_skips_finished_runs(tmp_path, monkeypatch):
         if len(calls) == 3 and interrupt[0]:
             interrupt[0] = False
             raise Interrupted  # the sweep is interrupted during the third run
-        return {"run_id": run.run_id, "status": "failed" if run.run_id == ids[1] else "ok", "error": "x",
-                "measured": {"step_time_s": {"median": 1.0}}, "predicted": {"analytic": {"iteration_time_s": 1.0}}}
+        return {
+            "run_id": run.run_id,
+            "status": "failed" if run.run_id == ids[1] else "ok",
+            "error": "x",
+            "measured": {"step_time_s": {"median": 1.0}},
+            "predicted": {"analytic": {"iteration_time_s": 1.0}},
+        }
 
     monkeypatch.setattr(vrun, "run_one", fake_run_one)
     out = tmp_path / "results.jsonl"
@@ -64,8 +69,9 @@ def test_prediction_is_made_from_the_config_only(tmp_path):
     assert kw["model"] == "validate.models:vgg16_w16"  # the reduced model's own table
     assert kw["input_shape"] == "3x32x32" and kw["loader_workers"] == 0
     pred = vrun.predict_run(reduced, path, engines=("analytic",))
-    full = vrun.predict_run(reduced.__class__(**{**reduced.to_dict(), "width": 1, "tags": ()}), path,
-                            engines=("analytic",))
+    full = vrun.predict_run(
+        reduced.__class__(**{**reduced.to_dict(), "width": 1, "tags": ()}), path, engines=("analytic",)
+    )
     assert 0 < pred["analytic"]["peak_tensor_bytes"] < full["analytic"]["peak_tensor_bytes"] / 20
     json.dumps(pred)  # JSON-ready
 
@@ -114,13 +120,16 @@ def test_a_profile_of_the_same_processor_with_that_many_ranks_is_found_by_proven
         shutil.copy(src / f, tmp_path / f)
     d = yaml.safe_load((tmp_path / "cpu-local.yaml").read_text())
     other = dict(d, name="zz-other-x4", gpus_per_node=4)
-    other["calibration"] = {**d["calibration"], "provenance": {**d["calibration"]["provenance"],
-                                                                "devices": ["cpu: Another CPU"]}}
+    other["calibration"] = {
+        **d["calibration"],
+        "provenance": {**d["calibration"]["provenance"], "devices": ["cpu: Another CPU"]},
+    }
     (tmp_path / "zz-other-x4.yaml").write_text(yaml.safe_dump(other, sort_keys=False))
     path, note = vrun.profile_for_ranks(str(tmp_path / "cpu-local.yaml"), 4, tmp_path / "work")
     assert "derived" in note  # another processor's 4-rank profile is not this host's
-    (tmp_path / "four-ranks.yaml").write_text(yaml.safe_dump(dict(d, name="four-ranks", gpus_per_node=4),
-                                                             sort_keys=False))
+    (tmp_path / "four-ranks.yaml").write_text(
+        yaml.safe_dump(dict(d, name="four-ranks", gpus_per_node=4), sort_keys=False)
+    )
     path, note = vrun.profile_for_ranks(str(tmp_path / "cpu-local.yaml"), 4, tmp_path / "work")
     assert path == str(tmp_path / "four-ranks.yaml") and "calibrated on the same host" in note
 
@@ -157,8 +166,11 @@ def test_a_failed_rank_is_named(tmp_path):
     log = tmp_path / "log.txt"
     log.write_text(_FAILED_LOG)
     assert vrun._rank_failure(log) == " (rank 1 exit 1; RuntimeError: boom on rank one)"
-    log.write_text(_FAILED_LOG.replace("exitcode  : 1 (pid: 2759)", "exitcode  : -6 (pid: 2759)  (SIGABRT)")
-                   .replace("[rank1]: RuntimeError: boom on rank one\n", ""))
+    log.write_text(
+        _FAILED_LOG.replace("exitcode  : 1 (pid: 2759)", "exitcode  : -6 (pid: 2759)  (SIGABRT)").replace(
+            "[rank1]: RuntimeError: boom on rank one\n", ""
+        )
+    )
     assert vrun._rank_failure(log).startswith(" (rank 1 exit -6 SIGABRT; RuntimeError: [pair.cc:561]")
     log.write_text("E1123 api.py:1002] failed (exitcode: -9) local_rank: 1 (pid: 24562) of binary: python\n")
     assert "out-of-memory" in vrun._rank_failure(log)
@@ -216,8 +228,9 @@ def test_a_rank_that_fails_after_every_rank_wrote_its_results_keeps_the_run(tmp_
     monkeypatch.setattr(vrun, "merge_ranks", lambda run, workdir: {"step_time_s": {"median": 1.0}})
     rec = vrun.run_one(run, "smoke", "cpu-local", tmp_path, 10.0, None, ("analytic",), "sweep")
     assert rec["status"] == "ok" and rec["returncode"] == 1
-    assert rec["teardown_error"].startswith("torchrun exited with 1 after every rank wrote its results "
-                                            "(rank 1 exit 1; RuntimeError: teardown)")
+    assert rec["teardown_error"].startswith(
+        "torchrun exited with 1 after every rank wrote its results (rank 1 exit 1; RuntimeError: teardown)"
+    )
 
     def no_results(run, workdir):
         raise RuntimeError("1 of 2 ranks wrote results")

@@ -25,9 +25,25 @@ def test_smoke_profile_end_to_end(tmp_path):
     pytest.importorskip("torch")
     out = tmp_path / "results.jsonl"
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    subprocess.run([sys.executable, "-m", "validate.run", "--profile", "smoke", "-o", str(out), "--timeout", "300",
-                    "--wait-quiet", "0"],
-                   cwd=ROOT, env=env, check=True, timeout=600)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "validate.run",
+            "--profile",
+            "smoke",
+            "-o",
+            str(out),
+            "--timeout",
+            "300",
+            "--wait-quiet",
+            "0",
+        ],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=600,
+    )
     recs = read_results(out)
     assert len(recs) == 7
     failed = [(r["run_id"], r.get("error")) for r in recs if r["status"] != "ok"]
@@ -67,7 +83,12 @@ def test_smoke_profile_end_to_end(tmp_path):
     for key in ("step_time", "peak_memory", "total_time", "busy"):
         assert s[key]["n"] > 0 and math.isfinite(s[key]["mape"]) and math.isfinite(s[key]["max"]), key
     report = tmp_path / "report"
-    subprocess.run([sys.executable, "-m", "simdl", "report", str(out), "-o", str(report)], cwd=ROOT, env=env,
-                   check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "simdl", "report", str(out), "-o", str(report)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
     assert (report / "README.md").exists() and (report / "parity_analytic.png").exists()
     assert "## Where the step goes" in (report / "README.md").read_text()

@@ -27,8 +27,9 @@ def _watch(tmp_path, readings, **kw):
 
 def test_a_run_below_the_memory_floor_is_stopped_with_the_reason(tmp_path):
     t = time.monotonic()
-    w = _watch(tmp_path, [3000 * MiB, 2000 * MiB, 600 * MiB] + [4000 * MiB] * 1000, timeout_s=60,
-               min_available=700 * MiB)
+    w = _watch(
+        tmp_path, [3000 * MiB, 2000 * MiB, 600 * MiB] + [4000 * MiB] * 1000, timeout_s=60, min_available=700 * MiB
+    )
     assert time.monotonic() - t < 30  # not the run's 60 s
     assert w.returncode == -9
     assert w.stopped.startswith("host memory: MemAvailable fell to 600 MiB, below the floor of 700 MiB")
@@ -43,8 +44,15 @@ def test_a_run_past_its_time_is_stopped_and_no_floor_means_none(tmp_path):
 
 def test_a_run_that_ends_by_itself_keeps_its_exit_code(tmp_path):
     with open(tmp_path / "log.txt", "w") as log:
-        w = watch.run_watched([sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"], stdout=log, env=None,
-                              timeout_s=60, min_available=700 * MiB, poll_s=0.05, available=lambda: 800 * MiB)
+        w = watch.run_watched(
+            [sys.executable, "-c", "import sys; print('hi'); sys.exit(3)"],
+            stdout=log,
+            env=None,
+            timeout_s=60,
+            min_available=700 * MiB,
+            poll_s=0.05,
+            available=lambda: 800 * MiB,
+        )
     assert w.returncode == 3 and w.stopped == ""
     assert "hi" in (tmp_path / "log.txt").read_text()
 
@@ -79,7 +87,9 @@ def test_a_run_stopped_for_memory_is_recorded_failed_with_the_reason(tmp_path, m
     from validate.experiments import experiments
 
     run = next(r for r in experiments("smoke") if r.ranks == 2)
-    stop = "host memory: MemAvailable fell to 600 MiB, below the floor of 700 MiB (--min-free-mib); the run does not fit"
+    stop = (
+        "host memory: MemAvailable fell to 600 MiB, below the floor of 700 MiB (--min-free-mib); the run does not fit"
+    )
 
     def fake_launch(run, workdir, timeout_s, data_dir, min_available=0):
         workdir.mkdir(parents=True, exist_ok=True)
@@ -88,8 +98,7 @@ def test_a_run_stopped_for_memory_is_recorded_failed_with_the_reason(tmp_path, m
         return vrun.Launched(-9, "cmd", 5.0, stop, 600 * MiB)
 
     monkeypatch.setattr(vrun, "launch", fake_launch)
-    rec = vrun.run_one(run, "smoke", "cpu-local", tmp_path, 10.0, None, ("analytic",), "sweep",
-                       min_available=700 * MiB)
+    rec = vrun.run_one(run, "smoke", "cpu-local", tmp_path, 10.0, None, ("analytic",), "sweep", min_available=700 * MiB)
     assert rec["status"] == "failed" and rec["error"].startswith(f"stopped: {stop}; ")
     assert rec["host_min_available_bytes"] == 600 * MiB and rec["host_memory_floor_bytes"] == 700 * MiB
 
@@ -111,8 +120,24 @@ def test_a_real_torchrun_stopped_by_the_runner_leaves_no_rank_behind(tmp_path):
     # finished in 6 s on an Emerald Rapids Xeon, before the 8 s stop (CI of 4fb61d3).
     run = next(r for r in experiments("local") if r.ranks == 2 and r.strategy == "ddp" and r.model == "vgg16")
     out = tmp_path / "results.jsonl"
-    assert vrun.main(["--profile", "local", "-o", str(out), "--only", run.run_id, "--timeout", "8", "--allow-other-host",
-                      "--engines", "analytic"]) == 0
+    assert (
+        vrun.main(
+            [
+                "--profile",
+                "local",
+                "-o",
+                str(out),
+                "--only",
+                run.run_id,
+                "--timeout",
+                "8",
+                "--allow-other-host",
+                "--engines",
+                "analytic",
+            ]
+        )
+        == 0
+    )
     (rec,) = vrun.read_results(out)
     assert rec["status"] == "failed" and rec["error"].startswith("stopped: timeout after 8 s (--timeout); ")
     assert rec["host_min_available_bytes"] > 0

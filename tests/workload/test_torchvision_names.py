@@ -59,9 +59,11 @@ def test_a_name_no_torchvision_file_mentions_is_rejected_without_importing_torch
     import subprocess
     import sys
 
-    code = ("import sys\nfrom simdl.errors import SimdlError\nfrom simdl.workload import zoo\n"
-            "try:\n    zoo.check_model_name('resnet_does_not_exist')\nexcept SimdlError as e:\n    print(e)\n"
-            "print('torch' in sys.modules, 'torchvision' in sys.modules)\n")
+    code = (
+        "import sys\nfrom simdl.errors import SimdlError\nfrom simdl.workload import zoo\n"
+        "try:\n    zoo.check_model_name('resnet_does_not_exist')\nexcept SimdlError as e:\n    print(e)\n"
+        "print('torch' in sys.modules, 'torchvision' in sys.modules)\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()

@@ -17,12 +17,15 @@ pytestmark = pytest.mark.torch
 
 
 # -- 4. a table fitted at batches (2, 4) predicts a direct trace at batch 8 ------------
-@pytest.mark.parametrize("model,shape", [
-    ("mnist_cnn", (1, 28, 28)),
-    ("resnet18", (3, 32, 32)),
-    ("vit_b_32", (3, 64, 64)),
-    ("mobilenet_v3_large", (3, 32, 32)),
-])
+@pytest.mark.parametrize(
+    "model,shape",
+    [
+        ("mnist_cnn", (1, 28, 28)),
+        ("resnet18", (3, 32, 32)),
+        ("vit_b_32", (3, 64, 64)),
+        ("mobilenet_v3_large", (3, 32, 32)),
+    ],
+)
 def test_scaling_to_batch_8(model, shape):
     from simdl.workload.extract import _trace, extract
     from simdl.workload.zoo import build_adapted
@@ -49,8 +52,9 @@ def _reextract_equals_shipped(model: str, dataset: str) -> None:
     with gzip.open(shipped_path(model, dataset), "rt", encoding="utf-8") as f:
         shipped = json.load(f)
     ds = DATASETS[dataset]
-    fresh = extract(model, ds.input_shape, ds.num_classes, dataset=dataset,
-                    batches=tuple(shipped["extracted_with"]["batches"]))
+    fresh = extract(
+        model, ds.input_shape, ds.num_classes, dataset=dataset, batches=tuple(shipped["extracted_with"]["batches"])
+    )
     for d in (shipped, fresh):
         d["extracted_with"].pop("date")
     assert fresh["rows"] == shipped["rows"]
@@ -65,8 +69,7 @@ def test_all_tables_ship():
     assert set(shipped_tables()) == {(m, d) for m in MODELS for d in DATASETS}
 
 
-@pytest.mark.parametrize("model,dataset", [("mnist_cnn", "mnist"), ("resnet18", "cifar10"),
-                                           ("vit_b_32", "cifar10")])
+@pytest.mark.parametrize("model,dataset", [("mnist_cnn", "mnist"), ("resnet18", "cifar10"), ("vit_b_32", "cifar10")])
 def test_shipped_table_reproduces(model, dataset):
     _reextract_equals_shipped(model, dataset)
 
@@ -101,8 +104,10 @@ def test_convnext_large_224_is_fast_and_allocates_nothing():
     seconds = time.perf_counter() - t0
     grown = None if before is None else _rss_bytes() - before
     table = WorkloadTable.from_dict(d)
-    print(f"convnext_large 224: {seconds:.2f} s, RSS grew {grown} B, "
-          f"saved at batch 4 {table.total('saved_bytes', 4) / 1e9:.2f} GB")
+    print(
+        f"convnext_large 224: {seconds:.2f} s, RSS grew {grown} B, "
+        f"saved at batch 4 {table.total('saved_bytes', 4) / 1e9:.2f} GB"
+    )
     assert seconds < 120
     assert table.param_count == 197_767_336
     assert table.total("saved_bytes", 4) > 1e9  # the trace did see real sizes

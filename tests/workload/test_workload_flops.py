@@ -72,8 +72,7 @@ def test_flops_equal_flop_counter_mode(model, shape, classes, grouped):
     fwd = table.total("fwd_flops", BATCH)
     total = fwd + table.total("bwd_input_flops", BATCH) + table.total("bwd_weight_flops", BATCH)
     ref_fwd, ref_total = _reference(model, shape, classes, fix_groups=grouped)
-    print(f"{model}: table fwd {fwd:.6g} total {total:.6g}; "
-          f"FlopCounterMode fwd {ref_fwd:.6g} total {ref_total:.6g}")
+    print(f"{model}: table fwd {fwd:.6g} total {total:.6g}; FlopCounterMode fwd {ref_fwd:.6g} total {ref_total:.6g}")
     assert fwd == ref_fwd
     assert total == ref_total
     if grouped:  # the correction matters: unchanged FlopCounterMode counts more
@@ -115,5 +114,4 @@ def test_backward_split_attention():
     # The attention and its backward sit in the MultiheadAttention rows.
     mha = [i for i, ty in enumerate(t.types) if ty == "MultiheadAttention"]
     assert len(mha) == 12
-    assert all(t.column("bwd_input_flops", BATCH)[i] > t.column("fwd_flops", BATCH)[i] / 2
-               for i in mha)
+    assert all(t.column("bwd_input_flops", BATCH)[i] > t.column("fwd_flops", BATCH)[i] / 2 for i in mha)

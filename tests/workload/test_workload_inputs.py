@@ -16,8 +16,9 @@ from simdl.workload.inputs import describe, is_image, parse_input_shape
 FACTORIES = "tests.workload.factories"
 
 
-@pytest.mark.parametrize("text, shape", [("512", (512,)), ("128x512", (128, 512)), ("3x32x32", (3, 32, 32)),
-                                         ("2x3x4x5", (2, 3, 4, 5))])
+@pytest.mark.parametrize(
+    "text, shape", [("512", (512,)), ("128x512", (128, 512)), ("3x32x32", (3, 32, 32)), ("2x3x4x5", (2, 3, 4, 5))]
+)
 def test_input_shapes_of_any_rank_parse(text, shape):
     assert parse_input_shape(text) == shape
 
@@ -96,8 +97,16 @@ def test_language_model_loss_is_cross_entropy_over_every_position(tmp_path, monk
     plain = load_workload(f"{FACTORIES}:tiny_lm", input_shape=(32,), num_classes=10, vocab=500)
     assert plain.extracted_with["loss"] == "cross_entropy over the vocabulary"
     assert plain.total("fwd_flops", 4) == table.total("fwd_flops", 4)
-    r = simdl.predict(model=f"{FACTORIES}:tiny_lm", strategy="fsdp", gpus=4, input_shape="32", vocab=500,
-                      num_classes=500, train_samples=1000, engine="sim")
+    r = simdl.predict(
+        model=f"{FACTORIES}:tiny_lm",
+        strategy="fsdp",
+        gpus=4,
+        input_shape="32",
+        vocab=500,
+        num_classes=500,
+        train_samples=1000,
+        engine="sim",
+    )
     assert r.iteration_time_s > 0 and r.fits_in_memory
 
 
@@ -127,8 +136,28 @@ def test_cli_predicts_a_language_model_from_token_ids(tmp_path, monkeypatch, cap
     from simdl.cli import main
 
     monkeypatch.setenv("SIMDL_CACHE_DIR", str(tmp_path))
-    code = main(["predict", "--model", f"{FACTORIES}:tiny_lm", "--input", "32", "--vocab", "500", "--classes", "500",
-                 "--samples", "1000", "--optimizer", "adamw", "--strategy", "ddp", "--gpus", "2", "--json"])
+    code = main(
+        [
+            "predict",
+            "--model",
+            f"{FACTORIES}:tiny_lm",
+            "--input",
+            "32",
+            "--vocab",
+            "500",
+            "--classes",
+            "500",
+            "--samples",
+            "1000",
+            "--optimizer",
+            "adamw",
+            "--strategy",
+            "ddp",
+            "--gpus",
+            "2",
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert out["config"]["vocab_size"] == 500 and out["config"]["optimizer"] == "adamw"

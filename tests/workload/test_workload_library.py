@@ -36,8 +36,7 @@ def test_shipped_table_loads_without_torch():
         "t0 = time.perf_counter(); load_workload('resnet50', 'cifar10');"
         " print((time.perf_counter() - t0) * 1e3)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True,
-                         text=True, check=True)
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True)
     print(f"resnet50/cifar10 cold load: {float(out.stdout):.2f} ms")
 
 
@@ -88,18 +87,20 @@ def test_factory_spec_is_traced_and_cached(cache, monkeypatch):
 
 @pytest.mark.torch
 def test_factory_without_num_classes(cache):
-    table = library.load_workload("tests.workload.factories:fixed_mlp", input_shape=(3, 16, 16),
-                                  num_classes=7)
+    table = library.load_workload("tests.workload.factories:fixed_mlp", input_shape=(3, 16, 16), num_classes=7)
     assert table.param_count == 3 * 16 * 16 * 3 + 3
     assert table.extracted_with["loss"] == "sum"  # 3 outputs, not 7 classes: no cross-entropy
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("spec,message", [
-    ("tests.workload.factories:not_a_model", "expected a torch.nn.Module"),
-    ("tests.workload.factories:missing", "has no attribute"),
-    ("tests.workload.nope:model", "cannot import"),
-])
+@pytest.mark.parametrize(
+    "spec,message",
+    [
+        ("tests.workload.factories:not_a_model", "expected a torch.nn.Module"),
+        ("tests.workload.factories:missing", "has no attribute"),
+        ("tests.workload.nope:model", "cannot import"),
+    ],
+)
 def test_bad_factory_specs(cache, spec, message):
     with pytest.raises(SimdlError, match=message):
         library.load_workload(spec, input_shape=(3, 16, 16), num_classes=5)

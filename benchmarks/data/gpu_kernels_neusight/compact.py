@@ -54,8 +54,15 @@ def main(src: Path, dst: Path) -> None:
                     with gzip.open(f, "rt") as g:
                         for r in csv.DictReader(g):
                             lat_us = float(r["Latency"]) * 1e3
-                            w.writerow([dev.name, op, *(int(float(r[c])) for c in cols),
-                                        f"{lat_us:.4g}", kernel_family(r["Kernel Name"])])
+                            w.writerow(
+                                [
+                                    dev.name,
+                                    op,
+                                    *(int(float(r[c])) for c in cols),
+                                    f"{lat_us:.4g}",
+                                    kernel_family(r["Kernel Name"]),
+                                ]
+                            )
 
 
 if __name__ == "__main__":

@@ -75,8 +75,20 @@ def allocation_size(size: int) -> int:
 class Block:
     """A range of a segment: allocated, free (cached) or, in an expandable segment, unmapped."""
 
-    __slots__ = ("addr", "size", "stream", "small", "allocated", "requested", "prev", "next",
-                 "segment", "mapped", "stream_uses", "event_count")
+    __slots__ = (
+        "addr",
+        "size",
+        "stream",
+        "small",
+        "allocated",
+        "requested",
+        "prev",
+        "next",
+        "segment",
+        "mapped",
+        "stream_uses",
+        "event_count",
+    )
 
     def __init__(self, addr: int, size: int, stream: int, small: bool, segment=None, mapped: bool = True):
         self.addr, self.size, self.stream, self.small = addr, size, stream, small

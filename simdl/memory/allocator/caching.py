@@ -25,9 +25,19 @@ from __future__ import annotations
 
 from collections import deque
 
-from .blocks import (K_LARGE_BUFFER, K_MIN_BLOCK_SIZE, K_SMALL_SIZE, UNLIMITED, AllocatorConfig, Block,
-                     BlockPool, Stat, allocation_size, round_size)
 from . import expandable
+from .blocks import (
+    K_LARGE_BUFFER,
+    K_MIN_BLOCK_SIZE,
+    K_SMALL_SIZE,
+    UNLIMITED,
+    AllocatorConfig,
+    Block,
+    BlockPool,
+    Stat,
+    allocation_size,
+    round_size,
+)
 
 SEGMENT_ALIGN = 2 << 20  # cudaMalloc'd segments start 2 MiB apart in the model's address space
 
@@ -37,8 +47,10 @@ class OutOfMemory(Exception):
 
     def __init__(self, size: int, allocated: int, reserved: int, capacity: int):
         self.size, self.allocated, self.reserved, self.capacity = size, allocated, reserved, capacity
-        super().__init__(f"CUDA out of memory: tried to allocate {size} B with {allocated} B allocated, "
-                         f"{reserved} B reserved of {capacity} B")
+        super().__init__(
+            f"CUDA out of memory: tried to allocate {size} B with {allocated} B allocated, "
+            f"{reserved} B reserved of {capacity} B"
+        )
 
 
 class CachingAllocator:
@@ -67,8 +79,7 @@ class CachingAllocator:
 
     def _record(self, action: str, addr: int, size: int, stream: int, **extra) -> None:
         if self.trace is not None:  # callers on the hot path test self.trace first
-            self.trace.append({"action": action, "addr": addr, "size": size, "stream": stream, "frames": [],
-                               **extra})
+            self.trace.append({"action": action, "addr": addr, "size": size, "stream": stream, "frames": [], **extra})
 
     # -- public ---------------------------------------------------------------------------
     def malloc(self, size: int, stream: int = 0) -> Block:
@@ -86,8 +97,7 @@ class CachingAllocator:
             block = self._alloc_block(pool, stream, size, alloc_size, retry=True)
         if not block:
             self.num_ooms += 1
-            self._record("oom", 0, alloc_size, stream,
-                         device_free=max(self.cfg.capacity_bytes - self.total_mapped, 0))
+            self._record("oom", 0, alloc_size, stream, device_free=max(self.cfg.capacity_bytes - self.total_mapped, 0))
             raise OutOfMemory(alloc_size, self.allocated.current, self.reserved.current, self.cfg.capacity_bytes)
         return self._alloc_found_block(block, pool, stream, size, orig)
 

@@ -47,8 +47,12 @@ def best_expandable(pool: BlockPool, i: int, stream: int) -> Block:
     size is not beaten by the next one's."""
     b = pool.block(i)
     nxt = pool.at(i + 1)
-    while b.segment is not None and nxt is not None and nxt.stream == stream and \
-            _expandable_size(nxt) < _expandable_size(b):
+    while (
+        b.segment is not None
+        and nxt is not None
+        and nxt.stream == stream
+        and _expandable_size(nxt) < _expandable_size(b)
+    ):
         i += 1
         b, nxt = nxt, pool.at(i + 1)
     return b

@@ -46,8 +46,12 @@ class ReplayResult:
         return 1.0 - self.max_allocated_bytes / self.max_reserved_bytes if self.max_reserved_bytes else 0.0
 
 
-def replay(ops: Iterable[Op], config: AllocatorConfig | None = None,
-           allocator: CachingAllocator | None = None, curves: bool = True) -> ReplayResult:
+def replay(
+    ops: Iterable[Op],
+    config: AllocatorConfig | None = None,
+    allocator: CachingAllocator | None = None,
+    curves: bool = True,
+) -> ReplayResult:
     """Run ``ops`` in order; stop at the first out-of-memory (``oom_at`` says where)."""
     a = allocator or CachingAllocator(config)
     live: dict = {}
@@ -75,6 +79,14 @@ def replay(ops: Iterable[Op], config: AllocatorConfig | None = None,
         if curves:
             alloc_c.append(a.allocated.current)
             res_c.append(a.reserved.current)
-    return ReplayResult(a.allocated.peak, a.reserved.peak, a.requested.peak,
-                        np.asarray(alloc_c, dtype=np.int64), np.asarray(res_c, dtype=np.int64),
-                        a.num_alloc_retries, a.segments.peak, oom_at, oom)
+    return ReplayResult(
+        a.allocated.peak,
+        a.reserved.peak,
+        a.requested.peak,
+        np.asarray(alloc_c, dtype=np.int64),
+        np.asarray(res_c, dtype=np.int64),
+        a.num_alloc_retries,
+        a.segments.peak,
+        oom_at,
+        oom,
+    )

@@ -92,10 +92,22 @@ def _segments(a: CachingAllocator) -> list[dict[str, Any]]:
     out = []
     free = sorted((b.addr, b) for p in (a.small, a.large) for b in p.blocks())
     for addr, (size, stream, small) in sorted(a.segment_ranges.items()):
-        blocks: list[dict[str, Any]] = [{"address": b.addr, "size": b.size, "requested_size": 0, "state": "inactive", "frames": []}
-                  for x, b in free if addr <= x < addr + size]
+        blocks: list[dict[str, Any]] = [
+            {"address": b.addr, "size": b.size, "requested_size": 0, "state": "inactive", "frames": []}
+            for x, b in free
+            if addr <= x < addr + size
+        ]
         inactive = sum(b["size"] for b in blocks)
-        out.append({"device": 0, "address": addr, "total_size": size, "stream": stream,
-                    "segment_type": "small" if small else "large", "allocated_size": size - inactive,
-                    "active_size": size - inactive, "blocks": blocks})
+        out.append(
+            {
+                "device": 0,
+                "address": addr,
+                "total_size": size,
+                "stream": stream,
+                "segment_type": "small" if small else "large",
+                "allocated_size": size - inactive,
+                "active_size": size - inactive,
+                "blocks": blocks,
+            }
+        )
     return out
