@@ -26,6 +26,7 @@ class _Rows:
     params: np.ndarray  # parameter bytes (fp32) owned by the row
     grad_in: np.ndarray  # bytes of the input gradient the row's backward produces
     working: np.ndarray  # largest gradient bytes one backward op of the row reads and writes
+    fwd_working: np.ndarray  # the row's forward temporaries at their peak, above what it keeps
 
 
 def _rows(table: WorkloadTable, batch: int, act_factor: float) -> _Rows:
@@ -35,7 +36,8 @@ def _rows(table: WorkloadTable, batch: int, act_factor: float) -> _Rows:
     params = table.fixed["param_bytes"].astype(float)
     grad_in = np.where(tree.leaf & (tree.prev_leaf >= 0), out[np.maximum(tree.prev_leaf, 0)], 0.0)
     working = table.column("bwd_working_bytes", batch) * act_factor
-    return _Rows(saved, out, params, grad_in, working)
+    fwd_working = table.column("fwd_working_bytes", batch) * act_factor
+    return _Rows(saved, out, params, grad_in, working, fwd_working)
 
 
 def _positions(n: int):
@@ -120,6 +122,13 @@ def _forward_events(
     leaf_out = np.where(tree.leaf, r.out, 0.0)
     ev.add(fwd + 0.6, TEMP, leaf_out, direction=FWD, row=rows, edge=1, label="forward output")
     ev.add(fwd + 0.9, TEMP, -leaf_out, direction=FWD, row=rows, edge=1, label="forward output")
+    # A row of many functional ops (shifted-window attention's pad, roll, window partition,
+    # score matmuls) holds temporaries in forward that it neither saves nor returns: Python
+    # frees each when its last reference goes, so at the row's busiest op its storages exceed
+    # what it keeps at its end (its saved activations and output) by this much.
+    extra = r.fwd_working
+    ev.add(fwd + 0.65, TEMP, extra, direction=FWD, row=rows, edge=1, label="forward temporaries")
+    ev.add(fwd + 0.66, TEMP, -extra, direction=FWD, row=rows, edge=1, label="forward temporaries")
     if mixed:
         # autocast caches the 16-bit copy of each weight it casts (leaf tensors that
         # require grad: aten/src/ATen/autocast_mode.cpp, cached_cast); the op saves it for

@@ -45,6 +45,10 @@ the row reads and writes among those the row's backward made (``bwd_working_byte
 tensor inputs and outputs that are neither saved activations nor parameters; 0 in tables
 traced before the column existed; a largest-over-ops figure, so linear in the batch
 only while the same op is the largest: two batches extrapolate it to within a few percent);
+the bytes by which the storages the row's own forward ops made, while still referenced,
+exceed at their largest what of them the row keeps at its end (``fwd_working_bytes``: its
+forward temporaries, e.g. shifted-window attention's padded windows and scores; 0 in tables
+traced before the column existed; also a largest-over-ops figure);
 kernel (non-view aten op) counts per call.
 """
 
@@ -74,6 +78,7 @@ SCALED_COLUMNS = (
     "saved_bytes",
     "output_bytes",
     "bwd_working_bytes",
+    "fwd_working_bytes",
 )
 FIXED_COLUMNS = ("params", "param_bytes", "fwd_kernels", "bwd_kernels")
 

@@ -40,7 +40,7 @@ _METADATA_OPS = {
     aten.storage_offset.default,
 }
 _MATMULS = {aten.mm, aten.addmm, aten.bmm, aten.baddbmm}
-_COLUMNS = SCALED_COLUMNS + ("fwd_kernels", "bwd_kernels")
+_COLUMNS = SCALED_COLUMNS + ("fwd_kernels", "bwd_kernels", "fwd_live_max")
 _LABEL = "simdl_row"  # key in autograd node.metadata
 
 
@@ -85,6 +85,8 @@ class Tracer(TorchDispatchMode):
         self.param_storages = {_storage_key(p) for p in model.parameters()}
         self.shapes: dict[torch.nn.Module, set[tuple[int, ...]]] = {}
         self.bwd_owner: dict[StorageWeakRef, int] = {}  # storage made in backward -> its row
+        # Storages each running row's own forward ops made (row index -> key -> bytes).
+        self.fwd_made: dict[int, dict[StorageWeakRef, int]] = {}
         self._decomposable: dict[Any, bool] = {}
 
     # -- module hooks ----------------------------------------------------------------
@@ -101,6 +103,9 @@ class Tracer(TorchDispatchMode):
         index = self.stack.pop()
         start = self.starts.pop()
         row = self.rows[index]
+        made = self.fwd_made.pop(index, {})
+        end = sum(n for k, n in made.items() if not k.expired())
+        row.v["fwd_working_bytes"] = max(0, row.v["fwd_live_max"] - end)
         seen: set[int] = set()
         for t in tensors(output):
             if id(t) not in seen:
@@ -166,6 +171,7 @@ class Tracer(TorchDispatchMode):
             v["fwd_kernels"] += 1
             v["read_bytes"] += sum(t.nbytes for t in tensors((args, kwargs)))
             v["write_bytes"] += sum(t.nbytes for t in tensors(out))
+            self._forward_live(self.stack[-1] if self.stack else 0, v, out)
             if packet in flop_registry:
                 v["fwd_flops"] += flop_registry[packet](*args, **kwargs, out_val=out)
         else:
@@ -177,6 +183,19 @@ class Tracer(TorchDispatchMode):
             if packet in flop_registry:
                 self._backward_flops(row, func, packet, args, kwargs, out)
         return out
+
+    def _forward_live(self, index: int, v: dict, out) -> None:
+        """Track the bytes of the storages row ``index``'s forward made that are still alive
+        after this op (Python frees a temporary when its last reference goes), and keep their
+        largest sum in ``fwd_live_max``."""
+        made = self.fwd_made.setdefault(index, {})
+        for t in tensors(out):
+            key = _storage_key(t)
+            if key not in self.exclude and key not in made:
+                made[key] = t.untyped_storage().nbytes()
+        live = sum(n for k, n in made.items() if not k.expired())
+        if live > v["fwd_live_max"]:
+            v["fwd_live_max"] = live
 
     def _working_bytes(self, index: int, args, kwargs, out) -> int:
         """Bytes of the gradients one backward op of row ``index`` reads and writes that the

@@ -47,3 +47,21 @@ def test_a_large_working_set_is_live_during_the_rows_backward_and_freed_after():
     assert tl.total()[-1] == tl0.total()[-1]  # freed again: the step ends where it did
     labels = [lab for lab in tl.labels if lab == "backward op working set"]
     assert len(labels) == 2
+
+
+def _with_forward_working(table, row: int, per_sample: float):
+    col = np.zeros(table.n_rows)
+    col[row] = per_sample
+    ps = dict(table.per_sample, fwd_working_bytes=col)
+    fx = dict(table.fixed, fwd_working_bytes=np.zeros(table.n_rows))
+    return replace(table, per_sample=ps, fixed=fx)
+
+
+def test_forward_temporaries_are_live_during_the_rows_forward_and_freed_after():
+    t = load_workload("resnet50", "cifar10")
+    base, tl0 = _peak(t)
+    huge = 4 * base / 8  # per sample, batch 8: four times the old peak
+    peak, tl = _peak(_with_forward_working(t, 5, huge))
+    assert peak > 3 * base
+    assert tl.total()[-1] == tl0.total()[-1]
+    assert [lab for lab in tl.labels if lab == "forward temporaries"] == ["forward temporaries"] * 2
