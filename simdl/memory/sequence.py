@@ -186,7 +186,7 @@ def _kind(fixed: float, sharded: float) -> int:
     return -1
 
 
-def _baseline(b: _Builder, table, timeline: Timeline, bucket_bytes, fsdp: bool):
+def _baseline(b: _Builder, table, timeline: Timeline, first: Timeline, bucket_bytes, fsdp: bool):
     """Parameters, buffers and DDP buckets, as the model and DDP's reducer set them up."""
     kind = 1 if fsdp else 0
     # The rank's parameters as the timeline holds them (none on the GPU under CPU offload).
@@ -205,6 +205,15 @@ def _baseline(b: _Builder, table, timeline: Timeline, bucket_bytes, fsdp: bool):
         b.alloc(PARAMS, "buffers", bufs + ([rest] if rest > 0 else []), 0, DEFAULT_STREAM)
     if bucket_bytes:
         b.alloc(COMM, "ddp buckets", [float(x) for x in bucket_bytes], 0, DEFAULT_STREAM)
+    # What else the strategy holds before the first iteration (DeepSpeed's flat buffers: the
+    # fp32 master partition and its optimizer state, the gradient partition, stage 3's ipg
+    # bucket; simdl.strategies.zero_memory): one flat tensor per category, as DeepSpeed
+    # allocates them flat. DDP's buckets are the comm baseline already.
+    held = {COMM: sum(float(x) for x in bucket_bytes)} if bucket_bytes else {}
+    for cat, amount in enumerate(first.baseline.tolist()):
+        extra = amount - held.get(cat, 0.0)
+        if cat != PARAMS and extra > 1e-6 * amount + 1.0:
+            b.alloc(cat, "strategy buffers", [extra], kind, DEFAULT_STREAM)
 
 
 def _events(b: _Builder, tl: Timeline) -> np.ndarray:
@@ -254,7 +263,7 @@ def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict,
     fsdp = "shard_size" in details
     b = _Builder(_Params(table, details.get("wrap", "block") if fsdp else None), steady.shard_size)
     buckets = details.get("bucket_bytes") if details.get("comm_buffer_bytes") else None
-    _baseline(b, table, steady, buckets, fsdp)
+    _baseline(b, table, steady, first, buckets, fsdp)
     _events(b, first)
     before = len(b.ops)
     starts = _events(b, steady)
