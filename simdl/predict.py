@@ -2,7 +2,7 @@
 
 workload (model + input + batch) -> strategy plan -> engine -> result.
 Every value used is echoed in ``result.config``; values the caller did not give are
-listed under ``config["assumed"]`` with where the default comes from.
+listed under ``config["assumed"]`` with where the default comes from (simdl.predict_echo).
 """
 
 from __future__ import annotations
@@ -13,27 +13,18 @@ from typing import TYPE_CHECKING, Any
 
 from .errors import SimdlError, unknown
 from .job import Job
+from .predict_echo import DEFAULT_REASONS, echo_assumed, echo_config, echo_input
 from .predict_notes import with_band, with_epoch_counts, with_input_notes, with_noise_note
 from .result import Result
 
 if TYPE_CHECKING:
     from .cluster import ClusterSpec
 
+__all__ = ["DEFAULT_CLUSTER", "DEFAULT_LOADER_WORKERS", "DEFAULT_REASONS", "ENGINES", "predict"]
+
 ENGINES = ("analytic", "sim")
 DEFAULT_CLUSTER = "a100-80gb-nvlink"  # study 1, experiment 1: 4 x A100 80 GB in one node (NVLink assumed)
 DEFAULT_LOADER_WORKERS = 4  # assumed: a common DataLoader(num_workers=4) setting
-
-# Why each default is what it is, echoed in the result when the default is used.
-DEFAULT_REASONS = {
-    "cluster": "study 1's A100 80 GB node; NVLink assumed (the study does not say)",
-    "dataset": "study 1, experiment 1 (CIFAR-10)",
-    "batch_size": "torchvision references/classification: 32 images per GPU",
-    "epochs": "study 1, experiment 1: 10 epochs",
-    "optimizer": "torchvision references/classification: SGD with momentum 0.9",
-    "precision": "torchvision references/classification: AMP off by default",
-    "loader_workers": "assumed DataLoader(num_workers=4)",
-    "algorithm": "the cheaper of ring and tree per collective, as NCCL's tuner picks",
-}  # a strategy's own keywords give their reasons in its registry entry (PredictKey.default_reason)
 
 
 def predict(
@@ -52,19 +43,10 @@ def predict(
     epochs: float | None = None,
     optimizer: str | None = None,
     precision: str | None = None,
-    sharding: str | None = None,
-    wrap: str | None = None,
-    staleness_bound: int | None = None,
-    ps_servers: int | None = None,
-    bucket_cap_mb: float | None = None,
     algorithm: str | None = None,
     loader_workers: int | None = None,
     grad_accumulation: int = 1,
     activation_checkpointing: bool = False,
-    cpu_offload: bool = False,
-    reshard_root: bool = False,
-    shard_group: int | None = None,
-    ps_placement: str | None = None,
     deepspeed_config: str | None = None,
     cuda_alloc_conf: str | None = None,
     engine: str = "analytic",
@@ -72,14 +54,16 @@ def predict(
 ) -> Result:
     """Predict one training configuration. Raises :class:`SimdlError` on bad input.
 
-    ``predict(Job(...))`` predicts a :class:`~simdl.job.Job`; keywords beside it replace its
-    fields, except one equal to its default here (it cannot be told from one not given; use
-    ``job.replace(...)``). The keywords alone describe the same job.
+    The named keywords are a :class:`~simdl.job.Job`'s fields. ``predict(Job(...))`` predicts the
+    job, keywords beside it replacing its fields and options, except a field equal to its default
+    here or a strategy keyword left at None or off (they cannot be told from one not given; use
+    ``job.replace(...)``).
 
-    The strategy keywords (``sharding``, ``wrap``, ``bucket_cap_mb``, ...) are those its
-    registry entry declares (:mod:`simdl.strategies.registry`); one the strategy does not
-    take raises, naming the strategies that do. A strategy registered with keywords of its
-    own takes them here too (through ``**engine_options``).
+    ``**engine_options`` takes the strategy's keywords (``sharding``, ``wrap``, ``bucket_cap_mb``,
+    ``ps_servers``, ...: those its registry entry declares, :mod:`simdl.strategies.registry`)
+    and, with ``engine="sim"``, the simulator's options (:mod:`simdl.sim.engine`). A strategy
+    keyword the strategy does not take raises, naming the strategies that do; any other
+    keyword raises, naming what is accepted.
 
     ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
     stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
@@ -87,44 +71,16 @@ def predict(
     it must agree with it. ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`).
     """
     if isinstance(model, Job):
-        args = dict(locals())
-        given_kw = {k: v for k, v in args.items() if k in _DEFAULTS and k != "model" and v != _DEFAULTS[k]}
-        return predict(**model.replace(**given_kw, **engine_options).kwargs())
-    _check_numbers(engine, epochs, bucket_cap_mb)
+        return _predict_job(model, {k: v for k, v in locals().items() if k in _DEFAULTS}, engine_options)
+    _check_numbers(engine, epochs, engine_options.get("bucket_cap_mb"))
     ds, strategy, batch_size, grad_accumulation, precision, optimizer = _deepspeed(
         deepspeed_config, engine_options, gpus, strategy, batch_size, grad_accumulation, precision, optimizer
     )
     _check_engine_options(engine, engine_options)
-    family, strategy_kw = _strategy_keywords(
-        strategy,
-        engine_options,
-        dict(
-            sharding=sharding,
-            wrap=wrap,
-            staleness_bound=staleness_bound,
-            ps_servers=ps_servers,
-            bucket_cap_mb=bucket_cap_mb,
-            cpu_offload=cpu_offload or None,
-            reshard_root=reshard_root or None,
-            shard_group=shard_group,
-            ps_placement=ps_placement,
-        ),
-    )
-    given = {
-        k
-        for k, v in dict(
-            cluster=cluster,
-            dataset=dataset,
-            batch_size=batch_size,
-            epochs=epochs,
-            optimizer=optimizer,
-            precision=precision,
-            loader_workers=loader_workers,
-            algorithm=algorithm,
-            **strategy_kw,
-        ).items()
-        if v is not None
-    }
+    family, strategy_kw = _strategy_keywords(strategy, engine_options)
+    # The keywords with a default reason the caller gave (the DeepSpeed config's values count as given).
+    given = {k for k, v in locals().items() if k in DEFAULT_REASONS and v is not None}
+    given |= {k for k, v in strategy_kw.items() if v is not None}
     dataset = dataset or "cifar10"
     if isinstance(gpus, bool) or not isinstance(gpus, int):
         raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
@@ -145,9 +101,9 @@ def predict(
     alloc, placement_why = _allocate(cluster, gpus, nodes, family, strategy, strategy_kw)
     loader_workers = _loader_workers(loader_workers)
     config, plan = _plan(workload, alloc, family, strategy, algorithm or "auto", strategy_kw)
-    echo = _echo(workload, alloc, config, plan, dataset=dataset, loader_workers=loader_workers, engine=engine)
-    _echo_assumed(echo, family, given, placement_why, alloc, workload)
-    _echo_input(echo, workload, dataset, vocab, train_samples)
+    echo = echo_config(workload, alloc, config, plan, dataset=dataset, loader_workers=loader_workers, engine=engine)
+    echo_assumed(echo, family, given, placement_why, alloc, workload)
+    echo_input(echo, workload, dataset, vocab, train_samples)
     if ds is not None:
         echo.update(deepspeed_config=ds.path, deepspeed_config_notes=list(ds.notes))
     return _run(workload, alloc, plan, echo, engine, engine_options, _allocator(echo, cuda_alloc_conf))
@@ -212,14 +168,35 @@ def _check_engine_options(engine: str, engine_options: dict) -> None:
         raise unknown("predict keyword", key, tuple(dict.fromkeys(accepted)))
 
 
-def _strategy_keywords(strategy: str, engine_options: dict, strategy_kw: dict):
-    """(the strategy's registry entry, its keywords): the keywords ``predict`` names plus those
-    a registered strategy declares of its own (taken out of ``engine_options``), each checked
-    to be one the strategy takes."""
+def _predict_job(job: Job, fields: dict[str, Any], keywords: dict[str, Any]) -> Result:
+    """``predict(job, **fields, **keywords)``: the job with the keywords beside it in place of
+    its fields and options (a field at its default here, a strategy keyword at None or off, is
+    taken as not given)."""
+    from .strategies import registry
+
+    given = {k: v for k, v in fields.items() if k != "model" and v != _DEFAULTS[k]}
+    strategy = set(registry.predict_keys())
+    keywords = {k: v for k, v in keywords.items() if k not in strategy or _strategy_value(k, v) is not None}
+    return predict(**job.replace(**given, **keywords).kwargs())
+
+
+def _strategy_value(key: str, value: Any) -> Any:
+    """A strategy keyword's value, None where it is not given: a flag (a keyword its registry
+    entry converts with ``bool``) left off is its default, as None is for the others."""
+    from .strategies import registry
+
+    declared = next(s.predict_keys[key] for s in registry.specs() if key in s.predict_keys)
+    return None if declared.to_field is bool and not value else value
+
+
+def _strategy_keywords(strategy: str, keywords: dict):
+    """(the strategy's registry entry, its keywords): the registered strategy keywords, taken out
+    of ``keywords`` in the order given, each checked to be one the strategy takes."""
     from .strategies import registry
 
     family = registry.get(strategy)
-    strategy_kw.update({k: engine_options.pop(k) for k in registry.predict_keys() if k in engine_options})
+    declared = set(registry.predict_keys())
+    strategy_kw = {k: _strategy_value(k, keywords.pop(k)) for k in list(keywords) if k in declared}
     registry.refuse_inapplicable(strategy, strategy_kw)
     return family, strategy_kw
 
@@ -241,21 +218,6 @@ def _loader_workers(loader_workers) -> int:
     if not isinstance(loader_workers, int) or loader_workers < 0:
         raise SimdlError(f"--loader-workers {loader_workers!r} must be an integer >= 0")
     return loader_workers
-
-
-def _echo_assumed(echo: dict, family, given: set, placement_why: str | None, alloc, workload) -> None:
-    """``echo["assumed"]``: each default used, with its reason, for the keys this prediction
-    echoes; the PS placement and the GPU kernel model's assumptions where they apply."""
-    relevant = set(echo) | {"cluster", "dataset"}
-    reasons = dict(
-        DEFAULT_REASONS, **{k: key.default_reason for k, key in family.predict_keys.items() if key.default_reason}
-    )
-    echo["assumed"] = {k: why for k, why in reasons.items() if k not in given and k in relevant}
-    if placement_why:
-        echo["assumed"]["ps_placement"] = placement_why
-    for key, (value, why) in _kernel_assumptions(alloc, workload).items():
-        echo[key] = value
-        echo["assumed"][key] = why
 
 
 def _place(spec, gpus: int, nodes: int | None, family, strategy: str, strategy_kw: dict):
@@ -351,57 +313,6 @@ def _config(strategy: str, algorithm: str, knobs: tuple):
     return StrategyConfig(name=strategy, algorithm=algorithm, **{k: v for k, _, v in knobs})
 
 
-def _echo(workload, alloc, config, plan, *, dataset: str, loader_workers: int, engine: str) -> dict[str, Any]:
-    """Every value the prediction used (``result.config``), the strategy's own from its registry entry."""
-    table = workload.table
-    echo = {
-        "model": table.model,
-        "strategy": config.name,
-        "label": config.label,
-        "gpus": alloc.gpus,
-        "nodes": alloc.nodes,
-        "gpus_per_node": alloc.gpus_per_node,
-        "cluster": alloc.spec.name,
-        "gpu": alloc.spec.gpu.name,
-        "dataset": dataset,
-        "input_shape": "x".join(str(x) for x in table.input_shape),
-        "num_classes": table.num_classes,
-        "train_samples": workload.train_samples,
-        "batch_size": workload.batch_size,
-        "global_batch_size": workload.batch_size * workload.grad_accumulation * plan.data_parallel,
-        "epochs": workload.epochs,
-        "optimizer": workload.optimizer,
-        "precision": workload.precision,
-        "grad_accumulation": workload.grad_accumulation,
-        "activation_checkpointing": workload.activation_checkpointing,
-        "loader_workers": loader_workers,
-        "algorithm": config.algorithm,
-        "engine": engine,
-    }
-    echo.update(config.spec.echo(config, plan))
-    if table.adaptation:
-        echo["model_adaptation"] = table.adaptation
-    echo["compute_source"] = _compute_source(alloc, workload)
-    return echo
-
-
-def _echo_input(echo: dict, workload, dataset: str, vocab: int | None, train_samples: int | None) -> None:
-    """The input's kind where it is not the dataset's images (simdl.workload.inputs): token ids
-    and their vocabulary, and the sample count assumed from the dataset when not given."""
-    from .workload.inputs import describe, is_image
-
-    shape = workload.table.input_shape
-    if vocab is not None:
-        echo["vocab_size"] = vocab
-    if not is_image(shape, vocab):
-        echo["input"] = describe(shape, vocab)
-        if train_samples is None:
-            echo["assumed"]["train_samples"] = (
-                f"{dataset}'s {workload.train_samples} samples per epoch, for "
-                "inputs that are not its images: give --samples for your data set"
-            )
-
-
 def _run(workload, alloc, plan, echo: dict, engine: str, engine_options: dict, allocator=None):
     """The engine's result, with the cluster's noise note and band; the SimRun with ``return_run``."""
     spec = alloc.spec
@@ -446,43 +357,3 @@ _DEFAULTS = {
     for name, p in inspect.signature(predict).parameters.items()
     if p.default is not inspect.Parameter.empty
 }
-
-
-def _kernel_assumptions(alloc, workload) -> dict:
-    """What the GPU kernel model takes that the user did not give, as {key: (value, why)}: the
-    math path per op class (PyTorch's TF32 defaults) and the eager host's per-op cost
-    (simdl.costs.gpu_rows)."""
-    from .costs.gpu_rows import HOST_BWD_FRACTION, host_op_seconds
-    from .costs.tasks import device_rates
-
-    rates = device_rates(alloc, workload.precision)
-    if rates.kernels is None or (rates.measured is not None and rates.measured.find(workload.table) is not None):
-        return {}
-    k, p = rates.kernels, workload.precision
-    paths = f"matmul {k.path_of(p, 'matmul')}, conv {k.path_of(p, 'conv')}"
-    host = f"{host_op_seconds(k) * 1e6:.0f}us/op"
-    return {
-        "math_path": (paths, k.describe_paths(p)),
-        "host_per_op": (
-            host,
-            f"eager PyTorch: per forward op the measured lone-op floor of {k.kind} kernels "
-            f"block, {HOST_BWD_FRACTION:.0%} of it per backward op (simdl.costs.gpu_rows); DDP/FSDP "
-            "hooks, launches and stream calls counted from PyTorch's source at that price, "
-            "5 us per light call assumed (simdl.costs.gpu_framework)",
-        ),
-    }
-
-
-def _compute_source(alloc, workload) -> str:
-    """Where the per-row compute times come from: the cluster's compute profile of this model
-    (measured rows, simdl.costs.measured) or the roofline of simdl.costs.tasks."""
-    from .costs.tasks import device_rates
-
-    rates = device_rates(alloc, workload.precision)
-    m = rates.measured.find(workload.table) if rates.measured is not None else None
-    if m is None and rates.kernels is not None:
-        return f"GPU kernel model ({rates.kernels.kind} kernels block of {alloc.spec.gpu.name}), eager host stream"
-    if m is None:
-        return "roofline"
-    batches = ",".join(str(int(b)) for b in m.batches)
-    return f"compute profile ({m.coverage(workload.batch_size)} from rows measured at batch {batches})"

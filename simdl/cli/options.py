@@ -76,14 +76,34 @@ PREDICT_EXAMPLES = """examples:
 def add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """The options every prediction takes, in help groups; returns the groups so that a
     subcommand adds its own options where they belong (engine, output)."""
-    from ..cluster.ps_placement import PLACEMENTS
-    from ..strategies import registry
-    from ..strategies.config import ALGORITHMS, SHARDINGS
+    g = {name: p.add_argument_group(name) for name in ("workload", "strategy", "cluster", "engine", "output")}
+    s, e = g["strategy"], g["engine"]
+    _add_workload_args(g["workload"])
+    _add_strategy_args(s)
+    _add_cluster_args(g["cluster"])
+    e.add_argument(
+        "--engine",
+        default="analytic",
+        metavar=choices_metavar(("analytic", "sim")),
+        help="analytic (closed form) or sim (SimPy simulator); default analytic",
+    )
+    s.add_argument(
+        "--deepspeed-config",
+        default=None,
+        metavar="JSON",
+        help="a DeepSpeed ds_config.json: its ZeRO stage (zero0..zero3), options, batch and precision",
+    )
+    from .strategy_flags import add_strategy_flags
+
+    add_strategy_flags(s, {act.dest for act in p._actions})  # a registered strategy's own keywords
+    return g
+
+
+def _add_workload_args(w: argparse._ArgumentGroup) -> None:
+    """The model, its input and the training settings."""
     from ..workload.datasets import DATASETS
     from ..workload.workload import OPTIMIZER_MEANING, OPTIMIZERS, PRECISIONS
 
-    g = {name: p.add_argument_group(name) for name in ("workload", "strategy", "cluster", "engine", "output")}
-    w, s, c, e = g["workload"], g["strategy"], g["cluster"], g["engine"]
     w.add_argument(
         "--model",
         default="vgg16",
@@ -123,6 +143,15 @@ def add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
         help="checkpoint every block (torch.utils.checkpoint): less memory, recomputed forward",
     )
     w.add_argument("--loader-workers", type=integer, default=None, help="DataLoader workers per rank (default 4)")
+
+
+def _add_strategy_args(s: argparse._ArgumentGroup) -> None:
+    """The strategy and the keywords the CLI names itself (a registered strategy's other
+    keywords are added by simdl.cli.strategy_flags)."""
+    from ..cluster.ps_placement import PLACEMENTS
+    from ..strategies import registry
+    from ..strategies.config import ALGORITHMS, SHARDINGS
+
     s.add_argument(
         "--strategy", default="fsdp", metavar=choices_metavar(registry.names()), help="strategy (default fsdp)"
     )
@@ -161,6 +190,10 @@ def add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     s.add_argument(
         "--algorithm", default=None, metavar=choices_metavar(ALGORITHMS), help="collective algorithm (default auto)"
     )
+
+
+def _add_cluster_args(c: argparse._ArgumentGroup) -> None:
+    """The cluster and the ranks on it."""
     c.add_argument(
         "--cluster",
         default=None,
@@ -168,22 +201,6 @@ def add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
     )
     c.add_argument("--gpus", type=integer, default=4, help="number of GPUs (ranks / PS workers), default 4")
     c.add_argument("--nodes", type=integer, default=None, help="nodes to spread the GPUs over (default: fill nodes)")
-    e.add_argument(
-        "--engine",
-        default="analytic",
-        metavar=choices_metavar(("analytic", "sim")),
-        help="analytic (closed form) or sim (SimPy simulator); default analytic",
-    )
-    s.add_argument(
-        "--deepspeed-config",
-        default=None,
-        metavar="JSON",
-        help="a DeepSpeed ds_config.json: its ZeRO stage (zero0..zero3), options, batch and precision",
-    )
-    from .strategy_flags import add_strategy_flags
-
-    add_strategy_flags(s, {act.dest for act in p._actions})  # a registered strategy's own keywords
-    return g
 
 
 def prediction_kwargs(a: argparse.Namespace) -> dict:

@@ -49,8 +49,11 @@ MAX_CONFIGS = 5_000_000
 
 
 def predict_keys() -> dict[str, type]:
-    """``simdl.predict``'s keywords and their value types, from its signature."""
+    """``simdl.predict``'s keywords and their value types: its named parameters (from its
+    signature), then the strategy keywords the registry declares (typed by their options field)."""
     from ..predict import predict
+    from ..strategies import registry
+    from ..strategies.options import value_type
 
     out: dict[str, type] = {}
     for name, p in inspect.signature(predict).parameters.items():
@@ -66,19 +69,15 @@ def predict_keys() -> dict[str, type]:
             out[name] = float
         else:
             out[name] = str
+    for k, key, options in registry.cli_options(set(out)):
+        declared = key.cli_type if isinstance(key.cli_type, type) else str
+        out[k] = value_type(options, key.field) if declared is str else declared
     return out
 
 
 def accepted_keys() -> dict[str, type]:
     """Every key a sweep accepts, with its value type."""
-    from ..strategies import registry
-
     keys = dict(predict_keys())
-    from ..strategies.options import value_type
-
-    for k, key, options in registry.cli_options(set(keys)):  # a registered strategy's own keywords
-        declared = key.cli_type if isinstance(key.cli_type, type) else str
-        keys[k] = value_type(options, key.field) if declared is str else declared
     keys.update(SIM_KEYS)
     keys.update({k: float for k in _NUMERIC_CLUSTER_KEYS})
     keys["nics_per_node"] = int

@@ -31,33 +31,18 @@ from __future__ import annotations
 import inspect
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any, Sequence
 
 from ..errors import SimdlError, unknown
 from ..units import GB, MB, GiB, MiB, format_bytes, format_seconds
+from .recommend_explain import explain
+from .recommend_rank import CHECKPOINT_KEY, TIE_TOLERANCE, rank
+
+__all__ = ["BATCH_SIZES", "CHECKPOINT_KEY", "OBJECTIVES", "TIE_TOLERANCE", "Recommendation", "knobs", "recommend"]
 
 OBJECTIVES = ("time", "memory", "cost")
 #: Per-GPU batch sizes tried when the caller gives none.
 BATCH_SIZES = (16, 32, 64, 128)
-#: Relative difference below which two predictions count as a tie.
-TIE_TOLERANCE = 0.01
-# Simplicity order of strategies (breaks ties, orders equals): the registry's labels,
-# simplest first (simdl.strategies.registry.order).
-_PRECISION_ORDER = ("fp32", "tf32", "bf16", "fp16-amp")
-CHECKPOINT_KEY = "activation_checkpointing"
-
-
-def _strategy_order(label: str) -> int:
-    from ..strategies import registry
-
-    return registry.order(label)
-
-
-def _stale(row: Mapping[str, Any]) -> bool:
-    """Whether a ranked row's strategy trains on stale updates (its registry entry says)."""
-    from ..strategies import registry
-
-    return registry.is_stale(str(row.get("config.strategy") or row.get("strategy") or row.get("label", "")))
 
 
 def parse_memory(value: float | int | str | None) -> float | None:
@@ -210,133 +195,6 @@ class Recommendation:
         return self.header() + "\n" + self.table() + "\n\n" + self.explanation
 
 
-def _order(r: Mapping[str, Any]) -> tuple:
-    s = r.get("label", "")
-    p = r.get("precision", "fp32")
-    return (
-        bool(r.get(CHECKPOINT_KEY)),
-        _strategy_order(s),
-        _PRECISION_ORDER.index(p) if p in _PRECISION_ORDER else len(_PRECISION_ORDER),
-    )
-
-
-def _value(r: Mapping[str, Any], objective: str) -> float:
-    if objective == "time":
-        return r["total_time_s"]
-    if objective == "memory":
-        return r["peak_memory_bytes"]
-    return r["gpu_hours"]  # cost: a price per GPU-hour scales every candidate alike
-
-
-def _knobs_text(r: Mapping[str, Any]) -> str:
-    parts = [f"{r['gpus']} GPU{'s' if r['gpus'] != 1 else ''}", f"batch {r['batch_size']}/GPU", r["precision"]]
-    if r.get(CHECKPOINT_KEY):
-        parts.append("activation checkpointing")
-    return ", ".join(parts)
-
-
-def _describe(r: Mapping[str, Any]) -> str:
-    return f"{r['label']} ({_knobs_text(r)})"
-
-
-def _explain(rec: Recommendation, tied_with: dict | None) -> str:
-    w = rec.winner
-    if w is None:
-        return _explain_none(rec)
-    step = w["iteration_time_s"]
-    compute, exposed = w["compute_time_s"], w["exposed_comm_time_s"]
-    other = max(0.0, step - compute - exposed)
-    comm = w["comm_time_s"]
-    shares = {"compute": compute, "exposed communication": exposed, "data loading and other stalls": other}
-    dominant = max(shares, key=lambda k: shares[k])
-    limit = min(w["memory_capacity_bytes"], rec.memory_budget_bytes or float("inf"))
-    limit_name = (
-        "budget" if rec.memory_budget_bytes and rec.memory_budget_bytes < w["memory_capacity_bytes"] else "GPU memory"
-    )
-    headroom = limit - w["peak_memory_bytes"]
-    verb = {"time": "fastest", "memory": "smallest peak memory", "cost": "fewest GPU-hours"}[rec.objective]
-    lines = [
-        f"Recommended: {_describe(w)}: the {verb} of the {len(rec.ranked)} configurations that fit "
-        f"({len(rec.rejected)} did not).",
-        f"  predicted: {format_seconds(w['total_time_s'])} in total, {format_seconds(step)} per step, "
-        f"{w['gpu_hours']:.3g} GPU-hours"
-        + (
-            f" = {w['gpu_hours'] * rec.price_per_gpu_hour:.3g} at {rec.price_per_gpu_hour:g} per GPU-hour"
-            if rec.price_per_gpu_hour is not None
-            else ""
-        )
-        + ".",
-        f"  step: {dominant} dominates -- compute {format_seconds(compute)} ({compute / step:.0%}), exposed "
-        f"communication {format_seconds(exposed)} ({exposed / step:.0%}), other {format_seconds(other)} "
-        f"({other / step:.0%}); {1 - exposed / comm if comm > 0 else 1:.0%} of its "
-        f"{format_seconds(comm)} of communication is hidden behind compute.",
-        f"  memory: peak {format_bytes(w['peak_memory_bytes'])} of {format_bytes(limit)} ({limit_name}), "
-        f"headroom {format_bytes(headroom)} ({headroom / limit:.0%}).",
-    ]
-    # Why not the alternatives: strategies that never fit, and the best of each other strategy.
-    fit_labels = {r["label"] for r in rec.ranked}
-    never = sorted(
-        {r["label"] for r in rec.rejected if r.get("reason", "").startswith("needs")} - fit_labels, key=_strategy_order
-    )
-    for s in never:
-        least = min(
-            (r for r in rec.rejected if r["label"] == s and "peak_memory_bytes" in r),
-            key=lambda r: r["peak_memory_bytes"],
-            default=None,
-        )
-        if least is not None:
-            lines.append(
-                f"  {s} does not fit: it needs at least {format_bytes(least['peak_memory_bytes'])} "
-                f"({_describe(least)}) > {format_bytes(limit)}."
-            )
-    best_other: dict[str, dict] = {}
-    for r in rec.ranked[1:]:
-        best_other.setdefault(r["label"], r)
-    best_val = _value(w, rec.objective)
-    for s, r in list(best_other.items())[:3]:
-        if s == w["label"]:
-            continue
-        ratio = _value(r, rec.objective) / best_val if best_val > 0 else float("nan")
-        what = {"time": "slower", "memory": "more memory", "cost": "more GPU-hours"}[rec.objective]
-        lines.append(
-            f"  best {s}: {ratio:.2f}x {what} ({_knobs_text(r)}"
-            + (f", peak {format_bytes(r['peak_memory_bytes'])}" if rec.objective == "time" else "")
-            + ")."
-        )
-    if tied_with is not None:
-        lines.append(
-            f"  {_describe(tied_with)} is predicted within {TIE_TOLERANCE:.0%} "
-            f"({_value(tied_with, rec.objective) / best_val - 1:+.1%}): a tie at simdl's accuracy, "
-            "so the simpler configuration is recommended."
-        )
-    if len(rec.knobs["batch_size"]) > 1 and w["batch_size"] != 32:
-        lines.append(
-            f"  note: batch {w['batch_size']}/GPU makes the global batch {w['batch_size'] * w['gpus']}; "
-            "retune the learning rate if you change it."
-        )
-    if _stale(w):
-        lines.append("  note: stale updates (asynchronous PS) can lower final accuracy; study 1 saw it on every model.")
-    return "\n".join(lines)
-
-
-def _explain_none(rec: Recommendation) -> str:
-    lines = [f"No configuration fits: all {len(rec.rejected)} candidates were rejected."]
-    sized = [r for r in rec.rejected if "peak_memory_bytes" in r]
-    if sized:
-        least = min(sized, key=lambda r: r["peak_memory_bytes"])
-        limit = rec.memory_budget_bytes or least.get("memory_capacity_bytes")
-        lines.append(
-            f"  the smallest, {_describe(least)}, needs {format_bytes(least['peak_memory_bytes'])}"
-            + (f" > {format_bytes(limit)}" if limit else "")
-            + "; try more GPUs with fsdp-full, a "
-            "smaller batch, or a larger budget."
-        )
-    errors = sorted({r["reason"] for r in rec.rejected if not r.get("reason", "").startswith("needs")})
-    for e in errors[:3]:
-        lines.append(f"  rejected by simdl: {e}")
-    return "\n".join(lines)
-
-
 def recommend(
     model: str,
     *,
@@ -366,12 +224,7 @@ def recommend(
     from .sweep import run_points
     from .whatif import derive_cluster
 
-    if objective not in OBJECTIVES:
-        raise unknown("objective", objective, OBJECTIVES)
-    if price_per_gpu_hour is not None and (isinstance(price_per_gpu_hour, bool) or not price_per_gpu_hour > 0):
-        raise SimdlError(f"--price-per-gpu-hour {price_per_gpu_hour!r} must be a number > 0")
-    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
-        raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
+    _check_arguments(objective, price_per_gpu_hour, gpus)
     budget = parse_memory(memory_budget)
     cluster = cluster or DEFAULT_CLUSTER
     for k in ("strategy", "sharding", "precision", "batch_size", "gpus"):
@@ -395,26 +248,7 @@ def recommend(
     points = list(Grid(axes))
     rows = run_points(points, jobs=jobs, progress=False)
 
-    ranked, rejected = [], []
-    for r in rows:
-        if r.get("error"):
-            rejected.append({**r, "reason": r["error"]})
-            continue
-        limit = min(r["memory_capacity_bytes"], budget or float("inf"))
-        if not r["fits_in_memory"] or r["peak_memory_bytes"] > limit:
-            rejected.append({**r, "reason": f"needs {format_bytes(r['peak_memory_bytes'])} > {format_bytes(limit)}"})
-        else:
-            ranked.append(r)
-    ranked.sort(key=lambda r: (_value(r, objective), _order(r), r["total_time_s"]))
-    tied_with = None
-    if ranked:
-        best = _value(ranked[0], objective)
-        near = [r for r in ranked if _value(r, objective) <= best * (1 + TIE_TOLERANCE)]
-        simplest = min(near, key=lambda r: (_order(r), _value(r, objective)))
-        if simplest is not ranked[0]:
-            tied_with = ranked[0]
-            ranked.remove(simplest)
-            ranked.insert(0, simplest)
+    ranked, rejected, tied_with = rank(rows, budget, objective)
     spec_name = cluster if isinstance(cluster, str) else getattr(cluster, "name", str(cluster))
     rec = Recommendation(
         objective=objective,
@@ -427,7 +261,7 @@ def recommend(
         explanation="",
         price_per_gpu_hour=price_per_gpu_hour,
     )
-    rec.explanation = _explain(rec, tied_with)
+    rec.explanation = explain(rec, tied_with)
     if rec.winner is not None:
         point = {k: rec.winner[k] for k in axes if k in rec.winner}
         kwargs, over = to_call(point)
@@ -435,3 +269,13 @@ def recommend(
             kwargs["cluster"] = derive_cluster(kwargs.get("cluster") or DEFAULT_CLUSTER, **over)
         rec.result = predict(**kwargs)
     return rec
+
+
+def _check_arguments(objective: str, price_per_gpu_hour, gpus) -> None:
+    """The objective is known, the price positive, the GPU count a whole number >= 1 (when given)."""
+    if objective not in OBJECTIVES:
+        raise unknown("objective", objective, OBJECTIVES)
+    if price_per_gpu_hour is not None and (isinstance(price_per_gpu_hour, bool) or not price_per_gpu_hour > 0):
+        raise SimdlError(f"--price-per-gpu-hour {price_per_gpu_hour!r} must be a number > 0")
+    if gpus is not None and (isinstance(gpus, bool) or not isinstance(gpus, int) or gpus < 1):
+        raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")

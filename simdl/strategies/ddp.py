@@ -25,7 +25,7 @@ What PyTorch does (torch/nn/parallel/distributed.py, torch/csrc/distributed/c10d
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..cluster import Cluster
@@ -64,11 +64,18 @@ def bucket_assignment(param_bytes: Sequence[float], first_cap: float, cap: float
     return buckets
 
 
-def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
+@dataclass(frozen=True)
+class _Buckets:
+    """DDP's gradient buckets on one table: their parameters, sizes and the rows they wait for."""
+
+    params: list[list[int]]  # parameter indices per bucket, in launch order
+    nbytes: Sequence[float]  # each bucket's size
+    ready_row: list[int]  # the row whose backward completes the bucket's gradients
+    param_bytes: Sequence[float]  # each parameter's gradient bytes
+
+
+def _buckets(workload: Workload, config: StrategyConfig) -> _Buckets:
     table = workload.table
-    n_rows = table.n_rows
-    world = cluster.gpus
-    groups = {"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")}
     elem = 4  # fp32 gradients: AMP keeps fp32 parameters, so gradients are fp32 too
     p_bytes = [p.numel * elem for p in table.params]
     buckets = bucket_assignment(p_bytes, config.first_bucket_bytes, config.bucket_cap_bytes)
@@ -76,8 +83,14 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     # A bucket is ready after the backward of the earliest-in-forward row owning one of its
     # parameters (backward runs rows in reverse).
     ready_row = [min(first_row[i] for i in b) for b in buckets]
-    bucket_bytes = [sum(p_bytes[i] for i in b) for b in buckets]
+    return _Buckets(buckets, [sum(p_bytes[i] for i in b) for b in buckets], ready_row, p_bytes)
 
+
+def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> SpmdPlan:
+    table = workload.table
+    world = cluster.gpus
+    groups = {"world": Group("world", world, "world" if cluster.nodes > 1 else "intra")}
+    bk = _buckets(workload, config)
     tasks: list[Task] = []
 
     def add(task: Task) -> int:
@@ -88,80 +101,12 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
     last_compute: tuple[int, ...] = ()
     for micro in range(workload.grad_accumulation):
         sync = micro == workload.grad_accumulation - 1
-        deps = last_compute
-        if communicate and config.broadcast_buffers and table.buffer_bytes > 0:
-            b = add(
-                Task(
-                    "broadcast_buffers",
-                    COMM,
-                    "comm",
-                    deps=deps,
-                    collective="broadcast",
-                    comm_bytes=float(table.buffer_bytes),
-                    group="world",
-                )
-            )
-            deps = deps + (b,)
-        fwd = add(Task("forward", COMPUTE, "fwd", deps=deps, rows=(0, n_rows), direction="fwd"))
-        if not (sync and communicate):
-            pre = add_recompute(workload, add, (fwd,), 0, n_rows)
-            last_compute = (add(Task("backward", COMPUTE, "bwd", deps=pre, rows=(0, n_rows), direction="bwd")),)
-            continue
-        # Split backward where buckets become ready, latest-ready boundary first.
-        boundaries = sorted(set(ready_row), reverse=True)
-        stop = n_rows
-        prev = fwd
-        ar: list[int] = []
-        for start in boundaries:
-            pre = add_recompute(workload, add, (prev,), start, stop)
-            prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(start, stop), direction="bwd"))
-            # Reducer::mark_variable_ready_dense writes each gradient into its bucket as it
-            # is ready (one kernel per parameter, with or without the view: module docstring);
-            # a full bucket is all-reduced at once.
-            for k, (row, nbytes) in enumerate(zip(ready_row, bucket_bytes)):
-                if row != start:
-                    continue
-                prev = add(
-                    Task(
-                        f"bucket_copy_in:bucket{k}",
-                        COMPUTE,
-                        "bwd",
-                        deps=(prev,),
-                        bytes=2.0 * nbytes,
-                        kernels=len(buckets[k]),
-                    )
-                )
-                ar.append(
-                    add(
-                        Task(
-                            f"all_reduce:bucket{k}",
-                            COMM,
-                            "comm",
-                            deps=(prev,),
-                            collective="all_reduce",
-                            comm_bytes=nbytes,
-                            group="world",
-                        )
-                    )
-                )
-            stop = start
-        if stop > 0:
-            pre = add_recompute(workload, add, (prev,), 0, stop)
-            prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=pre, rows=(0, stop), direction="bwd"))
-        last_bwd = prev
-        # finalize_bucket_dense: copy_bucket_to_grad per parameter, or nothing under the view
-        # (the task stays as the point where the optimizer waits for the last all-reduce).
-        out_bytes, out_kernels = (0.0, 0) if config.gradient_as_bucket_view else (2.0 * sum(bucket_bytes), len(p_bytes))
-        copy = add(
-            Task("bucket_copy_out", COMPUTE, "bwd", deps=(last_bwd, ar[-1]), bytes=out_bytes, kernels=out_kernels)
-        )
-        last_compute = (copy,)
-    opt = add(
+        last_compute = _micro_step(workload, config, bk, add, last_compute, communicate, sync)
+    add(
         optimizer_task(
             workload.optimizer, workload.param_bytes, len(table.params), last_compute, foreach=uses_foreach(cluster)
         )
     )
-    del opt
     return SpmdPlan(
         strategy="ddp",
         family="ddp",
@@ -170,12 +115,105 @@ def build_plan(workload: Workload, cluster: Cluster, config: StrategyConfig) -> 
         world_size=world,
         data_parallel=world,
         facts=DDPFacts(
-            buckets=len(buckets),
+            buckets=len(bk.params),
             gradient_as_bucket_view=config.gradient_as_bucket_view,
-            bucket_bytes=tuple(bucket_bytes),
-            comm_buffer_bytes=sum(bucket_bytes) if communicate else 0.0,
+            bucket_bytes=tuple(bk.nbytes),
+            comm_buffer_bytes=sum(bk.nbytes) if communicate else 0.0,
         ),
     )
+
+
+def _micro_step(
+    workload: Workload,
+    config: StrategyConfig,
+    bk: _Buckets,
+    add: Callable[[Task], int],
+    after: tuple[int, ...],
+    communicate: bool,
+    sync: bool,
+) -> tuple[int, ...]:
+    """One micro-step's forward and backward after the tasks ``after``; its last compute task.
+    Only the step that synchronises (the last; no_sync() before it) reduces gradients."""
+    table = workload.table
+    n_rows = table.n_rows
+    deps = after
+    if communicate and config.broadcast_buffers and table.buffer_bytes > 0:
+        b = add(
+            Task(
+                "broadcast_buffers",
+                COMM,
+                "comm",
+                deps=deps,
+                collective="broadcast",
+                comm_bytes=float(table.buffer_bytes),
+                group="world",
+            )
+        )
+        deps = deps + (b,)
+    fwd = add(Task("forward", COMPUTE, "fwd", deps=deps, rows=(0, n_rows), direction="fwd"))
+    if not (sync and communicate):
+        pre = add_recompute(workload, add, (fwd,), 0, n_rows)
+        return (add(Task("backward", COMPUTE, "bwd", deps=pre, rows=(0, n_rows), direction="bwd")),)
+    return (_reducing_backward(workload, config, bk, add, fwd),)
+
+
+def _reducing_backward(
+    workload: Workload, config: StrategyConfig, bk: _Buckets, add: Callable[[Task], int], fwd: int
+) -> int:
+    """Backward split where buckets become ready (latest-ready boundary first), each bucket
+    all-reduced once full; then the copy out of the buckets, the task returned."""
+    stop = workload.table.n_rows
+    prev = fwd
+    ar: list[int] = []
+    for start in sorted(set(bk.ready_row), reverse=True):
+        pre = add_recompute(workload, add, (prev,), start, stop)
+        prev = add(Task(f"backward[{start}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(start, stop), direction="bwd"))
+        for k, row in enumerate(bk.ready_row):
+            if row == start:
+                prev = _reduce_bucket(bk, add, k, prev, ar)
+        stop = start
+    if stop > 0:
+        pre = add_recompute(workload, add, (prev,), 0, stop)
+        prev = add(Task(f"backward[0:{stop}]", COMPUTE, "bwd", deps=pre, rows=(0, stop), direction="bwd"))
+    # finalize_bucket_dense: copy_bucket_to_grad per parameter, or nothing under the view
+    # (the task stays as the point where the optimizer waits for the last all-reduce).
+    if config.gradient_as_bucket_view:
+        out_bytes, out_kernels = 0.0, 0
+    else:
+        out_bytes, out_kernels = 2.0 * sum(bk.nbytes), len(bk.param_bytes)
+    return add(Task("bucket_copy_out", COMPUTE, "bwd", deps=(prev, ar[-1]), bytes=out_bytes, kernels=out_kernels))
+
+
+def _reduce_bucket(bk: _Buckets, add: Callable[[Task], int], k: int, prev: int, ar: list[int]) -> int:
+    """Bucket ``k``'s copy in after task ``prev`` (the compute task returned) and its all-reduce
+    (appended to ``ar``). Reducer::mark_variable_ready_dense writes each gradient into its bucket
+    as it is ready (one kernel per parameter, with or without the view: module docstring); a
+    full bucket is all-reduced at once."""
+    nbytes = bk.nbytes[k]
+    prev = add(
+        Task(
+            f"bucket_copy_in:bucket{k}",
+            COMPUTE,
+            "bwd",
+            deps=(prev,),
+            bytes=2.0 * nbytes,
+            kernels=len(bk.params[k]),
+        )
+    )
+    ar.append(
+        add(
+            Task(
+                f"all_reduce:bucket{k}",
+                COMM,
+                "comm",
+                deps=(prev,),
+                collective="all_reduce",
+                comm_bytes=nbytes,
+                group="world",
+            )
+        )
+    )
+    return prev
 
 
 def _echo(config, plan) -> dict:

@@ -16,165 +16,36 @@ from __future__ import annotations
 
 import json
 import math
-import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import SimdlError
+from .zero_config_keys import ALIASES, KNOWN_TOP, READ_TOP, ZERO_KNOWN
+from .zero_config_values import (
+    UNKNOWN,
+    DeepSpeedConfigWarning,
+    bool_value,
+    int_value,
+    offload_device,
+    optimizer_kind,
+    precision_setting,
+    unknown_keys,
+)
 
-# What simdl reads (the rest of DeepSpeed's keys are accepted and listed as not modelled).
-_READ_TOP = (
-    "zero_optimization",
-    "fp16",
-    "bf16",
-    "bfloat16",
-    "train_micro_batch_size_per_gpu",
-    "gradient_accumulation_steps",
-    "gradient_clipping",
-    "train_batch_size",
-    "optimizer",
-)
-# runtime/constants.py and runtime/config.py, 0.16.5: top-level keys DeepSpeed reads.
-_KNOWN_TOP = frozenset(
-    _READ_TOP
-    + (
-        "scheduler",
-        "zero_allow_untested_optimizer",
-        "zero_force_ds_cpu_optimizer",
-        "steps_per_print",
-        "sparse_gradients",
-        "amp",
-        "graph_harvesting",
-        "communication_data_type",
-        "seq_parallel_communication_data_type",
-        "prescale_gradients",
-        "gradient_predivide_factor",
-        "disable_allgather",
-        "dump_state",
-        "wall_clock_breakdown",
-        "memory_breakdown",
-        "eigenvalue",
-        "progressive_layer_drop",
-        "checkpoint",
-        "data_types",
-        "dataloader_drop_last",
-        "sparse_attention",
-        "activation_checkpointing",
-        "flops_profiler",
-        "tensorboard",
-        "wandb",
-        "csv_monitor",
-        "comms_logger",
-        "monitor_config",
-        "elasticity",
-        "aio",
-        "autotuning",
-        "compression_training",
-        "data_efficiency",
-        "pipeline",
-        "curriculum_learning",
-        "quantize_training",
-        "nebula",
-        "hybrid_engine",
-        "compile",
-        "timers",
-        "weight_quantization",
-        "zero_quantized_weights",
-        "use_data_before_expert_parallelism",
-        "torch_autocast",
-    )
-)
-_ZERO_READ = (
-    "stage",
+__all__ = ["DSConfig", "DeepSpeedConfigWarning", "apply_ds_config", "read_ds_config"]
+
+# The integer sizes of zero_optimization simdl reads, under DeepSpeed's names and aliases.
+_SIZE_KEYS = (
     "reduce_bucket_size",
     "allgather_bucket_size",
-    "overlap_comm",
-    "contiguous_gradients",
     "stage3_prefetch_bucket_size",
     "stage3_param_persistence_threshold",
     "stage3_max_live_parameters",
-    "offload_optimizer",
-    "offload_param",
+    "prefetch_bucket_size",
+    "param_persistence_threshold",
+    "max_live_parameters",
 )
-# runtime/zero/config.py DeepSpeedZeroConfig fields (and aliases), 0.16.5.
-_ZERO_KNOWN = frozenset(
-    _ZERO_READ
-    + (
-        "reduce_scatter",
-        "use_multi_rank_bucket_allreduce",
-        "allgather_partitions",
-        "load_from_fp32_weights",
-        "elastic_checkpoint",
-        "sub_group_size",
-        "cpu_offload_param",
-        "cpu_offload_use_pin_memory",
-        "cpu_offload",
-        "stage3_model_persistence_threshold",
-        "stage3_max_reuse_distance",
-        "stage3_gather_16bit_weights_on_model_save",
-        "stage3_module_granularity_threshold",
-        "stage3_use_all_reduce_for_fetch_params",
-        "stage3_gather_fp16_weights_on_model_save",
-        "ignore_unused_parameters",
-        "legacy_stage1",
-        "round_robin_gradients",
-        "zero_hpz_partition_size",
-        "zero_quantized_weights",
-        "zero_quantized_nontrainable_weights",
-        "zero_quantized_gradients",
-        "zeropp_loco_param",
-        "mics_shard_size",
-        "mics_hierarchical_params_gather",
-        "memory_efficient_linear",
-        "pipeline_loading_checkpoint",
-        "override_module_apply",
-        "log_trace_cache_warnings",
-        "prefetch_bucket_size",
-        "param_persistence_threshold",
-        "max_live_parameters",
-    )
-)
-_ALIASES = {
-    "prefetch_bucket_size": "stage3_prefetch_bucket_size",
-    "param_persistence_threshold": "stage3_param_persistence_threshold",
-    "max_live_parameters": "stage3_max_live_parameters",
-}
-_OFFLOAD_KNOWN = frozenset(
-    (
-        "device",
-        "nvme_path",
-        "buffer_count",
-        "buffer_size",
-        "max_in_cpu",
-        "pin_memory",
-        "pipeline_read",
-        "pipeline_write",
-        "fast_init",
-        "ratio",
-    )
-)
-_PRECISION_KNOWN = frozenset(
-    (
-        "enabled",
-        "loss_scale",
-        "auto_cast",
-        "initial_scale_power",
-        "loss_scale_window",
-        "hysteresis",
-        "consecutive_hysteresis",
-        "min_loss_scale",
-        "fp16_master_weights_and_grads",
-        "immediate_grad_update",
-        "type",
-    )
-)
-# DeepSpeed optimizer types (runtime/config.py DEEPSPEED_OPTIMIZERS) simdl prices as Adam.
-_ADAM_TYPES = ("adam", "adamw", "fusedadam", "cpuadam", "onebitadam", "zerooneadam")
-
-
-class DeepSpeedConfigWarning(UserWarning):
-    """A ds_config.json key DeepSpeed does not know."""
 
 
 @dataclass(frozen=True)
@@ -228,6 +99,47 @@ class DSConfig:
 def read_ds_config(path: str | Path) -> DSConfig:
     """Parse and check one ds_config.json (see the module docstring)."""
     where = str(path)
+    raw = _load(path, where)
+    notes: list[str] = []
+    UNKNOWN.clear()
+    unknown_keys(raw, KNOWN_TOP, where, "")
+    ignored = sorted(k for k in raw if k in KNOWN_TOP and k not in READ_TOP)
+    if ignored:
+        notes.append(f"DeepSpeed keys read but not modelled: {', '.join(ignored)}")
+    zero = raw.get("zero_optimization", {})
+    if isinstance(zero, bool):  # the deprecated form: "zero_optimization": true means stage 1
+        zero = {"stage": 1 if zero else 0}
+    if not isinstance(zero, dict):
+        raise SimdlError(f"{where}: zero_optimization must be an object, got {zero!r}")
+    unknown_keys(zero, ZERO_KNOWN, where, "zero_optimization.")
+    stage = int_value(zero, "stage", where, "zero_optimization.", 0)
+    if stage not in (0, 1, 2, 3):
+        raise SimdlError(f"{where}: zero_optimization.stage {stage!r} is not a ZeRO stage; accepted: 0, 1, 2, 3")
+    opts = _zero_options(zero, stage, where)
+    _clipping(raw, where, opts)
+    precision = precision_setting(raw, where)
+    optimizer = optimizer_kind(raw, where, notes)
+    block = raw.get("optimizer") or {}
+    params = block["params"] if isinstance(block.get("params"), dict) else {}
+    if block.get("type", "").lower() in ("adam", "adamw") and not params.get("torch_adam", False):
+        opts["fused_adam"] = True  # engine.py _configure_basic_optimizer: FusedAdam (DeepSpeedCPUAdam if offloaded)
+    if UNKNOWN:
+        notes.append(f"not DeepSpeed keys, ignored: {', '.join(UNKNOWN)}")
+    return DSConfig(
+        path=where,
+        strategy=f"zero{stage}",
+        options=opts,
+        batch_size=int_value(raw, "train_micro_batch_size_per_gpu", where, "", None, minimum=1),
+        grad_accumulation=int_value(raw, "gradient_accumulation_steps", where, "", None, minimum=1),
+        train_batch_size=int_value(raw, "train_batch_size", where, "", None, minimum=1),
+        precision=precision,
+        optimizer=optimizer,
+        notes=tuple(notes),
+    )
+
+
+def _load(path: str | Path, where: str) -> dict:
+    """The file's JSON object; a file that cannot be read, is not UTF-8 or not a JSON object is refused."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as err:
@@ -244,41 +156,22 @@ def read_ds_config(path: str | Path) -> DSConfig:
         ) from None
     if not isinstance(raw, dict):
         raise SimdlError(f"--deepspeed-config {where}: must be a JSON object, got {type(raw).__name__}")
-    notes: list[str] = []
-    _UNKNOWN.clear()
-    _unknown(raw, _KNOWN_TOP, where, "")
-    ignored = sorted(k for k in raw if k in _KNOWN_TOP and k not in _READ_TOP)
-    if ignored:
-        notes.append(f"DeepSpeed keys read but not modelled: {', '.join(ignored)}")
-    zero = raw.get("zero_optimization", {})
-    if isinstance(zero, bool):  # the deprecated form: "zero_optimization": true means stage 1
-        zero = {"stage": 1 if zero else 0}
-    if not isinstance(zero, dict):
-        raise SimdlError(f"{where}: zero_optimization must be an object, got {zero!r}")
-    _unknown(zero, _ZERO_KNOWN, where, "zero_optimization.")
-    stage = _int(zero, "stage", where, "zero_optimization.", 0)
-    if stage not in (0, 1, 2, 3):
-        raise SimdlError(f"{where}: zero_optimization.stage {stage!r} is not a ZeRO stage; accepted: 0, 1, 2, 3")
+    return raw
+
+
+def _zero_options(zero: dict, stage: int, where: str) -> dict[str, Any]:
+    """The zero family's predict keywords that zero_optimization sets at this stage."""
     opts: dict[str, Any] = {}
-    for key in (
-        "reduce_bucket_size",
-        "allgather_bucket_size",
-        "stage3_prefetch_bucket_size",
-        "stage3_param_persistence_threshold",
-        "stage3_max_live_parameters",
-        "prefetch_bucket_size",
-        "param_persistence_threshold",
-        "max_live_parameters",
-    ):
-        v = _int(zero, key, where, "zero_optimization.", None, minimum=0)
-        if v is not None and (stage == 3 or not _ALIASES.get(key, key).startswith("stage3_")):
-            opts[_ALIASES.get(key, key)] = v
+    for key in _SIZE_KEYS:
+        v = int_value(zero, key, where, "zero_optimization.", None, minimum=0)
+        if v is not None and (stage == 3 or not ALIASES.get(key, key).startswith("stage3_")):
+            opts[ALIASES.get(key, key)] = v
     for key in ("overlap_comm", "contiguous_gradients"):
-        v = _bool(zero, key, where, "zero_optimization.")
+        v = bool_value(zero, key, where, "zero_optimization.")
         if v is not None:
             opts[key] = v
     for key in ("offload_optimizer", "offload_param"):
-        device = _offload(zero, key, where)
+        device = offload_device(zero, key, where)
         if device == "cpu" and (stage == 0 or (key == "offload_param" and stage != 3)):
             raise SimdlError(
                 f"{where}: zero_optimization.{key} needs ZeRO stage {'3' if key == 'offload_param' else '1-3'}; "
@@ -288,126 +181,21 @@ def read_ds_config(path: str | Path) -> DSConfig:
             opts[key] = "cpu"
     # Deprecated booleans (config.py: cpu_offload -> offload_optimizer, cpu_offload_param -> offload_param).
     for old, new in (("cpu_offload", "offload_optimizer"), ("cpu_offload_param", "offload_param")):
-        if _bool(zero, old, where, "zero_optimization.") and new not in opts:
+        if bool_value(zero, old, where, "zero_optimization.") and new not in opts:
             if stage == 0 or (new == "offload_param" and stage != 3):
                 raise SimdlError(f"{where}: zero_optimization.{old} needs a higher ZeRO stage than {stage}")
             opts[new] = "cpu"
+    return opts
+
+
+def _clipping(raw: dict, where: str, opts: dict[str, Any]) -> None:
+    """gradient_clipping into ``opts`` when above 0 (DeepSpeed's default 0 clips nothing: runtime/constants.py)."""
     clip = raw.get("gradient_clipping")
     if clip is not None and clip != "auto":
         if isinstance(clip, bool) or not isinstance(clip, (int, float)) or not math.isfinite(clip) or clip < 0:
             raise SimdlError(f"{where}: gradient_clipping {clip!r} must be a number >= 0")
         if clip > 0:
             opts["gradient_clipping"] = float(clip)
-    precision = _precision(raw, where)
-    optimizer = _optimizer(raw, where, notes)
-    block = raw.get("optimizer") or {}
-    params = block["params"] if isinstance(block.get("params"), dict) else {}
-    if block.get("type", "").lower() in ("adam", "adamw") and not params.get("torch_adam", False):
-        opts["fused_adam"] = True  # engine.py _configure_basic_optimizer: FusedAdam (DeepSpeedCPUAdam if offloaded)
-    if _UNKNOWN:
-        notes.append(f"not DeepSpeed keys, ignored: {', '.join(_UNKNOWN)}")
-    return DSConfig(
-        path=where,
-        strategy=f"zero{stage}",
-        options=opts,
-        batch_size=_int(raw, "train_micro_batch_size_per_gpu", where, "", None, minimum=1),
-        grad_accumulation=_int(raw, "gradient_accumulation_steps", where, "", None, minimum=1),
-        train_batch_size=_int(raw, "train_batch_size", where, "", None, minimum=1),
-        precision=precision,
-        optimizer=optimizer,
-        notes=tuple(notes),
-    )
-
-
-_UNKNOWN: list[str] = []  # the keys the current read_ds_config call warned about
-
-
-def _unknown(block: dict, known: frozenset, where: str, prefix: str) -> None:
-    for key in block:
-        if key not in known:
-            _UNKNOWN.append(f"{prefix}{key}")
-            warnings.warn(
-                f"{where}: {prefix}{key} is not a DeepSpeed 0.16.5 key; ignored", DeepSpeedConfigWarning, stacklevel=3
-            )
-
-
-def _int(block: dict, key: str, where: str, prefix: str, default, minimum: int | None = None):
-    v = block.get(key, default)
-    if v is None or v == "auto":
-        return default
-    # JSON writes 5e8 as a float; pydantic's int field takes a float with no fraction (config.py pp_int).
-    if isinstance(v, float) and math.isfinite(v) and v == int(v):
-        v = int(v)
-    if isinstance(v, bool) or not isinstance(v, int):
-        raise SimdlError(f"{where}: {prefix}{key} {v!r} must be an integer")
-    if minimum is not None and v < minimum:
-        raise SimdlError(f"{where}: {prefix}{key} {v!r} must be >= {minimum}")
-    return v
-
-
-def _bool(block: dict, key: str, where: str, prefix: str):
-    v = block.get(key)
-    if v is None or v == "auto":
-        return None
-    if not isinstance(v, bool):
-        raise SimdlError(f"{where}: {prefix}{key} {v!r} must be true or false")
-    return v
-
-
-def _offload(zero: dict, key: str, where: str) -> str:
-    block = zero.get(key)
-    if block is None:
-        return "none"
-    if not isinstance(block, dict):
-        raise SimdlError(f"{where}: zero_optimization.{key} must be an object with a 'device', got {block!r}")
-    _unknown(block, _OFFLOAD_KNOWN, where, f"zero_optimization.{key}.")
-    device = block.get("device", "none")  # offload_config.py: device = "none"
-    if device not in ("none", "cpu"):
-        hint = " (NVMe offload is not modelled)" if device == "nvme" else ""
-        raise SimdlError(
-            f"{where}: zero_optimization.{key}.device {device!r} is not accepted{hint}; accepted: none, cpu"
-        )
-    return device
-
-
-def _precision(raw: dict, where: str) -> str | None:
-    enabled = {}
-    for key in ("fp16", "bf16", "bfloat16"):
-        block = raw.get(key)
-        if block is None:
-            continue
-        if not isinstance(block, dict):
-            raise SimdlError(f'{where}: {key} must be an object like {{"enabled": true}}, got {block!r}')
-        _unknown(block, _PRECISION_KNOWN, where, f"{key}.")
-        on = block.get("enabled", False)  # constants.py FP16_ENABLED_DEFAULT / BFLOAT16_ENABLED_DEFAULT = False
-        if on == "auto":
-            continue
-        if not isinstance(on, bool):
-            raise SimdlError(f"{where}: {key}.enabled {on!r} must be true or false")
-        enabled["bf16" if key == "bfloat16" else key] = on
-    if enabled.get("fp16") and enabled.get("bf16"):
-        raise SimdlError(f"{where}: fp16 and bf16 are both enabled; DeepSpeed accepts one of them")
-    if enabled.get("fp16"):
-        return "fp16-amp"
-    if enabled.get("bf16"):
-        return "bf16"
-    return "fp32" if enabled else None
-
-
-def _optimizer(raw: dict, where: str, notes: list[str]) -> str | None:
-    block = raw.get("optimizer")
-    if block is None:
-        return None
-    if not isinstance(block, dict) or not isinstance(block.get("type"), str):
-        raise SimdlError(f"{where}: optimizer must be an object with a string 'type', got {block!r}")
-    kind = block["type"].lower()
-    if kind in _ADAM_TYPES:
-        return "adam"
-    if kind == "sgd":
-        params = block.get("params") or {}
-        return "momentum" if isinstance(params, dict) and params.get("momentum", 0) else "sgd"
-    notes.append(f"optimizer type {block['type']!r} is not modelled; simdl's optimizer is used")
-    return None
 
 
 def apply_ds_config(

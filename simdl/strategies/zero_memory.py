@@ -21,6 +21,7 @@ each row's gradient as backward produces it, in the model's dtype) and adds the 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -134,6 +135,17 @@ def zero_timeline(workload: Workload, plan, options):
     return _timeline(*key, options, f)
 
 
+@dataclass(frozen=True)
+class _Anchors:
+    """Where in a step's event order ZeRO's buffers appear and go: (position, direction, row, edge)."""
+
+    backward_start: tuple
+    epilogue: tuple  # after the last backward row
+    first_reduce: tuple  # when the first bucket is reduced (the epilogue without buckets)
+    step_start: tuple
+    step_end: tuple
+
+
 @lru_cache(maxsize=2048)
 def _timeline(table, batch, optimizer, precision, opts, f):
     from ..memory import timeline as T
@@ -149,8 +161,6 @@ def _timeline(table, batch, optimizer, precision, opts, f):
     T._row_events(
         ev, table, batch, T._act_factor(wl), False, opts.activation_checkpointing, e / 4.0, opts.conv_backward_scratch
     )
-    bstart, epi = (1.5 + n, T.BWD, n - 1, 0), (pb(0) + 0.99, T.BWD, 0, 1)
-    step_a, step_end = (3.0 + 2 * n + 0.2, T.STEP, -1, 0), (3.0 + 2 * n + 0.95, T.STEP, -1, 1)
 
     def at(where, delta, cat, label, eps=0.0):
         pos, d, row, edge = where
@@ -159,35 +169,63 @@ def _timeline(table, batch, optimizer, precision, opts, f):
     def b_post(row):
         return (pb(tree.post_pos[tree.first_leaf[row]]) + 0.96, T.BWD, int(tree.first_leaf[row]), 1)
 
+    epi = (pb(0) + 0.99, T.BWD, 0, 1)
+    anchors = _Anchors(
+        backward_start=(1.5 + n, T.BWD, n - 1, 0),
+        epilogue=epi,
+        first_reduce=b_post(max(f.bucket_ready_rows)) if f.bucket_ready_rows else epi,
+        step_start=(3.0 + 2 * n + 0.2, T.STEP, -1, 0),
+        step_end=(3.0 + 2 * n + 0.95, T.STEP, -1, 1),
+    )
     base = np.zeros(len(T.CATEGORIES))
     base[T.PARAMS] = table.buffer_bytes
     numels = [int(p.numel) for p in table.params]
     first_row = first_row_of_params(table)
-    grads_total = float(table.param_bytes) * e / 4.0
-    ready = f.bucket_ready_rows
-    first_reduce = b_post(max(ready)) if ready else epi
+    _buffer_events(at, b_post, base, f, anchors)
+    _gradient_frees(ev, at, b_post, table, tree, pb, f, anchors)
+    if f.stage == 3:
+        _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e)
+    if optimizer == "adam" and not f.cpu_offload and not f.fused_adam:  # foreach Adam's sqrt scratch
+        local = 4.0 * sum(numels) / (f.world if f.stage >= 1 or precision == "bf16" else 1)
+        at(anchors.step_start, local, "optimizer", "adam sqrt scratch", 0.1)
+        at(anchors.step_start, -local, "optimizer", "adam sqrt scratch", 0.3)
+    return ev.build(base, np.zeros(len(T.CATEGORIES)))
+
+
+def _buffer_events(at, b_post, base, f, anchors: _Anchors) -> None:
+    """Each ZeRO buffer over its life: held with the model (into ``base``), or allocated and
+    freed at the anchors of its life."""
     for buf in f.buffers:
         if buf.life == "model":
             base[_CAT[buf.category]] += buf.bytes
         elif buf.life == "backward":
-            at(bstart, buf.bytes, buf.category, buf.name, -0.01)
-            at(epi, -buf.bytes, buf.category, buf.name, 0.008)
+            at(anchors.backward_start, buf.bytes, buf.category, buf.name, -0.01)
+            at(anchors.epilogue, -buf.bytes, buf.category, buf.name, 0.008)
         elif buf.life == "first_reduce":
             # reduce_ipg_grads copies into the partition after average_tensor has freed its flat copy
-            at(first_reduce, buf.bytes, buf.category, buf.name, 0.016)
-            at(step_end, -buf.bytes, buf.category, buf.name, 0.01)
+            at(anchors.first_reduce, buf.bytes, buf.category, buf.name, 0.016)
+            at(anchors.step_end, -buf.bytes, buf.category, buf.name, 0.01)
         elif buf.life == "step":
-            at(step_a, buf.bytes, buf.category, buf.name, -0.05)
-            at(step_end, -buf.bytes, buf.category, buf.name, -0.02)
+            at(anchors.step_start, buf.bytes, buf.category, buf.name, -0.05)
+            at(anchors.step_end, -buf.bytes, buf.category, buf.name, -0.02)
         elif buf.life == "reduce_each":  # while each bucket is reduced
-            for r in ready:
-                at(b_post(r) if f.stage >= 2 else epi, buf.bytes, buf.category, buf.name, 0.012)
-                at(b_post(r) if f.stage >= 2 else epi, -buf.bytes, buf.category, buf.name, 0.014)
+            for r in f.bucket_ready_rows:
+                where = b_post(r) if f.stage >= 2 else anchors.epilogue
+                at(where, buf.bytes, buf.category, buf.name, 0.012)
+                at(where, -buf.bytes, buf.category, buf.name, 0.014)
         elif buf.life == "reduce":  # stage 0: one flattened bucket at a time, after backward
-            at(epi, buf.bytes, buf.category, buf.name, 0.003)
-            at(epi, -buf.bytes, buf.category, buf.name, 0.006)
-    # Row gradients (allocated by the row events): stages 2-3 free each bucket's once it is
-    # reduced; stage 1 in the epilogue (zero_grad(set_to_none=True)); stage 0 at zero_grad.
+            at(anchors.epilogue, buf.bytes, buf.category, buf.name, 0.003)
+            at(anchors.epilogue, -buf.bytes, buf.category, buf.name, 0.006)
+
+
+def _gradient_frees(ev, at, b_post, table, tree, pb, f, anchors: _Anchors) -> None:
+    """When the row gradients (allocated by the row events) are freed: stages 2-3 free each
+    bucket's once it is reduced; stage 1 in the epilogue (zero_grad(set_to_none=True)); stage 0
+    at zero_grad."""
+    from ..memory import timeline as T
+
+    e = f.elem_bytes
+    grads_total = float(table.param_bytes) * e / 4.0
     if f.stage >= 2 and f.contiguous_gradients:
         # The backward hook copies each gradient into the ipg bucket and points .grad at the copy
         # (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads, stage3.py
@@ -204,19 +242,12 @@ def _timeline(table, batch, optimizer, precision, opts, f):
         )
     elif f.stage >= 2 and f.buckets:
         bucket_bytes = np.asarray(f.bucket_elements, float) * e
-        for r, nb in zip(ready, bucket_bytes):
+        for r, nb in zip(f.bucket_ready_rows, bucket_bytes):
             at(b_post(r), -nb, "grads", "gradients reduced into the partition", 0.02)
     elif f.stage == 1:
-        at(epi, -grads_total, "grads", "gradients (epilogue zero_grad)", 0.007)
+        at(anchors.epilogue, -grads_total, "grads", "gradients (epilogue zero_grad)", 0.007)
     else:
-        at(step_end, -grads_total, "grads", "zero_grad", 0.03)
-    if f.stage == 3:
-        _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e)
-    if optimizer == "adam" and not f.cpu_offload and not f.fused_adam:  # foreach Adam's sqrt scratch
-        local = 4.0 * sum(numels) / (f.world if f.stage >= 1 or precision == "bf16" else 1)
-        at(step_a, local, "optimizer", "adam sqrt scratch", 0.1)
-        at(step_a, -local, "optimizer", "adam sqrt scratch", 0.3)
-    return ev.build(base, np.zeros(len(T.CATEGORIES)))
+        at(anchors.step_end, -grads_total, "grads", "zero_grad", 0.03)
 
 
 def _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e) -> None:
