@@ -34,6 +34,7 @@ from ..errors import SimdlError
 from .options import check_fields
 from .plan import PlanFacts
 from .registry import PredictKey, StrategySpec, register
+from .zero_config_keys import ZERO_READ
 
 Offload = Literal["none", "cpu"]
 
@@ -186,19 +187,9 @@ def _echo(config, plan) -> dict:
     return out
 
 
-_OWN = (
-    "reduce_bucket_size",
-    "allgather_bucket_size",
-    "overlap_comm",
-    "contiguous_gradients",
-    "stage3_prefetch_bucket_size",
-    "stage3_param_persistence_threshold",
-    "stage3_max_live_parameters",
-    "offload_optimizer",
-    "offload_param",
-    "gradient_clipping",
-    "fused_adam",
-)
+# The stage's keywords: the zero_optimization keys simdl reads (the stage itself is the
+# strategy's name), the top-level gradient_clipping, and whether the step is FusedAdam.
+_OWN = tuple(k for k in ZERO_READ if k != "stage") + ("gradient_clipping", "fused_adam")
 _NAMES = ("zero0", "zero1", "zero2", "zero3")
 _REASON = "DeepSpeed 0.16.5's default (deepspeed/runtime/zero/config.py)"
 

@@ -21,11 +21,11 @@ def _peak(table, batch=8):
     return tl.peak()[0], tl
 
 
-def _with_working(table, row: int, per_sample: float):
+def _with_working(table, row: int, per_sample: float, column: str = "bwd_working_bytes"):
     col = np.zeros(table.n_rows)
     col[row] = per_sample
-    ps = dict(table.per_sample, bwd_working_bytes=col)
-    fx = dict(table.fixed, bwd_working_bytes=np.zeros(table.n_rows))
+    ps = dict(table.per_sample, **{column: col})
+    fx = dict(table.fixed, **{column: np.zeros(table.n_rows)})
     return replace(table, per_sample=ps, fixed=fx)
 
 
@@ -49,19 +49,11 @@ def test_a_large_working_set_is_live_during_the_rows_backward_and_freed_after():
     assert len(labels) == 2
 
 
-def _with_forward_working(table, row: int, per_sample: float):
-    col = np.zeros(table.n_rows)
-    col[row] = per_sample
-    ps = dict(table.per_sample, fwd_working_bytes=col)
-    fx = dict(table.fixed, fwd_working_bytes=np.zeros(table.n_rows))
-    return replace(table, per_sample=ps, fixed=fx)
-
-
 def test_forward_temporaries_are_live_during_the_rows_forward_and_freed_after():
     t = load_workload("resnet50", "cifar10")
     base, tl0 = _peak(t)
     huge = 4 * base / 8  # per sample, batch 8: four times the old peak
-    peak, tl = _peak(_with_forward_working(t, 5, huge))
+    peak, tl = _peak(_with_working(t, 5, huge, "fwd_working_bytes"))
     assert peak > 3 * base
     assert tl.total()[-1] == tl0.total()[-1]
     assert [lab for lab in tl.labels if lab == "forward temporaries"] == ["forward temporaries"] * 2
