@@ -1,14 +1,80 @@
 """The collective sections of a calibrated profile: the intra-node link and collective
-efficiencies from the collectives stage's joint alpha-beta fit, and the inter-node ones from
-its one-rank-per-node groups."""
+efficiencies from the collectives stage's joint alpha-beta fit, the size-regime curves of the
+node and of its subgroups, and the inter-node efficiencies from its one-rank-per-node groups."""
 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 from ..cluster.spec import load_cluster
-from .profile_parts import _regimes_section, _subgroup_sections, _val
+from . import fit as F
+from .profile_parts import _val
+
+
+def _regimes_section(per: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any] | None:
+    """``efficiency.collective_regimes_intra`` from the per-collective regime fits (the
+    collectives DDP and FSDP call), with their fit quality and held-out errors in the source."""
+    fits = {c: v["regimes"] for c, v in sorted(per.items()) if c in F.PROFILE_COLLECTIVES and v.get("regimes")}
+    if not fits:
+        return None
+    v0 = next(iter(fits.values()))
+    n = next(iter(per.values()))["group_size"]
+    lo = min(per[c]["bytes_range"][0] for c in fits)
+    hi = max(per[c]["bytes_range"][1] for c in fits)
+    quality = "; ".join(
+        f"{c}: {r['n_regimes']} regime(s), fit median |err| {r['quality']['median_abs_rel_error']:.3f}"
+        + (
+            f", held-out sizes {r['held_out']['within_10pct']}/{r['held_out']['n']} within 10 % (median "
+            f"{r['held_out']['median_abs_rel_error']:.3f}, max {r['held_out']['max_abs_rel_error']:.3f})"
+            if r.get("held_out")
+            else ""
+        )
+        for c, r in fits.items()
+    )
+    source = (
+        f"{tag}: {prov['backend']} {', '.join(fits)} at {n} ranks, {lo}-{hi} B, {v0['passes']} pass(es); "
+        "a size's time is the 25th percentile of its chunks; piecewise ring alpha-beta fitted per collective "
+        "(simdl.calibrate.regimes: Huber NNLS per regime, regimes by dynamic programming, their number by "
+        "cross-validation), regime looked up by bytes per ring step (m/n; m for broadcast), overhead = the "
+        "same call on a one-rank group; "
+        + (
+            "all_gather and reduce_scatter step at the 32 MiB mmap threshold where a gap holds it (gloo's "
+            "whole-message temporary, simdl.collectives.regimes); "
+            if prov["backend"] == "gloo"
+            else ""
+        )
+        + f"held-out check refits without every third size and the largest: {quality}"
+    )
+    return {
+        "kind": "calibrated",
+        "source": source,
+        "link_GB_per_s": link_GB_per_s,
+        "collectives": {
+            c: {"overhead_us": r["params"]["overhead_us"], "regimes": r["params"]["regimes"]} for c, r in fits.items()
+        },
+    }
+
+
+def _subgroup_sections(coll: dict, tag: str, prov: dict, link_GB_per_s: float) -> dict[str, Any]:
+    """``efficiency.collective_regimes_subgroups``: the regime curves of the calibration's
+    ``sub<d>`` scopes (groups of d consecutive ranks of a node, all of the node's groups
+    calling at once: calibration/collectives.py), by group size."""
+    out: dict[str, Any] = {}
+    for scope in sorted(coll, key=lambda sc: (len(sc), sc)):
+        m = re.fullmatch(r"sub(\d+)", scope)
+        if not m:
+            continue
+        section = _regimes_section(coll[scope].get("per_collective", {}), tag, prov, link_GB_per_s)
+        if section:
+            d = int(m.group(1))
+            groups = int(prov["ranks_per_node"] or d) // d
+            section["source"] = (
+                f"groups of {d} consecutive ranks, the node's {groups} groups calling at once; " + section["source"]
+            )
+            out[str(d)] = section
+    return out
 
 
 def collective_sections(
