@@ -53,7 +53,6 @@ without hooks (hooks add a few microseconds per module call).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 import numpy as np
@@ -62,77 +61,11 @@ from scipy.optimize import least_squares
 from ..analytic.costs import Rates, row_times
 from ..workload.op_classes import CLASSES, MEMORY_CLASSES
 from ..workload.table import WorkloadTable
+from .compute_runs import STEP_ANCHOR, STEP_ANCHORS, Run, anchored_step, make_run  # noqa: F401  (re-exported)
+from .micro_fit import MicroFit  # noqa: F401  (re-exported: callers and tests import it from here)
 from .quality import summary
 
 _row_times = getattr(row_times, "__wrapped__", row_times)  # the engine's formula, uncached
-
-
-@dataclass
-class Run:
-    """One measured (model, batch) step matched to its workload table."""
-
-    label: str
-    table: WorkloadTable
-    batch: int
-    fwd: np.ndarray  # measured seconds per row, rescaled to the unhooked step
-    bwd: np.ndarray
-    step_fwd: float  # unhooked step, seconds
-    step_bwd: float
-
-    @property
-    def step(self) -> float:
-        return self.step_fwd + self.step_bwd
-
-
-# Which of a model's unhooked repeats its per-row times are rescaled to. The compute stage
-# times 5 whole steps per (model, batch) (calibration/compute.py ``measure_model``) and
-# records each. A prediction is read against the median steady step of a real run
-# (validate/measure.py, ``step_stats``), and what a user's epoch costs is the typical step,
-# not the best one (timeit's rule, that other processes only ever add time, suits
-# microbenchmarks, not this): on a Zen 3 EPYC the median repeat was 1-26 % slower than the
-# fastest (median 6.5 %, 66 model/batch/rank records of one calibration), an error every
-# prediction anchored on the fastest carries in the same direction. "median" takes the
-# repeat whose whole step is the median (the lower one of an even count); "fastest" the
-# fastest repeat.
-STEP_ANCHORS = ("median", "fastest")
-STEP_ANCHOR = "median"
-
-
-def anchored_step(rec: dict, anchor: str | None = None) -> tuple[float, float]:
-    """(forward, backward) seconds of the unhooked repeat ``rec``'s rows are rescaled to.
-
-    Records without every repeat (no ``step_fwd_all_s`` / ``step_bwd_all_s``: written by older
-    calibration scripts) have only the fastest, which is then what there is."""
-    anchor = STEP_ANCHOR if anchor is None else anchor
-    if anchor not in STEP_ANCHORS:
-        raise ValueError(f"step anchor {anchor!r}: expected one of {', '.join(STEP_ANCHORS)}")
-    f, b = rec.get("step_fwd_all_s") or [], rec.get("step_bwd_all_s") or []
-    if anchor == "fastest" or not f or len(f) != len(b):
-        return float(rec["step_fwd_s"]), float(rec["step_bwd_s"])
-    order = sorted(range(len(f)), key=lambda i: f[i] + b[i])
-    i = order[(len(order) - 1) // 2]
-    return float(f[i]), float(b[i])
-
-
-def make_run(table: WorkloadTable, rec: dict, anchor: str | None = None) -> Run:
-    """Match a compute-stage record to ``table`` (row names and types must agree); its rows
-    rescaled to the unhooked step :func:`anchored_step` picks."""
-    rows = rec["rows"]
-    names, types = tuple(rows["name"]), tuple(rows["type"])
-    if names != table.names or types != table.types:
-        n = next((i for i, (a, b) in enumerate(zip(names, table.names)) if a != b), min(len(names), len(table.names)))
-        raise ValueError(
-            f"{rec['model']}: measured rows do not match the workload table "
-            f"({len(names)} vs {table.n_rows} rows; first difference at row {n})"
-        )
-    fwd = np.asarray(rows["fwd_s"], dtype=float).clip(min=0.0)
-    bwd = np.asarray(rows["bwd_s"], dtype=float).clip(min=0.0)
-    sf, sb = anchored_step(rec, anchor)
-    if fwd.sum() > 0:
-        fwd = fwd * (sf / fwd.sum())
-    if bwd.sum() > 0:
-        bwd = bwd * (sb / bwd.sum())
-    return Run(f"{rec['model']}/{rec['dataset']}/b{rec['batch']}", table, int(rec["batch"]), fwd, bwd, sf, sb)
 
 
 class RooflineFit:
@@ -406,42 +339,3 @@ class RooflineFit:
             ),
             **{f"call_overhead_{c}_us": v * 1e6 for c, v in self.class_call_overhead_s_.items()},
         }
-
-
-class MicroFit:
-    """Estimator for microbenchmarks of one op class: ``t = overhead + max(flops/F, bytes/B)``.
-
-    ``fit`` -> self with ``flops_per_s_``, ``bytes_per_s_``, ``overhead_s_`` (whichever the
-    class has data for), ``residuals_`` (relative). Reported per op class next to the
-    roofline fit; not written to the profile (the engine has one efficiency per resource).
-    """
-
-    def __init__(self, *, op_class: str):
-        self.op_class = op_class
-
-    def fit(self, X: Iterable[dict]) -> "MicroFit":
-        X = list(X)
-        t = np.array([x["time_s"] for x in X])
-        f = np.array([x.get("flops", 0.0) for x in X])
-        b = np.array([x.get("bytes", 0.0) for x in X])
-        use_f = bool(f.any())
-
-        def model(z):
-            o, inv = z[0] * 1e-6, z[1] * 1e-12
-            work = f if use_f else b
-            return o + work * inv
-
-        if not (f.any() or b.any()):  # launch-only: the overhead is the median time
-            self.overhead_s_ = float(np.median(t))
-            self.flops_per_s_ = self.bytes_per_s_ = None
-            self.residuals_ = (t - self.overhead_s_) / t
-            return self
-        work = f if use_f else b
-        x0 = np.array([1.0, float(np.median(t / np.maximum(work, 1))) * 1e12])
-        sol = least_squares(lambda z: (model(z) - t) / t, x0, bounds=([0, 1e-12], [np.inf, np.inf]))
-        self.overhead_s_ = float(sol.x[0] * 1e-6)
-        rate = 1.0 / (sol.x[1] * 1e-12)
-        self.flops_per_s_ = rate if use_f else None
-        self.bytes_per_s_ = None if use_f else rate
-        self.residuals_ = (model(sol.x) - t) / t
-        return self

@@ -17,7 +17,7 @@ from typing import Any
 
 from ..cluster.spec import CLUSTER_DIR, cluster_names, is_cpu_device_name, load_cluster, load_gpu, raw_preset
 from . import fit as F
-from .profile_collectives import collective_sections
+from .profile_collectives import _regimes_section, _subgroup_sections, collective_sections  # noqa: F401  (re-exported)
 from .profile_compute import (
     bandwidth_efficiencies,
     fit_compute_stage,
@@ -26,32 +26,22 @@ from .profile_compute import (
     roofline_efficiencies,
 )
 from .profile_context import CalibrationRun
-from .profile_parts import (  # noqa: F401  (re-exported: tests and callers import them from here)
+from .profile_in_step import _blocking_fit, _faults_warmup, _idle_costs, _in_step, _logged_calls  # noqa: F401
+from .profile_parts import _RPC_TRANSPORTS, _val  # noqa: F401  (re-exported: tests and callers import them from here)
+from .profile_provenance import (  # noqa: F401  (re-exported)
     _ALLOCATOR_THRESHOLDS,
-    _RPC_TRANSPORTS,
     GPU_NAME_MAP,
     _allocator_thresholds,
-    _blocking_fit,
     _busy,
     _busy_note,
-    _copy_fit,
     _dates,
-    _faults_warmup,
-    _idle_costs,
-    _in_step,
-    _logged_calls,
     _others_by_stage,
-    _regimes_section,
-    _spmd_variant,
-    _step_kwargs,
-    _strategy_fit,
-    _subgroup_sections,
-    _val,
     gpu_file_for,
     provenance,
 )
 from .profile_ps import pingpong_latency, ps_servers_section
 from .profile_steps import strategy_sections
+from .profile_strategy_fit import _copy_fit, _spmd_variant, _step_kwargs, _strategy_fit  # noqa: F401  (re-exported)
 from .profile_write import (  # noqa: F401
     _Dumper,
     _kept_from_base,

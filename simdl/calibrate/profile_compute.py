@@ -8,7 +8,8 @@ from typing import Any
 from . import fit as F
 from .compute import STEP_ANCHOR
 from .profile_context import CalibrationRun
-from .profile_parts import _allocator_thresholds, _val
+from .profile_parts import _val
+from .profile_provenance import _allocator_thresholds
 
 
 def fit_compute_stage(run: CalibrationRun, settings: dict) -> tuple[dict, Any]:

@@ -12,7 +12,9 @@ from typing import Any
 from . import fit as F
 from .jitter import StepJitterFit, local_step_series
 from .profile_context import CalibrationRun
-from .profile_parts import _blocking_fit, _copy_fit, _faults_warmup, _in_step, _logged_calls, _strategy_fit, _val
+from .profile_in_step import _blocking_fit, _faults_warmup, _in_step, _logged_calls
+from .profile_parts import _val
+from .profile_strategy_fit import _copy_fit, _strategy_fit
 
 
 def _blocking(run: CalibrationRun, profile: dict, eff: dict, rep: dict, logged: dict, fixed: dict) -> None:

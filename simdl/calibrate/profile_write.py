@@ -26,51 +26,72 @@ def _kept_from_base(base: dict, kept: list[str]) -> dict | None:
 def _summary(report: dict) -> dict:
     """The compact part of the report that goes into the profile's calibration section."""
     out: dict[str, Any] = {"provenance": report["provenance"]}
-    coll = {}
-    for scope, c in report.get("collectives", {}).items():
-        j = c.get("joint") or {}
-        coll[scope] = {
-            "joint": {k: j.get(k) for k in ("params", "quality", "collectives", "bytes_range")}
-            | (
-                {
-                    "held_out": {
-                        k: j["held_out"][k]
-                        for k in ("sizes_bytes", "max_abs_rel_error", "median_abs_rel_error", "within_10pct", "n")
-                    }
-                }
-                if j.get("held_out")
-                else {}
-            ),
-            "per_collective": {
-                k: {
-                    "params": v["params"],
-                    "r2": v["quality"]["r2"],
-                    "r2_log": v["quality"]["r2_log"],
-                    "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
-                    "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error"),
-                }
-                for k, v in c.get("per_collective", {}).items()
-            },
-            # The piecewise (size-regime) fits: what efficiency.collective_regimes_intra holds.
-            "regimes": {
-                k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items() if v.get("regimes")
-            },
-            "call_overhead_us": c.get("call_overhead_us", {}),
-            # The measured points the fits were made on, [bytes, us] per size (the 25th percentile
-            # of its chunks), so that `python -m simdl.calibrate.check` can redo the held-out
-            # check from the shipped profile alone.
-            "group_size": (c.get("points") or [{}])[0].get("group_size") or j.get("group_size"),
-            "points_us": {
-                coll: [
-                    [p["bytes"], float(f"{p['time_s'] * 1e6:.5g}")]
-                    for p in c.get("points", [])
-                    if p["collective"] == coll
-                ]
-                for coll in sorted({p["collective"] for p in c.get("points", [])})
-            },
+    out["collectives"] = {scope: _scope_summary(c) for scope, c in report.get("collectives", {}).items()}
+    out.update(_compute_summary(report.get("compute") or {}))
+    if report.get("ps"):
+        out["ps"] = _ps_summary(report["ps"])
+    if report.get("strategies", {}).get("fit"):
+        o = report["strategies"]["fit"]
+        out["strategy_fit"] = {
+            "params": o["params"],
+            "points": o["points"],
+            "held_out": o["held_out"],
+            "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"],
         }
-    out["collectives"] = coll
-    comp = report.get("compute") or {}
+    if report.get("strategies", {}).get("copies"):
+        out["copy_fit"] = report["strategies"]["copies"]
+    out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
+    return _plain(out)
+
+
+def _scope_summary(c: dict) -> dict:
+    """One collective scope's fits: the joint line, each collective's line and size regimes,
+    and the measured points they were made on."""
+    j = c.get("joint") or {}
+    return {
+        "joint": {k: j.get(k) for k in ("params", "quality", "collectives", "bytes_range")}
+        | (
+            {
+                "held_out": {
+                    k: j["held_out"][k]
+                    for k in ("sizes_bytes", "max_abs_rel_error", "median_abs_rel_error", "within_10pct", "n")
+                }
+            }
+            if j.get("held_out")
+            else {}
+        ),
+        "per_collective": {
+            k: {
+                "params": v["params"],
+                "r2": v["quality"]["r2"],
+                "r2_log": v["quality"]["r2_log"],
+                "max_abs_rel_residual": v["quality"]["max_abs_rel_error"],
+                "held_out_max_abs_rel_error": v.get("held_out", {}).get("max_abs_rel_error"),
+            }
+            for k, v in c.get("per_collective", {}).items()
+        },
+        # The piecewise (size-regime) fits: what efficiency.collective_regimes_intra holds.
+        "regimes": {
+            k: _regime_summary(v["regimes"]) for k, v in c.get("per_collective", {}).items() if v.get("regimes")
+        },
+        "call_overhead_us": c.get("call_overhead_us", {}),
+        # The measured points the fits were made on, [bytes, us] per size (the 25th percentile
+        # of its chunks), so that `python -m simdl.calibrate.check` can redo the held-out
+        # check from the shipped profile alone.
+        "group_size": (c.get("points") or [{}])[0].get("group_size") or j.get("group_size"),
+        "points_us": {
+            coll: [
+                [p["bytes"], float(f"{p['time_s'] * 1e6:.5g}")] for p in c.get("points", []) if p["collective"] == coll
+            ]
+            for coll in sorted({p["collective"] for p in c.get("points", [])})
+        },
+    }
+
+
+def _compute_summary(comp: dict) -> dict[str, Any]:
+    """The compute stage's keys of the summary: the roofline fit with its held-out check, the
+    stream fit, the page-fault cost and the compute profiles' measured steps."""
+    out: dict[str, Any] = {}
     if comp.get("params"):
         out["compute"] = {
             "params": comp["params"],
@@ -108,35 +129,27 @@ def _summary(report: dict) -> dict:
             {"model": r["model"], "dataset": r["dataset"], "batches": r["batches"], "measured_step_s": r["step_s"]}
             for r in comp["measured_rows"]
         ]
-    if report.get("ps"):
-        out["ps"] = {
-            k: report["ps"].get(k)
-            for k in (
-                "latency_us",
-                "bandwidth_GB_per_s",
-                "worker_bandwidth_GB_per_s",
-                "transport",
-                "update_bandwidth_GB_per_s",
-                "quality",
-            )
-        }
-        if report["ps"].get("transport") == "rpc":
-            # Whether the server side was fitted or is the worker's link (one worker at once,
-            # simdl.calibrate.ps.PSFit), as data a reader or a check can test, not only as prose.
-            out["ps"]["rpc_workers"] = report["ps"]["rpc_workers"]
-            out["ps"]["server_side_measured"] = report["ps"]["server_side_measured"]
-    if report.get("strategies", {}).get("fit"):
-        o = report["strategies"]["fit"]
-        out["strategy_fit"] = {
-            "params": o["params"],
-            "points": o["points"],
-            "held_out": o["held_out"],
-            "held_out_max_abs_rel_error": o["held_out_max_abs_rel_error"],
-        }
-    if report.get("strategies", {}).get("copies"):
-        out["copy_fit"] = report["strategies"]["copies"]
-    out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
-    return _plain(out)
+    return out
+
+
+def _ps_summary(ps: dict) -> dict:
+    out = {
+        k: ps.get(k)
+        for k in (
+            "latency_us",
+            "bandwidth_GB_per_s",
+            "worker_bandwidth_GB_per_s",
+            "transport",
+            "update_bandwidth_GB_per_s",
+            "quality",
+        )
+    }
+    if ps.get("transport") == "rpc":
+        # Whether the server side was fitted or is the worker's link (one worker at once,
+        # simdl.calibrate.ps.PSFit), as data a reader or a check can test, not only as prose.
+        out["rpc_workers"] = ps["rpc_workers"]
+        out["server_side_measured"] = ps["server_side_measured"]
+    return out
 
 
 def _regime_summary(r: dict) -> dict:

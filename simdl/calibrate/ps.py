@@ -47,7 +47,7 @@ from scipy.optimize import least_squares
 
 from ..analytic.costs import GLIBC_MMAP_THRESHOLD_MAX
 from .collectives import CollectiveFit
-from .compute import MicroFit
+from .micro_fit import MicroFit
 from .quality import summary
 
 
@@ -93,6 +93,17 @@ class PSFit:
         rpc_alone: Iterable[Mapping] = (),
         rpc_together: Iterable[Mapping] = (),
     ) -> "PSFit":
+        ping = self._fit_pingpong(roundtrips)
+        alone = _rpc_samples(rpc_alone, alone=True)
+        together = _rpc_samples(rpc_together, alone=False)
+        if len({x[0] for x in alone}) >= 3 and len({x[0] for x in together}) >= 2:
+            self._fit_rpc(alone, together, ping.quality_)
+        self._fit_update(updates)
+        return self
+
+    def _fit_pingpong(self, roundtrips: Iterable[Mapping]) -> CollectiveFit:
+        """The process-group ping-pong's one-way line: ``pingpong_``, and every fitted value
+        the RPC records, where there are any, then replace."""
         rt = _one_way([(r["bytes"], r["time_s"] / 2.0) for r in roundtrips if r.get("time_s")])
         ping = CollectiveFit(fit_overhead=False, loss=self.loss).fit(rt)
         self.pingpong_: dict[str, Any] = {
@@ -103,69 +114,64 @@ class PSFit:
         }
         self.latency_s_ = ping.alpha_s_
         self.bandwidth_B_per_s_ = ping.bus_bandwidth_B_per_s_
-        self.worker_bandwidth_B_per_s_ = None
-        self.receive_fault_s_per_byte_ = None
-        self.response_copy_s_per_byte_ = None
+        self.worker_bandwidth_B_per_s_: float | None = None
+        self.receive_fault_s_per_byte_: float | None = None
+        self.response_copy_s_per_byte_: float | None = None
         self.residuals_ = ping.residuals_
         self.quality_ = {"roundtrip": ping.quality_}
         self.bytes_range_ = ping.bytes_range_
         self.transport_ = "process group"
         self.server_side_measured_ = False
-        # (bytes, seconds, is_pull, workers at once)
-        alone = [
-            (float(r["bytes"]), r[k], float(k == "pull_time_s"), 1.0)
-            for r in rpc_alone
-            for k in ("push_time_s", "pull_time_s")
-            if r.get(k)
-        ]
-        together = [
-            (float(r["bytes"]), r[k], float(k == "pull_time_s"), float(r["workers"]))
-            for r in rpc_together
-            for k in ("push_time_s", "pull_time_s")
-            if r.get(k)
-        ]
-        if len({x[0] for x in alone}) >= 3 and len({x[0] for x in together}) >= 2:
-            m, t, pull, _ = (np.array(v) for v in zip(*alone))
-            fresh = np.where(m > self.mmap_threshold, m, 0.0)
-            lat, inv_bw, phi, kappa = _nonneg_linear(
-                np.column_stack([np.ones_like(m), m, fresh * (1.0 + pull), m * pull]), t, self.loss
+        return ping
+
+    def _fit_rpc(self, alone: list[tuple], together: list[tuple], roundtrip_quality: dict) -> None:
+        """The worker side (latency, bandwidth, phi, kappa) from one worker at a time, then the
+        server side from all workers at once (see the module's docstring)."""
+        m, t, pull, _ = (np.array(v) for v in zip(*alone))
+        fresh = np.where(m > self.mmap_threshold, m, 0.0)
+        lat, inv_bw, phi, kappa = _nonneg_linear(
+            np.column_stack([np.ones_like(m), m, fresh * (1.0 + pull), m * pull]), t, self.loss
+        )
+        pred = lat + m * inv_bw + fresh * (1.0 + pull) * phi + m * pull * kappa
+        self.latency_s_ = float(lat)
+        worker_bw = float(1.0 / max(inv_bw, 1e-15))
+        self.worker_bandwidth_B_per_s_ = worker_bw
+        self.receive_fault_s_per_byte_ = float(phi)
+        self.response_copy_s_per_byte_ = float(kappa)
+        self.residuals_ = (pred - t) / t
+        mt, tt, pt, c = (np.array(v) for v in zip(*together))
+        extra = np.where(mt > self.mmap_threshold, mt, 0.0) * (1.0 + pt) * phi + mt * pt * kappa
+        self.server_side_measured_ = bool((c > 1).any())
+        if self.server_side_measured_:
+            lat_t, inv_s = _nonneg_linear(
+                np.column_stack([np.ones_like(mt), c * mt]), np.maximum(tt - extra, 1e-9), self.loss
             )
-            pred = lat + m * inv_bw + fresh * (1.0 + pull) * phi + m * pull * kappa
-            self.latency_s_ = float(lat)
-            self.worker_bandwidth_B_per_s_ = float(1.0 / max(inv_bw, 1e-15))
-            self.receive_fault_s_per_byte_ = float(phi)
-            self.response_copy_s_per_byte_ = float(kappa)
-            self.residuals_ = (pred - t) / t
-            mt, tt, pt, c = (np.array(v) for v in zip(*together))
-            extra = np.where(mt > self.mmap_threshold, mt, 0.0) * (1.0 + pt) * phi + mt * pt * kappa
-            self.server_side_measured_ = bool((c > 1).any())
-            if self.server_side_measured_:
-                lat_t, inv_s = _nonneg_linear(
-                    np.column_stack([np.ones_like(mt), c * mt]), np.maximum(tt - extra, 1e-9), self.loss
-                )
-                # The incast cannot beat one worker alone: a server side faster than the worker
-                # link would only mean the c flows overlapped completely.
-                self.bandwidth_B_per_s_ = max(float(1.0 / max(inv_s, 1e-15)), self.worker_bandwidth_B_per_s_)
-            else:
-                # One worker "at once" (a 2-rank calibration: one server, one worker) is the
-                # alone measurement again: nothing separates a server side from the worker's
-                # link, and a free fit runs off to its bound (8,000,000 Gb/s on a 2-rank Zen 5
-                # calibration, which prices a 4-worker incast as free). Take the
-                # worker's link, as every 4-rank calibration has measured it: their fitted
-                # server side sat at that floor (cpu-local-x4 33.4, cpu-epyc-x4 26.5, cpu-xeon-emr-x4
-                # 41.4 Gb/s),
-                # so c workers at once take c times one worker's transfer.
-                self.bandwidth_B_per_s_ = self.worker_bandwidth_B_per_s_
-                lat_t = float(np.median(tt - extra - c * mt / self.bandwidth_B_per_s_))
-            pred_t = lat_t + c * mt / self.bandwidth_B_per_s_ + extra
-            self.quality_ = {
-                "roundtrip": ping.quality_,
-                "rpc_alone": summary(t, pred),
-                "rpc_together": summary(tt, pred_t),
-            }
-            self.bytes_range_ = (int(m.min()), int(m.max()))
-            self.workers_ = sorted({int(x) for x in c})
-            self.transport_ = "rpc"
+            # The incast cannot beat one worker alone: a server side faster than the worker
+            # link would only mean the c flows overlapped completely.
+            self.bandwidth_B_per_s_ = max(float(1.0 / max(inv_s, 1e-15)), worker_bw)
+        else:
+            # One worker "at once" (a 2-rank calibration: one server, one worker) is the
+            # alone measurement again: nothing separates a server side from the worker's
+            # link, and a free fit runs off to its bound (8,000,000 Gb/s on a 2-rank Zen 5
+            # calibration, which prices a 4-worker incast as free). Take the
+            # worker's link, as every 4-rank calibration has measured it: their fitted
+            # server side sat at that floor (cpu-local-x4 33.4, cpu-epyc-x4 26.5, cpu-xeon-emr-x4
+            # 41.4 Gb/s),
+            # so c workers at once take c times one worker's transfer.
+            self.bandwidth_B_per_s_ = worker_bw
+            lat_t = float(np.median(tt - extra - c * mt / self.bandwidth_B_per_s_))
+        pred_t = lat_t + c * mt / self.bandwidth_B_per_s_ + extra
+        self.quality_ = {
+            "roundtrip": roundtrip_quality,
+            "rpc_alone": summary(t, pred),
+            "rpc_together": summary(tt, pred_t),
+        }
+        self.bytes_range_ = (int(m.min()), int(m.max()))
+        self.workers_ = sorted({int(x) for x in c})
+        self.transport_ = "rpc"
+
+    def _fit_update(self, updates: Iterable[Mapping]) -> None:
+        """``update_bandwidth_B_per_s_``: the server's momentum-SGD update rate."""
         ups = [{"bytes": u["streamed_bytes"], "time_s": u["time_s"]} for u in updates if u.get("time_s")]
         # Parameters of real models do not fit in cache: fit the DRAM regime (>= 8 MB of
         # parameters, 64 MB streamed) when it was measured.
@@ -178,4 +184,14 @@ class PSFit:
             t = np.array([u["time_s"] for u in ups])
             pred = mf.overhead_s_ + np.array([u["bytes"] for u in ups]) / mf.bytes_per_s_
             self.quality_["update"] = summary(t, pred)
-        return self
+
+
+def _rpc_samples(records: Iterable[Mapping], *, alone: bool) -> list[tuple[float, float, float, float]]:
+    """(bytes, seconds, is_pull, workers at once) of every push and pull in ``records``: one
+    worker at once for the ``rpc_alone`` records, the record's ``workers`` for the others."""
+    return [
+        (float(r["bytes"]), r[k], float(k == "pull_time_s"), 1.0 if alone else float(r["workers"]))
+        for r in records
+        for k in ("push_time_s", "pull_time_s")
+        if r.get(k)
+    ]

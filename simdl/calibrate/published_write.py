@@ -56,7 +56,15 @@ def set_entry(
 def updates(res: dict) -> dict[str, list[tuple[str, float, str, str]]]:
     """Preset file -> [(efficiency key, value, kind, source)]."""
     up: dict[str, list] = {}
-    pol = res["polaris"]
+    _polaris_updates(res["polaris"], up)
+    _busbw_updates(res["busbw"], up)
+    _compute_updates(res["compute"], up)
+    return up
+
+
+def _polaris_updates(pol: dict, up: dict[str, list]) -> None:
+    """The inter-node bandwidth and latency from the Polaris fit, and its latency as a proxy
+    for the other multi-node presets' networks."""
     q = pol["quality"]
     ho = pol["held_out_n8_from_n2"]
     hs = pol["held_out_small"]
@@ -90,12 +98,16 @@ def updates(res: dict) -> dict[str, list[tuple[str, float, str, str]]]:
                 f"alpha per ring step of the Polaris fit used as a proxy for this network; {pol_src}",
             )
         )
-    bw = res["busbw"]["fits"]
-    for name, f in bw.items():
+
+
+def _busbw_updates(busbw: dict, up: dict[str, list]) -> None:
+    """Each preset scope's collective bandwidth from the large-message asymptote of its
+    published bus bandwidths, with the held-out row it predicts where there is one."""
+    for name, f in busbw["fits"].items():
         preset, scope = name.split("/")
         key = f"collective_bandwidth_{scope}"
         extra = ""
-        for h, (_, k, _, _) in zip(res["busbw"]["held_out"], BUSBW_HELD_OUT):
+        for h, (_, k, _, _) in zip(busbw["held_out"], BUSBW_HELD_OUT):
             if f"{k[0]}/{k[1]}" == name:
                 extra += (
                     f"; held out: predicts {h['row']} at {h['predicted_GB_per_s']:.0f} GB/s ({h['rel_error']:+.1%})"
@@ -109,27 +121,50 @@ def updates(res: dict) -> dict[str, list[tuple[str, float, str, str]]]:
                 f"GB/s / raw {f['raw_GB_per_s']:g} GB/s ({DOC} s.1b/2b: {f['source']}; spread {f['spread']:.1%}){extra}",
             )
         )
-    comp = res["compute"]
-    a80, v = comp["A100-SXM4-80GB"], comp["V100-SXM2"]
-    held = [h for h in comp["held_out"] if "rel_error" in h]
+
+
+# Presets without training-throughput rows of their own: why the A100-SXM4-80GB fit carries over.
+_CARRIED_OVER = {
+    "a100-80gb-pcie": "A100-SXM4-80GB fit carried over (same GA100 silicon; the 300 W limit may lower clocks): ",
+    "a100-40gb-2node": "A100-SXM4-80GB fit carried over (same GA100 SMs and clocks): ",
+    "h100-hgx": "A100-SXM4-80GB fit carried over (no H100 training-throughput rows in the sources): ",
+    "a10g-ps": "A100-SXM4-80GB fit carried over (no A10/A10G training-throughput rows in the sources): ",
+}
+
+
+def _compute_held_out(held_out: list[dict]) -> str:
+    """The source's sentence on the throughput rows the matmul fits predict without fitting them."""
+    held = [h for h in held_out if "rel_error" in h]
 
     def errs(word):
         e = [h["rel_error"] for h in held if word in h["check"]]
         return f"{min(e):+.0%}..{max(e):+.0%}" if e else "n/a"
 
-    held_txt = (
+    return (
         f"held out: A100-40GB rows (2020 README, older container) {errs('A100-40GB')}, V100 AMP from the A100 "
         f"AMP value {errs('V100 AMP')}, EfficientNet-B0/B4 on A100 80GB {errs('efficientnet')} (depthwise "
         "convolutions reach far less of the peak than dense ones; B4 is likely trained above 224 px)"
     )
 
+
+def _row_source(f: dict, prec: str, what: str, held_txt: str) -> str:
+    """The source of a matmul efficiency solved from one published throughput row."""
+    r = f[prec]["rows"][0]
+    return (
+        f"solved so that simdl's resnet50/imagenet step at batch {BATCH} ({what}) reproduces {r['system']} "
+        f"{r['precision']} {r['img_per_s']:g} img/s ({DOC} s.3, NVIDIA DeepLearningExamples resnet50v1.5 README, "
+        f"pytorch-21.03); {held_txt}"
+    )
+
+
+def _compute_updates(comp: dict, up: dict[str, list]) -> None:
+    """The matmul efficiencies per precision solved from the published training throughputs:
+    A100-SXM4-80GB's for the Ampere and later presets (FP32 from V100's), V100's for its own."""
+    a80, v = comp["A100-SXM4-80GB"], comp["V100-SXM2"]
+    held_txt = _compute_held_out(comp["held_out"])
+
     def row_src(f, prec, what):
-        r = f[prec]["rows"][0]
-        return (
-            f"solved so that simdl's resnet50/imagenet step at batch {BATCH} ({what}) reproduces {r['system']} "
-            f"{r['precision']} {r['img_per_s']:g} img/s ({DOC} s.3, NVIDIA DeepLearningExamples resnet50v1.5 README, "
-            f"pytorch-21.03); {held_txt}"
-        )
+        return _row_source(f, prec, what, held_txt)
 
     fp32_src = (
         f"V100 FP32 value carried over (CUDA-core FP32 path; no A100 FP32 training rows in the sources; FlagPerf "
@@ -143,12 +178,7 @@ def updates(res: dict) -> dict[str, list[tuple[str, float, str, str]]]:
         ("h100-hgx", "derived"),
         ("a10g-ps", "derived"),
     ):
-        why = {
-            "a100-80gb-pcie": "A100-SXM4-80GB fit carried over (same GA100 silicon; the 300 W limit may lower clocks): ",
-            "a100-40gb-2node": "A100-SXM4-80GB fit carried over (same GA100 SMs and clocks): ",
-            "h100-hgx": "A100-SXM4-80GB fit carried over (no H100 training-throughput rows in the sources): ",
-            "a10g-ps": "A100-SXM4-80GB fit carried over (no A10/A10G training-throughput rows in the sources): ",
-        }.get(preset, "")
+        why = _CARRIED_OVER.get(preset, "")
         up.setdefault(preset, []).extend(
             [
                 ("matmul", v["FP32"]["matmul"], "derived", why + fp32_src),
@@ -170,7 +200,6 @@ def updates(res: dict) -> dict[str, list[tuple[str, float, str, str]]]:
             ("matmul_fp16", v["AMP"]["matmul"], "calibrated", row_src(v, "AMP", "fp16 peak, AMP")),
         ]
     )
-    return up
 
 
 def write(up: dict, folder: Path = CLUSTER_DIR) -> list[str]:

@@ -41,3 +41,8 @@ def summary(measured, predicted) -> dict:
 
 def _round(x: float) -> float:
     return float(f"{x:.4g}") if np.isfinite(x) else float("nan")
+
+
+def rounded_params(params: dict) -> dict:
+    """An estimator's ``params()`` as the fit report keeps them: floats to 5 significant digits."""
+    return {k: (float(f"{v:.5g}") if isinstance(v, float) else v) for k, v in params.items()}

@@ -112,5 +112,8 @@ SPEC = register(
         echo=_echo,
         communicators=_communicators,
         gpu_framework="per_unit",
+        # calibration/strategies.py shards every block and the root, and gives the root
+        # reshard_after_forward explicitly: True for full sharding only.
+        calibration_step=lambda options: {"wrap": "block", "reshard_root": options.get("sharding") == "full"},
     )
 )

@@ -77,6 +77,9 @@ class StrategySpec:
     # rank: "reducer" (DDP's C++ reducer), "per_unit" (FSDP2's per-unit hooks and copies) or
     # "" (none priced).
     gpu_framework: str = ""
+    # The predict keywords of a step calibration/strategies.py measured, beyond its label's
+    # options (how that script sets the family up): label options -> keywords.
+    calibration_step: Callable[[Mapping[str, Any]], Mapping[str, Any]] = lambda options: {}
 
     def option_fields(self) -> tuple[str, ...]:
         return tuple(f.name for f in dataclasses.fields(self.options))
