@@ -85,3 +85,12 @@ def test_options_that_apply_are_taken():
     r = simdl.predict(strategy="ps-ssp", cluster="dgx-a100", gpus=16, ps_servers=2, ps_placement="colocated")
     assert (r.config["ps_servers"], r.config["ps_placement"]) == (2, "colocated")
     assert simdl.predict(strategy="ddp", bucket_cap_mb=10).config["bucket_cap_bytes"] == 10 * 2**20
+
+
+def test_calibration_step_keywords_come_from_the_strategy():
+    """calibration/strategies.py wraps every block and sets the root's reshard_after_forward;
+    the FSDP entry says so, a strategy without such a rule adds nothing."""
+    fsdp = registry.get("fsdp")
+    assert fsdp.calibration_step({"sharding": "full"}) == {"wrap": "block", "reshard_root": True}
+    assert fsdp.calibration_step({"sharding": "grad_op"}) == {"wrap": "block", "reshard_root": False}
+    assert registry.get("ddp").calibration_step({}) == {}
