@@ -1,5 +1,5 @@
-"""The analytic engine (``engine``). The cost modules it used to hold live in simdl.costs;
-their old names stay importable as aliases of the same module objects."""
+"""The analytic engine (``engine``). The cost modules live in simdl.costs; the names
+``simdl.analytic.<module>`` are aliases of the same module objects."""
 
 import sys as _sys
 

@@ -136,10 +136,9 @@ def ps_aggregate_bytes(plan: PSPlan, grads_aggregated: int) -> float:
     (read + write), each later one added to it (``add_``: read both, write one), and the sum
     divided by their count (``div_``: read + write): 2 + 3 (k - 1) + 2 gradient sizes. The
     update bandwidth that prices them was measured on the optimizer's own element-wise
-    passes (simdl.calibrate.ps). Before 2026-11-29 one read per added gradient was priced,
-    (k - 1) sizes. VGG16 at 4 workers on the Emerald Rapids (cpu-xeon-emr-x4, the server's
-    event log, validate/results/xeon-emr-x4-sync-events/): copy 0.08, add_ 3 x 0.07, div_
-    0.04, 0.34 CPU-s in all; priced 0.05 s before, 0.20 s now.
+    passes (simdl.calibrate.ps). Measured for VGG16 at 4 workers on the Emerald Rapids
+    (cpu-xeon-emr-x4, the server's event log, validate/results/xeon-emr-x4-sync-events/):
+    copy 0.08, add_ 3 x 0.07, div_ 0.04 CPU-s, 0.34 CPU-s in all.
     """
     k = grads_aggregated
     if k <= 1:
@@ -178,14 +177,12 @@ def shared_host_bound(
     - each worker's push and pull (``transfers``: their seconds alone). A transfer keeps one
       core busy for its duration:
       TensorPipe-uv push + pull of 16 to 256 MiB between two processes on this host took
-      1.01 to 1.02 CPU-seconds (both processes) per wall second (benchmarks/ps_transfer_cpu.py,
-      2026-11-23);
+      1.01 to 1.02 CPU-seconds (both processes) per wall second (benchmarks/ps_transfer_cpu.py);
     - the server's updates and snapshots (``server_per_round``): one thread streaming memory,
       its seconds are CPU seconds.
     No resource is busy more than all the time (operational analysis, the utilisation law:
     Lazowska et al., "Quantitative System Performance", 1984, ch. 3 and 5), so the iteration
-    takes at least that CPU time over K. Without it, async PS on cpu-local was predicted as if
-    the server's work were free for the workers (VGG16 -23%).
+    takes at least that CPU time over K: the server's work is not free for the workers.
     """
     if not host_for(cluster).shares_cores() or cluster.nodes != 1:
         return 0.0
