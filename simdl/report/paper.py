@@ -85,6 +85,17 @@ def _ps_profiles(tmp: Path) -> list[tuple[str, str]]:
 
 
 def paper_tables() -> str:
+    lines = _assumption_lines() + _exp1_lines() + _exp2_lines() + _vit_lines()
+    lines += [
+        "",
+        "DeepSpeed ZeRO, which study 2 also ran, is the zero0..zero3 strategies (or --deepspeed-config); "
+        "benchmarks/zero_vs_fsdp.py sets them beside FSDP on this cluster.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _assumption_lines() -> list[str]:
     lines = [
         "## simdl's predictions at the source studies' own scale",
         "",
@@ -94,8 +105,12 @@ def paper_tables() -> str:
         "| open value | assumed |",
         "|---|---|",
     ]
-    lines += [f"| {k} | {v} |" for k, v in ASSUMPTIONS]
-    lines += [
+    return lines + [f"| {k} | {v} |" for k, v in ASSUMPTIONS]
+
+
+def _exp1_lines() -> list[str]:
+    """Study 1, experiment 1: each model and strategy on 2 and 4 GPUs over each interconnect."""
+    lines = [
         "",
         "### Study 1, experiment 1: CIFAR-10, 10 epochs, 2 and 4 x A100 80 GB",
         "",
@@ -121,9 +136,12 @@ def paper_tables() -> str:
                     )
                     cells.append(f"{_fmt_time(r.total_time_s)} ({_gib(r.peak_memory_bytes)})")
             lines.append(f"| {model} | {r.config['label']} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "Hybrid sharding is not listed: experiment 1 ran on one node.",
+    return lines + ["", "Hybrid sharding is not listed: experiment 1 ran on one node."]
+
+
+def _exp2_lines() -> list[str]:
+    """Study 1, experiment 2: each model and PS mode with each server NIC."""
+    lines = [
         "",
         "### Study 1, experiment 2: MNIST, 100 epochs, 4 x A10G workers + 1 CPU parameter server",
         "",
@@ -152,16 +170,20 @@ def paper_tables() -> str:
                     )
                     cells.append(f"{_fmt_time(r.total_time_s)} ({r.staleness.mean:.1f})")
                 lines.append(f"| {model} | {r.config['label']} | " + " | ".join(cells) + " |")
-    lines += [
+    return lines + [
         "",
         "simdl predicts no accuracy; the study's lower asynchronous accuracy is put down to the staleness shown here.",
+    ]
+
+
+def _vit_lines() -> list[str]:
+    """Study 2: each ViT, sharding and batch size with each number of NICs per node."""
+    lines = [
         "",
         "### Study 2: ViT on CIFAR-10, 2 nodes x 4 A100-SXM4 40 GB, 10 epochs",
         "",
         "Throughput in images/s (peak memory per GPU in GiB), with the NICs per node varied:",
         "",
-    ]
-    lines += [
         "| model | sharding | batch/GPU | " + " | ".join(lab for _, lab in VIT_CLUSTERS) + " |",
         "|" + "---|" * (3 + len(VIT_CLUSTERS)),
     ]
@@ -182,10 +204,4 @@ def paper_tables() -> str:
                     )
                     cells.append(f"{r.throughput_samples_per_s:,.0f} ({_gib(r.peak_memory_bytes)})")
                 lines.append(f"| {model} | {sharding} | {b} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        "DeepSpeed ZeRO, which study 2 also ran, is the zero0..zero3 strategies (or --deepspeed-config); "
-        "benchmarks/zero_vs_fsdp.py sets them beside FSDP on this cluster.",
-        "",
-    ]
-    return "\n".join(lines)
+    return lines
