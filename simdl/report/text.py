@@ -14,25 +14,40 @@ def _fit_limit() -> float:
 
 
 def format_result(r: Result) -> str:
+    lines = [_headline(r)]
+    lines += _time_lines(r) + _memory_lines(r) + _staleness_lines(r)
+    lines += [f"  note: {note}" for note in r.notes]
+    lines += _assumed_lines(r.config)
+    return "\n".join(lines)
+
+
+def _row(label: str, value: str, extra: str = "") -> str:
+    """One table row: the label, the value right-aligned, then what qualifies it."""
+    return f"  {label:<18}{value:>12}   {extra}".rstrip()
+
+
+def _headline(r: Result) -> str:
     c = r.config
     mesh = f" ({c['replicas']} replicas x {c['shard_group']} shards)" if c.get("shard_group") else ""
-    head = (
+    return (
         f"{c.get('model')} on {c.get('input') or str(c.get('dataset')) + ' (' + str(c.get('input_shape')) + ')'}, "
         f"{c.get('label')}{mesh}, "
         f"{c.get('gpus')} x {c.get('gpu')} ({c.get('cluster')}, {c.get('nodes')} node{'s' if c.get('nodes', 1) > 1 else ''}), "
         f"batch {c.get('batch_size')}/GPU, {c.get('precision')}, {c.get('optimizer')}  [{r.engine}]"
     )
-    lines = [head]
 
-    def row(label: str, value: str, extra: str = "") -> None:
-        lines.append(f"  {label:<18}{value:>12}   {extra}".rstrip())
 
-    row(
-        "iteration",
-        format_seconds(r.iteration_time_s),
-        f"compute {format_seconds(r.compute_time_s)}, communication {format_seconds(r.comm_time_s)}, "
-        f"exposed {format_seconds(r.exposed_comm_time_s)}",
-    )
+def _time_lines(r: Result) -> list[str]:
+    """The step, epoch and run times, the throughput, the utilization and the bytes sent."""
+    c = r.config
+    lines = [
+        _row(
+            "iteration",
+            format_seconds(r.iteration_time_s),
+            f"compute {format_seconds(r.compute_time_s)}, communication {format_seconds(r.comm_time_s)}, "
+            f"exposed {format_seconds(r.exposed_comm_time_s)}",
+        )
+    ]
     if r.iteration_time_band_s:
         lo, hi = r.iteration_time_band_s
         lines.append(f"    band: {format_seconds(lo)} to {format_seconds(hi)} ({c.get('iteration_time_band', '')})")
@@ -42,21 +57,30 @@ def format_result(r: Result) -> str:
         # where the step goes (simdl.analytic.engine.step_split), largest first; zeros left out
         split = sorted(((v, k) for k, v in r.step_split_s.items() if v > 0), reverse=True)
         lines.append("    step: " + " | ".join(f"{k.replace('_', ' ')} {format_seconds(v)}" for v, k in split))
-    row("epoch", format_seconds(r.epoch_time_s), f"{r.iterations_per_epoch:,} iterations")
-    row(f"total ({c.get('epochs')} ep)", format_seconds(r.total_time_s))
-    row("throughput", f"{r.throughput_samples_per_s:,.0f}", "samples/s")
-    row(
-        "GPU utilization",
-        f"{100 * r.gpu_utilization:.0f} %",
-        f"compute stream; {100 * r.gpu_utilization_any_kernel:.0f} % any kernel",
-    )
-    row("comm per GPU", f"{r.comm_bytes_per_iteration / GB:.3f} GB", "sent per iteration")
+    return lines + [
+        _row("epoch", format_seconds(r.epoch_time_s), f"{r.iterations_per_epoch:,} iterations"),
+        _row(f"total ({c.get('epochs')} ep)", format_seconds(r.total_time_s)),
+        _row("throughput", f"{r.throughput_samples_per_s:,.0f}", "samples/s"),
+        _row(
+            "GPU utilization",
+            f"{100 * r.gpu_utilization:.0f} %",
+            f"compute stream; {100 * r.gpu_utilization_any_kernel:.0f} % any kernel",
+        ),
+        _row("comm per GPU", f"{r.comm_bytes_per_iteration / GB:.3f} GB", "sent per iteration"),
+    ]
+
+
+def _memory_lines(r: Result) -> list[str]:
+    """The peak, its categories, the allocator's view, a strategy's buffers and host memory."""
+    c = r.config
     fits = "fits" if r.fits_in_memory else "DOES NOT FIT"
-    row(
-        "peak memory",
-        format_bytes(r.peak_memory_bytes),
-        f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}",
-    )
+    lines = [
+        _row(
+            "peak memory",
+            format_bytes(r.peak_memory_bytes),
+            f"of {r.memory_capacity_bytes / GiB:.0f} GiB ({fits}); tensors {format_bytes(r.peak_tensor_bytes)}",
+        )
+    ]
     parts = [f"{k.replace('_', ' ')} {format_bytes(r.memory_breakdown_bytes[k])}" for k in MEMORY_CATEGORIES]
     lines.append("    " + " | ".join(parts))
     if r.max_memory_reserved_bytes is not None:
@@ -72,36 +96,54 @@ def format_result(r: Result) -> str:
     if named:
         lines.append("    buffers: " + " | ".join(named))
     if c.get("host_memory_bytes"):
-        row(
-            "host memory",
-            format_bytes(c["host_memory_bytes"]),
-            f"per rank; PCIe {format_bytes(c.get('pcie_bytes_per_iteration', 0.0))} per iteration",
+        lines.append(
+            _row(
+                "host memory",
+                format_bytes(c["host_memory_bytes"]),
+                f"per rank; PCIe {format_bytes(c.get('pcie_bytes_per_iteration', 0.0))} per iteration",
+            )
         )
+    return lines
+
+
+def _staleness_lines(r: Result) -> list[str]:
+    """A client-server strategy's staleness, and the pulls an SSP bound held back."""
     s = r.staleness
-    if registry.is_client_server(c.get("strategy", "")):
+    lines = []
+    if registry.is_client_server(r.config.get("strategy", "")):
         if s.p50 is None or s.p99 is None or s.max is None:
-            row(
-                "staleness",
-                f"{s.mean:.2f}",
-                "mean updates (this engine models the mean only; --engine sim gives percentiles)",
+            lines.append(
+                _row(
+                    "staleness",
+                    f"{s.mean:.2f}",
+                    "mean updates (this engine models the mean only; --engine sim gives percentiles)",
+                )
             )
         else:
-            row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.1f}, p99 {s.p99:.1f}, max {s.max:.0f}")
+            lines.append(
+                _row("staleness", f"{s.mean:.2f}", f"mean updates; p50 {s.p50:.1f}, p99 {s.p99:.1f}, max {s.max:.0f}")
+            )
     if s.held_pulls is not None:
-        row(
-            "SSP bound",
-            f"{100 * s.held_pulls:.0f} %",
-            f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms mean wait per pull",
+        lines.append(
+            _row(
+                "SSP bound",
+                f"{100 * s.held_pulls:.0f} %",
+                f"of pulls held back; {1e3 * (s.held_wait_s or 0.0):.1f} ms mean wait per pull",
+            )
         )
-    for note in r.notes:
-        lines.append(f"  note: {note}")
+    return lines
+
+
+def _assumed_lines(c: dict) -> list[str]:
+    """The settings not given on the command line, each with why it was assumed."""
     assumed = c.get("assumed") or {}
-    if assumed:
-        lines.append("  assumed (not given on the command line):")
-        width = max(len(f"{k}={c.get(k, '')}") for k in assumed)
-        for k, why in assumed.items():
-            lines.append(f"    {f'{k}={c.get(k, chr(45))}':<{width}}  {why}")
-    return "\n".join(lines)
+    if not assumed:
+        return []
+    lines = ["  assumed (not given on the command line):"]
+    width = max(len(f"{k}={c.get(k, '')}") for k in assumed)
+    for k, why in assumed.items():
+        lines.append(f"    {f'{k}={c.get(k, chr(45))}':<{width}}  {why}")
+    return lines
 
 
 def format_cluster_list(specs) -> str:
