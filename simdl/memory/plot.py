@@ -6,7 +6,7 @@ matplotlib (Agg backend) is imported here only, so nothing else in simdl pays fo
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -52,48 +52,12 @@ def plot_memory(
     fig, axes = plt.subplots(n, 1, figsize=(9, 3.2 * n), squeeze=False)
     for ax, (label, (times, levels)) in zip(axes[:, 0], curves.items()):
         t = np.asarray(times, dtype=float) * 1e3
-        lv = np.asarray(levels, dtype=float) / 2**20
-        parts = cli_levels(lv, CATEGORIES)  # the CLI's categories: temporaries count as activations
-        ax.stackplot(
-            t,
-            *parts.values(),
-            labels=[category_label(c) for c in parts],
-            colors=[COLORS[c] for c in parts],
-            step="post",
-            alpha=0.9,
-        )
-        total = lv.sum(axis=1)
-        k = int(np.argmax(total))
-        ax.annotate(f"peak tensors {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
+        total = _draw_tensors(ax, t, np.asarray(levels, dtype=float) / 2**20)
         top = total.max()
         if allocator and label in allocator:
-            at, alloc, res, outside = allocator[label]
-            at = np.asarray(at, dtype=float) * 1e3
-            res = np.asarray(res, dtype=float) / 2**20
-            ax.step(
-                at,
-                np.asarray(alloc, dtype=float) / 2**20,
-                where="post",
-                color="k",
-                lw=0.8,
-                label="allocated (caching allocator)",
-            )
-            ax.step(at, res, where="post", color="k", ls="--", lw=0.8, label="reserved")
-            ax.step(
-                at, res + outside / 2**20, where="post", color="0.4", ls=":", lw=1.0, label="device (+ context, NCCL)"
-            )
-            top = max(top, (res.max() if len(res) else 0.0) + outside / 2**20)
+            top = max(top, _draw_allocator(ax, *allocator[label]))
         elif overhead_bytes:
-            ax.step(
-                t,
-                total + overhead_bytes / 2**20,
-                where="post",
-                ls="--",
-                color="k",
-                lw=0.8,
-                label="+ other (context, workspace, fragmentation)",
-            )
-            top = total.max() + overhead_bytes / 2**20
+            top = _draw_overhead(ax, t, total, overhead_bytes)
         if capacity_bytes and capacity_bytes / 2**20 < 1.5 * top:  # only when it is in view
             ax.axhline(capacity_bytes / 2**20, color="red", lw=1, label="capacity")
         ax.set_ylabel("MiB")
@@ -106,3 +70,51 @@ def plot_memory(
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+def _draw_tensors(ax: Any, t: np.ndarray, lv: np.ndarray) -> np.ndarray:
+    """The stacked categories (MiB ``lv`` against ms ``t``) and the peak's label; the total per time."""
+    parts = cli_levels(lv, CATEGORIES)  # the CLI's categories: temporaries count as activations
+    ax.stackplot(
+        t,
+        *parts.values(),
+        labels=[category_label(c) for c in parts],
+        colors=[COLORS[c] for c in parts],
+        step="post",
+        alpha=0.9,
+    )
+    total = lv.sum(axis=1)
+    k = int(np.argmax(total))
+    ax.annotate(f"peak tensors {total[k]:,.0f} MiB", (t[k], total[k]), textcoords="offset points", xytext=(5, 5))
+    return total
+
+
+def _draw_allocator(ax: Any, at: Any, alloc: Any, res: Any, outside: float) -> float:
+    """The caching allocator's replay as lines (allocated, reserved, device total); their top in MiB."""
+    at = np.asarray(at, dtype=float) * 1e3
+    res = np.asarray(res, dtype=float) / 2**20
+    ax.step(
+        at,
+        np.asarray(alloc, dtype=float) / 2**20,
+        where="post",
+        color="k",
+        lw=0.8,
+        label="allocated (caching allocator)",
+    )
+    ax.step(at, res, where="post", color="k", ls="--", lw=0.8, label="reserved")
+    ax.step(at, res + outside / 2**20, where="post", color="0.4", ls=":", lw=1.0, label="device (+ context, NCCL)")
+    return (res.max() if len(res) else 0.0) + outside / 2**20
+
+
+def _draw_overhead(ax: Any, t: np.ndarray, total: np.ndarray, overhead_bytes: float) -> float:
+    """The tensors plus what lies outside them (context, workspace) as a dashed line; its top in MiB."""
+    ax.step(
+        t,
+        total + overhead_bytes / 2**20,
+        where="post",
+        ls="--",
+        color="k",
+        lw=0.8,
+        label="+ other (context, workspace, fragmentation)",
+    )
+    return total.max() + overhead_bytes / 2**20
