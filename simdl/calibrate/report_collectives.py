@@ -67,6 +67,16 @@ def format_regimes(per_collective: dict) -> list[str]:
     return lines
 
 
+def _fit_line(label: str, fit: dict, residual: str) -> str:
+    """One alpha-beta fit: its parameters, its residual (``max`` or ``median``) and the held-out error."""
+    p, q, ho = fit["params"], fit["quality"], fit.get("held_out", {})
+    return (
+        f"  {label:<15} bus {p['bus_bandwidth_GB_per_s']:8.3f} GB/s  alpha {p['alpha_us']:8.1f} us  "
+        f"overhead {p['overhead_us']:8.1f} us  R2 {q['r2']:.3f} R2(log) {q['r2_log']:.3f}  "
+        f"{residual}|res| {abs_pct(q[residual + '_abs_rel_error'])}  held-out max|err| {abs_pct(ho.get('max_abs_rel_error'))}"
+    )
+
+
 def collectives_lines(report: dict) -> list[str]:
     """Per scope the alpha-beta fit of each collective, the joint fit and its size regimes."""
     lines: list[str] = []
@@ -74,20 +84,11 @@ def collectives_lines(report: dict) -> list[str]:
         j = c.get("joint")
         lines.append(f"collectives [{scope}]")
         for coll, v in c.get("per_collective", {}).items():
-            p, q = v["params"], v["quality"]
-            ho = v.get("held_out", {})
-            lines.append(
-                f"  {coll:<15} bus {p['bus_bandwidth_GB_per_s']:8.3f} GB/s  alpha {p['alpha_us']:8.1f} us  "
-                f"overhead {p['overhead_us']:8.1f} us  R2 {q['r2']:.3f} R2(log) {q['r2_log']:.3f}  "
-                f"max|res| {abs_pct(q['max_abs_rel_error'])}  held-out max|err| {abs_pct(ho.get('max_abs_rel_error'))}"
-            )
+            lines.append(_fit_line(coll, v, "max"))
         if j:
-            p, q = j["params"], j["quality"]
-            ho = j.get("held_out", {})
+            p, ho = j["params"], j.get("held_out", {})
             lines.append(
-                f"  {'joint (profile)':<15} bus {p['bus_bandwidth_GB_per_s']:8.3f} GB/s  alpha {p['alpha_us']:8.1f} us  "
-                f"overhead {p['overhead_us']:8.1f} us  R2 {q['r2']:.3f} R2(log) {q['r2_log']:.3f}  "
-                f"median|res| {abs_pct(q['median_abs_rel_error'])}  held-out max|err| {abs_pct(ho.get('max_abs_rel_error'))}"
+                _fit_line("joint (profile)", j, "median")
                 + (f" ({ho['within_10pct']}/{ho['n']} within 10%)" if ho else "")
             )
             if p.get("bandwidth_factors"):
