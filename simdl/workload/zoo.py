@@ -18,6 +18,7 @@ designed for, and is described in the returned note (stored in the table):
 from __future__ import annotations
 
 import inspect
+import warnings
 from typing import Any, Callable, Mapping
 
 from ..errors import SimdlError, unknown
@@ -237,7 +238,11 @@ def _construct(name_or_spec: str, shape: tuple[int, ...], num_classes: int) -> A
         extra: dict[str, Any] = {}
         if _vit_patch(name_or_spec):
             extra["image_size"] = shape[1]
-        return torchvision.models.get_model(builder, weights=None, num_classes=num_classes, **extra)
+        with warnings.catch_warnings():
+            # inception_v3 and googlenet warn that their default initialisation will change
+            # (torchvision/models/inception.py, googlenet.py); the trace reads shapes, not values.
+            warnings.filterwarnings("ignore", message="The default weight initialization", category=FutureWarning)
+            return torchvision.models.get_model(builder, weights=None, num_classes=num_classes, **extra)
     spec = MODELS.get(name_or_spec, name_or_spec)
     return _call_factory(spec, shape, num_classes)
 

@@ -69,3 +69,15 @@ def test_a_name_no_torchvision_file_mentions_is_rejected_without_importing_torch
     lines = out.stdout.splitlines()
     assert "unknown model 'resnet_does_not_exist'" in lines[0] and lines[1] == "False False"
     assert not torchvision_names._may_be_listed("not a name")
+
+
+@pytest.mark.torch
+def test_building_inception_for_a_trace_prints_no_initialisation_warning():
+    import warnings
+
+    from simdl.workload.zoo import _construct
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = _construct("inception_v3", (3, 299, 299), 10)
+    assert m.fc.out_features == 10
