@@ -5,8 +5,7 @@ rank computes on another thread, against the idle call, at a few sizes.
 
 Why: inside a training step a collective shares the cores with the compute; the profile
 prices that with one fitted factor (efficiency.collective_load_factor, simdl.calibrate.overlap)
-for every size, and validation over-predicts the largest-message models (issue 6 note,
-2026-11-24). Two runs on the 2-core VM (ratio = loaded / idle, medians of 8-30 calls, two
+for every size, and validation over-predicts the largest-message models. Two runs on the 2-core VM (ratio = loaded / idle, medians of 8-30 calls, two
 alternating repeats each):
 
     size      64 KiB  1 MiB  8 MiB  25 MiB  128 MiB

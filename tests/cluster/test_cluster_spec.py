@@ -33,7 +33,7 @@ EXPECTED_PRESETS = {
 }
 
 # Plain integers that describe a preset's shape, not a measured quantity (see spec.py docstring).
-# "calibration": free-form provenance and fit quality written by `simdl calibrate` (issue 5).
+# "calibration": free-form provenance and fit quality written by `simdl calibrate`.
 STRUCTURAL = {"gpus_per_node", "nodes", "max_nodes", "count", "links", "calibration"}
 
 

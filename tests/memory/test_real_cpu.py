@@ -6,7 +6,7 @@ with profile_memory; :mod:`simdl.memory.measured` pairs every allocation with it
 buffers and optimizer state. simdl side: ``simdl.predict(..., cluster="cpu-local")``'s
 tensor peak (no 512-byte rounding on the CPU device; per-tensor optimizer kernels, as
 PyTorch picks on CPU; gloo's scratch during FSDP's collectives,
-simdl.collectives.backends). TOLERANCE 3%: issue 4's goal for real runs.
+simdl.collectives.backends). TOLERANCE 3%: the project's accuracy goal for memory on real runs.
 
 The 2-rank runs wrap the model as validate/train.py does (FSDP2 per block unit; none =
 HSDP with one rank per shard; DDP with PyTorch's defaults) and measure three steady

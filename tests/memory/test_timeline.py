@@ -165,7 +165,7 @@ def test_memplot_writes_a_png(tmp_path):
 
 
 def test_plot_memory_draws_each_simulated_rank(tmp_path, capsys):
-    """`simdl plot --memory` (issue 4): per-rank memory over time from the simulator."""
+    """`simdl plot --memory`: per-rank memory over time from the simulator."""
     from simdl.cli import main
 
     out = tmp_path / "mem.png"

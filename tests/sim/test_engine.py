@@ -10,7 +10,7 @@ from simdl.predict import predict
 from simdl.strategies.plan import COMPUTE
 from simdl.workload.zoo import MODELS
 
-# Where nothing contends the two engines must agree (issue 3). The analytic model assumes
+# Where nothing contends the two engines must agree. The analytic model assumes
 # no link is shared between collectives, so SPMD plans are compared with contention=False
 # (flows of one collective still share among themselves); its PS closed form includes the
 # N-worker incast, so ps-sync is compared with contention on.
