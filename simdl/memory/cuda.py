@@ -3,10 +3,11 @@ CUDA context and NCCL's buffers.
 
 The rank's allocation sequence (:mod:`.sequence`, with the cuBLAS/cuBLASLt workspaces of
 :mod:`.device` taken first) is replayed through the allocator model
-(:mod:`.allocator`) with the memory the allocator may use: the device's memory less
-the fit margin, the context and NCCL's buffers. ``max_allocated`` and ``max_reserved``
-are what ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` would report after
-two steps; the device total is reserved + context + NCCL.
+(:mod:`.allocator`; :mod:`.allocator.fast` runs it, the same figures in one loop) with the
+memory the allocator may use: the device's memory less the fit margin, the context and
+NCCL's buffers. ``max_allocated`` and ``max_reserved`` are what
+``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` would report after two
+steps; the device total is reserved + context + NCCL.
 
 ``FIT_MARGIN``: a run is said to fit when its device total leaves this share of the
 device's memory free, room for what the model does not hold: cuDNN's convolution
@@ -22,7 +23,8 @@ from functools import lru_cache
 import numpy as np
 
 from .allocator import AllocatorConfig
-from .allocator.replay import ALLOC, Op, replay
+from .allocator.fast import replay_fast
+from .allocator.replay import ALLOC, Op
 from .device import DeviceMemory, device_memory
 from .sequence import DEFAULT_STREAM, allocation_sequence
 
@@ -151,4 +153,4 @@ def _replay(steady, first, libs, buckets, wrap, fsdp, table, cfg: AllocatorConfi
     seq, events = allocation_sequence(steady, first, table, details, with_events=True)
     ops += seq
     events = np.concatenate([np.full(len(ops) - len(seq), -1), events])
-    return replay(ops, cfg, curves=curves), (events if curves else np.zeros(0, dtype=np.int64))
+    return replay_fast(ops, cfg, curves=curves), (events if curves else np.zeros(0, dtype=np.int64))
