@@ -45,8 +45,23 @@ _NO_ROUNDUP = 1 << 80  # above any request: roundup_power2_divisions off
 class _State:
     """What the rare paths (new segments, releases, stream events) share with the loop."""
 
-    __slots__ = ("cfg", "blk", "small", "large", "reserved", "reserved_peak", "segments", "segments_peak")
-    __slots__ += ("next_addr", "retries", "uses", "events", "event_count", "done", "seq")
+    __slots__ = (
+        "cfg",
+        "blk",
+        "small",
+        "large",
+        "reserved",
+        "reserved_peak",
+        "segments",
+        "segments_peak",
+        "next_addr",
+        "retries",
+        "uses",
+        "events",
+        "event_count",
+        "done",
+        "seq",
+    )
 
     def __init__(self, cfg: AllocatorConfig):
         self.cfg = cfg
