@@ -4,8 +4,8 @@ shapes, bytes and seconds simdl's kernel model takes, grouped by GPU and op clas
 from __future__ import annotations
 
 import csv
-import gzip
 import json
+import lzma
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +34,7 @@ def hardware(device: str) -> Hardware:
 
 
 def _read(family: str) -> list[dict]:
-    with gzip.open(DATA / f"{family}.csv.gz", "rt") as f:
+    with lzma.open(DATA / f"{family}.csv.xz", "rt") as f:
         return list(csv.DictReader(f))
 
 

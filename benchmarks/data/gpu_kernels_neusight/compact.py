@@ -1,12 +1,13 @@
 """Make this folder's compact copy of the NeuSight kernel latencies (see README.md).
 
-Reads the shared copy (``<device>/<op>.csv.gz`` as published, MIT) and writes one gzip CSV
+Reads the shared copy (``<device>/<op>.csv.gz`` as published, MIT) and writes one xz CSV
 per operator family with only what simdl's kernel model uses: device, operator, shape,
 latency (microseconds) and the main kernel's family. Run once; the output is committed.
 """
 
 import csv
 import gzip
+import lzma
 import re
 import sys
 from pathlib import Path
@@ -43,7 +44,7 @@ def kernel_family(name: str) -> str:
 def main(src: Path, dst: Path) -> None:
     for fam, ops in FAMILIES.items():
         cols = SHAPES[fam]
-        with gzip.open(dst / f"{fam}.csv.gz", "wt", newline="") as out:
+        with lzma.open(dst / f"{fam}.csv.xz", "wt", newline="") as out:
             w = csv.writer(out)
             w.writerow(["device", "op", *(HEAD.get(c, c) for c in cols), "latency_us", "kernel"])
             for dev in sorted(p for p in src.iterdir() if p.is_dir()):
