@@ -60,6 +60,8 @@ class Job:
     """The strategy's own keywords, as its registry entry declares them (e.g. ``{"sharding": "grad_op"}``)."""
     cuda_alloc_conf: str | None = None
     """Caching allocator options, PYTORCH_CUDA_ALLOC_CONF syntax (None: the environment variable, else defaults)."""
+    cuda: str | int | float | None = None
+    """CUDA version of the ranks' PyTorch build, torch.version.cuda (None: the cluster's, else the GPU file's default)."""
     engine: str = "analytic"
     """analytic | sim."""
     engine_options: Mapping[str, Any] = field(default_factory=dict)

@@ -49,6 +49,7 @@ def predict(
     activation_checkpointing: bool = False,
     deepspeed_config: str | None = None,
     cuda_alloc_conf: str | None = None,
+    cuda: str | int | float | None = None,
     engine: str = "analytic",
     **engine_options: Any,
 ) -> Result:
@@ -68,8 +69,8 @@ def predict(
     ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
     stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
     batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
-    it must agree with it. ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`).
-    """
+    it must agree with it. ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`);
+    ``cuda``: ``torch.version.cuda`` of the ranks' build, the CUDA context's size (simdl.memory.device)."""
     if isinstance(model, Job):
         return _predict_job(model, {k: v for k, v in locals().items() if k in _DEFAULTS}, engine_options)
     _check_numbers(engine, epochs, engine_options.get("bucket_cap_mb"))
@@ -82,8 +83,7 @@ def predict(
     given = {k for k, v in locals().items() if k in DEFAULT_REASONS and v is not None}
     given |= {k for k, v in strategy_kw.items() if v is not None}
     dataset = dataset or "cifar10"
-    if isinstance(gpus, bool) or not isinstance(gpus, int):
-        raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
+    _check_gpus(gpus)
     workload = _workload(
         model,
         dataset,
@@ -98,7 +98,7 @@ def predict(
         grad_accumulation,
         activation_checkpointing,
     )
-    alloc, placement_why = _allocate(cluster, gpus, nodes, family, strategy, strategy_kw)
+    alloc, placement_why = _allocate(cluster, gpus, nodes, family, strategy, strategy_kw, cuda)
     loader_workers = _loader_workers(loader_workers)
     config, plan = _plan(workload, alloc, family, strategy, algorithm or "auto", strategy_kw)
     echo = echo_config(workload, alloc, config, plan, dataset=dataset, loader_workers=loader_workers, engine=engine)
@@ -118,6 +118,11 @@ def _allocator(echo: dict, cuda_alloc_conf: str | None):
     allocator, text, source = alloc_conf_echo(cuda_alloc_conf)
     echo.update(cuda_alloc_conf=text, cuda_alloc_conf_source=source)
     return allocator
+
+
+def _check_gpus(gpus) -> None:
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise SimdlError(f"--gpus {gpus!r} must be an integer >= 1")
 
 
 def _check_numbers(engine: str, epochs, bucket_cap_mb) -> None:
@@ -201,16 +206,28 @@ def _strategy_keywords(strategy: str, keywords: dict):
     return family, strategy_kw
 
 
-def _allocate(cluster, gpus: int, nodes: int | None, family, strategy: str, strategy_kw: dict):
+def _allocate(cluster, gpus: int, nodes: int | None, family, strategy: str, strategy_kw: dict, cuda=None):
     """(allocation, why the PS placement was assumed or None) on the cluster named, given as a
     ClusterSpec (taken as is: what-if variants from simdl.explore.derive_cluster need no file),
-    or the default one."""
+    or the default one; ``cuda`` (a CUDA version) replaces the cluster's."""
     from .cluster import ClusterSpec, load_cluster
 
     cluster = cluster or DEFAULT_CLUSTER
     spec = cluster if isinstance(cluster, ClusterSpec) else load_cluster(cluster)
+    if cuda is not None:
+        from .memory.device import cuda_major
+
+        spec = _with_cuda(spec, cuda_major(cuda, "--cuda"))
     _, alloc, placement_why = _place(spec, gpus, nodes, family, strategy, strategy_kw)
     return alloc, placement_why
+
+
+@lru_cache(maxsize=256)
+def _with_cuda(spec, cuda: str):
+    """``spec`` with its CUDA version replaced (memoised: the engines' caches key on the spec)."""
+    import dataclasses
+
+    return spec if spec.cuda == cuda else dataclasses.replace(spec, cuda=cuda)
 
 
 def _loader_workers(loader_workers) -> int:

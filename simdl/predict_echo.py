@@ -66,6 +66,26 @@ def echo_assumed(echo: dict, family, given: set, placement_why: str | None, allo
     for key, (value, why) in _kernel_assumptions(alloc, workload).items():
         echo[key] = value
         echo["assumed"][key] = why
+    echo_cuda(echo, alloc.spec)
+
+
+def echo_cuda(echo: dict, spec) -> None:
+    """``echo["cuda"]``: the CUDA version whose context the device total counts (GPUs with a
+    ``device_memory:`` block, simdl.memory.device), under ``assumed`` when it is the GPU file's
+    default rather than the cluster's or ``--cuda``."""
+    from .memory.device import device_memory
+
+    if spec.gpu.kind != "cuda":
+        return
+    dm = device_memory(spec.gpu, spec.cuda or None)
+    if dm is None:
+        return
+    echo["cuda"] = dm.cuda
+    if dm.cuda_source != "cluster":
+        echo["assumed"]["cuda"] = (
+            f"CUDA {dm.cuda}: the {spec.gpu.name} file's default_cuda (context {dm.context_bytes.value / 2**20:.0f} MiB, "
+            f"{dm.context_bytes.kind}); give --cuda with the build's torch.version.cuda"
+        )
 
 
 def echo_input(echo: dict, workload, dataset: str, vocab: int | None, train_samples: int | None) -> None:

@@ -238,8 +238,9 @@ def prediction_kwargs(a: argparse.Namespace) -> dict:
     from ..strategies import registry
 
     extra = [k for k, _, _ in registry.cli_options(set(keys)) if getattr(a, k, None) is not None]
-    if getattr(a, "cuda_alloc_conf", None) is not None:  # predict, maxbatch and memplot take it
-        extra.append("cuda_alloc_conf")
+    for key in ("cuda_alloc_conf", "cuda"):  # predict, maxbatch and memplot take them
+        if getattr(a, key, None) is not None:
+            extra.append(key)
     return {k: getattr(a, k) for k in (*keys, *extra)}
 
 
@@ -291,4 +292,11 @@ def add_alloc_conf_arg(group) -> None:
         help="allocator options in PYTORCH_CUDA_ALLOC_CONF syntax, e.g. "
         "expandable_segments:True,max_split_size_mb:128 (keys: expandable_segments, "
         "max_split_size_mb, roundup_power2_divisions; default: the environment variable)",
+    )
+    group.add_argument(
+        "--cuda",
+        metavar="VERSION",
+        default=None,
+        help="CUDA version of the ranks' PyTorch build (torch.version.cuda, e.g. 12.8 or 13.0): sets the "
+        "CUDA context's size in the device total (default: the cluster's cuda, else the GPU file's default_cuda)",
     )

@@ -105,6 +105,12 @@ def _compute_profile(value: Any, where: str, ctx: Mapping[str, Any]) -> tuple[st
     return _parse_compute_profile(value, ctx["path"], where.rsplit(": compute_profile", 1)[0])
 
 
+def _cuda(value: Any, where: str, ctx: Mapping[str, Any]) -> str:
+    from ..memory.device import cuda_major
+
+    return "" if value is None else cuda_major(value, where)
+
+
 _GPU_SCHEMA = {"type": "string", "pattern": r"\S"}
 _COMPUTE_PROFILE_SCHEMA = {
     "anyOf": [
@@ -173,6 +179,16 @@ class ClusterSpec:
         """c10d backend of the collectives;
                                    absent: PyTorch's default for the device kind""",
         default="nccl",
+    )
+    # The CUDA major version of the ranks' PyTorch build (torch.version.cuda): configuration,
+    # not a measured number; absent, the GPU file's default_cuda (simdl.memory.device).
+    cuda: str = knob(
+        "cuda",
+        Custom(_cuda, lambda v, owner: v or None, {"type": ["string", "number", "null"]}),
+        """CUDA major version of the ranks' PyTorch build (torch.version.cuda: 12, 12.8, 13.0);
+        absent: the GPU file's default_cuda""",
+        default="",
+        dump_default=False,
     )
     notes: str = knob("notes", Text(), "free text", default="", dump_default=False)
     source_path: str = ""

@@ -99,7 +99,8 @@ def memplot_command(
         grad_accumulation=c["grad_accumulation"],
         activation_checkpointing=c["activation_checkpointing"],
     )
-    alloc = allocate(load_cluster(kwargs.get("cluster") or c["cluster"]), c["gpus"], kwargs.get("nodes"))
+    spec = load_cluster(kwargs.get("cluster") or c["cluster"])
+    alloc = allocate(replace(spec, cuda=c.get("cuda") or spec.cuda), c["gpus"], kwargs.get("nodes"))
     family = registry.get(c["strategy"])
     knobs = {
         key.field: key.to_field(v)

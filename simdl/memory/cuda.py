@@ -44,6 +44,7 @@ class CudaMemory:
     reserved: np.ndarray = field(repr=False)
     event_of_op: np.ndarray = field(repr=False)  # timeline event index (steady iteration) of each op, -1: none
     notes: tuple[str, ...] = ()
+    capacity_bytes: float = 0.0  # the memory the fit test measures against (before its margin)
 
     @property
     def fits(self) -> bool:
@@ -86,12 +87,14 @@ def cuda_memory(
     options (its capacity is replaced by the memory the allocator may use)."""
     from .model import timeline_for
 
-    dm = device_memory(cluster.spec.gpu)
+    dm = device_memory(cluster.spec.gpu, cluster.spec.cuda or None)
     first = timeline_for(workload, plan, cluster, replace(options, first_iteration=True))
     d = plan.details
     buckets = tuple(d.get("bucket_bytes") or ()) if d.get("comm_buffer_bytes") else ()
     key = (steady, first, workspaces(dm, cluster), buckets, d.get("wrap", "block"), "shard_size" in d)
     memory = cluster.spec.gpu.memory_bytes.value
+    if dm is not None and dm.cuda_total is not None:
+        memory = dm.cuda_total.value
     if dm is not None:
         context, nccl = dm.context_bytes.value, dm.nccl_bytes(communicators(plan, cluster))
         notes: tuple[str, ...] = ()
@@ -115,10 +118,7 @@ def cuda_memory(
         "nccl_buffers": nccl,
     }
     device = res.max_reserved_bytes + context + nccl
-    notes += (
-        f"memory: peak = max reserved + CUDA {dm.cuda if dm else '?'} context + NCCL buffers; it fits when "
-        f"the allocator never runs out and the total leaves {FIT_MARGIN:.0%} of the memory free",
-    )
+    notes += (_peak_note(dm, cluster),)
     if oom:
         notes += (
             f"the caching allocator runs out of memory (after freeing its cache) with {usable / 2**30:.2f} GiB usable",
@@ -135,6 +135,31 @@ def cuda_memory(
         res.reserved,
         events,
         notes,
+        memory,
+    )
+
+
+def _peak_note(dm: DeviceMemory | None, cluster) -> str:
+    """What the device total holds, which CUDA version it assumes and what it is tested against."""
+    gpu = cluster.spec.gpu.name
+    if dm is None:
+        return (
+            f"memory: peak = max reserved + the {gpu} context of the cluster's memory: block; it fits when "
+            f"the allocator never runs out and the total leaves {FIT_MARGIN:.0%} of the memory free"
+        )
+    version = (
+        f"CUDA {dm.cuda} (given: --cuda or the cluster's cuda)"
+        if dm.cuda_source == "cluster"
+        else f"CUDA {dm.cuda} (assumed: the {gpu} file's default_cuda; --cuda for the build's torch.version.cuda)"
+    )
+    against = (
+        f"the {dm.cuda_total.value / 2**30:.2f} GiB CUDA gives processes ({dm.cuda_total.kind})"
+        if dm.cuda_total is not None
+        else f"the {gpu} file's memory_GiB"
+    )
+    return (
+        f"memory: peak = max reserved + {version} context + NCCL buffers, as nvidia-smi's memory.used shows it; "
+        f"it fits when the allocator never runs out and the total leaves {FIT_MARGIN:.0%} of {against} free"
     )
 
 

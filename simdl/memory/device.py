@@ -22,10 +22,19 @@ call through the allocator too (aten/src/ATen/native/cudnn/Conv_v8.cpp) and is
 opportunistic: ``try_plans`` catches the allocator's OutOfMemoryError and falls back to
 an engine needing less, so it cannot make a run fail; its size (``cudnn_workspace_MiB``)
 depends on the engine cuDNN's heuristics return.
+
+The CUDA version is the major version of the ranks' PyTorch build (``torch.version.cuda``):
+``cuda`` of the cluster (its file, ``--cuda``, or a sweep's ``--set cuda=``), else the GPU
+file's ``default_cuda``. ``cuda_total_bytes``, where a GPU file has it, is the memory CUDA
+gives processes (``cudaMemGetInfo`` total, ``torch.cuda.get_device_properties().total_memory``):
+less than the board's total that ``nvidia-smi`` prints, by what the driver and firmware keep
+(NVML's ``reserved``). The fit test measures against it when given, else against the file's
+``memory_GiB``.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -42,6 +51,7 @@ KEYS = (
     "nccl_channels",
     "nccl_connections_per_channel",
     "nccl_connection_bytes",
+    "cuda_total_bytes",
 )
 #: Threads that run cuBLAS in a training step, each with its own handle and workspace:
 #: the Python thread (forward, optimizer) and the autograd engine's device thread (backward).
@@ -58,6 +68,8 @@ class DeviceMemory:
     nccl_channels: Sourced
     nccl_connections: Sourced
     nccl_connection_bytes: Sourced
+    cuda_total: Sourced | None = None
+    cuda_source: str = "default_cuda"  # where the version came from: default_cuda | cluster
 
     def nccl_bytes(self, communicators: int) -> float:
         """NCCL's buffers for ``communicators`` process groups that run collectives."""
@@ -80,8 +92,19 @@ def _raw(path: str) -> dict:
     return data.get("device_memory") or {}
 
 
+def cuda_major(value, where: str = "cuda") -> str:
+    """The CUDA major version of ``value`` ("13", "13.0", 12.8, 13) as a string; a one-line
+    error naming what is accepted otherwise."""
+    text = str(value).strip() if isinstance(value, (str, int, float)) and not isinstance(value, bool) else ""
+    m = re.fullmatch(r"(\d{1,2})(?:\.\d+)*", text)
+    if m is None:
+        raise SimdlError(f"{where} {value!r}: accepted: a CUDA version such as 12, 12.8 or 13.0 (torch.version.cuda)")
+    return str(int(m.group(1)))
+
+
 def device_memory(gpu, cuda: str | None = None) -> DeviceMemory | None:
-    """The GPU file's ``device_memory:`` block (None when the file has none)."""
+    """The GPU file's ``device_memory:`` block (None when the file has none), with the context
+    of CUDA ``cuda`` (a major version; None: the file's ``default_cuda``)."""
     if not gpu.source_path or not Path(gpu.source_path).exists():
         return None
     return _parse(gpu.source_path, cuda)
@@ -99,8 +122,10 @@ def _parse(path: str, cuda: str | None) -> DeviceMemory | None:
     contexts = raw.get("cuda_context_MiB") or {}
     version = str(cuda or raw.get("default_cuda", ""))
     if version not in contexts:
+        given = "the cluster's cuda (--cuda)" if cuda else "its default_cuda"
         raise SimdlError(
-            f"{where}: no cuda_context_MiB for CUDA {version!r}; accepted: {', '.join(sorted(map(str, contexts)))}"
+            f"CUDA {version!r} ({given}): {where} has no cuda_context_MiB for it; "
+            f"accepted: {', '.join(sorted(map(str, contexts)))}"
         )
     ctx = read({"c_MiB": contexts[version]}, "c_MiB", where=f"{where}: cuda_context_MiB.{version}")
     return DeviceMemory(
@@ -112,4 +137,6 @@ def _parse(path: str, cuda: str | None) -> DeviceMemory | None:
         read(raw, "nccl_channels", where=where),
         read(raw, "nccl_connections_per_channel", where=where),
         read(raw, "nccl_connection_bytes", where=where),
+        read(raw, "cuda_total_bytes", where=where) if "cuda_total_bytes" in raw else None,
+        "cluster" if cuda else "default_cuda",
     )

@@ -188,7 +188,7 @@ def estimate_memory(
         other=other,
     )
     detail.update(context=context, workspace=workspace, fragmentation=fragmentation)
-    capacity = cluster.spec.gpu.memory_bytes.value
+    capacity = cluster.spec.gpu.memory_bytes.value if cuda is None else cuda.capacity_bytes
     notes: tuple[str, ...] = ()
     if isinstance(plan, PSPlan):
         from ..units import format_bytes

@@ -126,3 +126,76 @@ def test_the_replay_allocates_every_live_tensor(strategy):
     )
     assert r.peak_tensor_bytes <= r.max_memory_allocated_bytes <= 1.05 * r.peak_tensor_bytes + 64 * 2**20
     assert r.peak_memory_bytes >= r.max_memory_reserved_bytes >= r.max_memory_allocated_bytes
+
+
+H200 = dict(model="resnet18", strategy="ddp", gpus=1, cluster="h200", dataset="imagenet")
+
+
+@pytest.mark.parametrize("given,major", [("13.0", "13"), ("12.8", "12"), (13, "13"), ("11", "11"), (12.4, "12")])
+def test_cuda_versions_are_read_as_their_major(given, major):
+    from simdl.memory.device import cuda_major
+
+    assert cuda_major(given) == major
+
+
+@pytest.mark.parametrize("bad", ["cu130", "", "thirteen", True, None, "1234"])
+def test_a_bad_cuda_version_is_a_one_line_error(bad):
+    from simdl.memory.device import cuda_major
+
+    with pytest.raises(SimdlError, match="accepted: a CUDA version") as e:
+        cuda_major(bad, "--cuda")
+    assert "\n" not in str(e.value)
+
+
+def test_cuda_sets_the_context_and_is_said_when_assumed():
+    default = simdl.predict(**H200)
+    assert default.config["cuda"] == device_memory(load_gpu("H200")).cuda
+    assert "default_cuda" in default.config["assumed"]["cuda"]
+    given = simdl.predict(**H200, cuda="13.0")
+    assert given.config["cuda"] == "13" and "cuda" not in given.config["assumed"]
+    ctx = device_memory(load_gpu("H200"), "13").context_bytes.value
+    assert given.device_memory_bytes["cuda_context"] == ctx
+    # The context is outside the allocator: reserved is the same, the total moves by the difference.
+    assert given.max_memory_reserved_bytes == default.max_memory_reserved_bytes
+    assert given.peak_memory_bytes - default.peak_memory_bytes == pytest.approx(
+        ctx - default.device_memory_bytes["cuda_context"]
+    )
+    assert any("CUDA 13 (given" in n for n in given.notes)
+
+
+def test_a_cuda_version_the_gpu_file_lacks_names_those_it_has():
+    with pytest.raises(SimdlError, match=r"CUDA '10'.*accepted: 11, 12, 13"):
+        simdl.predict(**H200, cuda="10")
+
+
+def test_a_cluster_file_can_give_the_cuda_version(tmp_path):
+    f = tmp_path / "mine.yaml"
+    f.write_text("extends: h200\nname: mine\ncuda: 13.0\n")
+    r = simdl.predict(**{**H200, "cluster": str(f)})
+    assert r.config["cuda"] == "13" and "cuda" not in r.config["assumed"]
+    f.write_text("extends: h200\nname: mine\ncuda: cu13\n")
+    with pytest.raises(SimdlError, match="cuda 'cu13'|cuda: 'cu13'|'cu13'"):
+        load_cluster(str(f))
+
+
+def test_the_fit_test_uses_the_memory_cuda_gives_processes():
+    """Where the GPU file measures CUDA's total, capacity and the fit limit are that, not the
+    datasheet's memory_GiB."""
+    dm = device_memory(load_gpu("H200"))
+    assert dm.cuda_total is not None and dm.cuda_total.value < load_gpu("H200").memory_bytes.value
+    r = simdl.predict(**H200)
+    assert r.memory_capacity_bytes == dm.cuda_total.value
+    # A file without the measurement keeps memory_GiB.
+    a100 = simdl.predict(**{**H200, "cluster": "dgx-a100"})
+    assert device_memory(load_gpu("A100-SXM4-80GB")).cuda_total is None
+    assert a100.memory_capacity_bytes == load_gpu("A100-SXM4-80GB").memory_bytes.value
+
+
+def test_cli_cuda_flag(capsys):
+    from simdl.cli import main
+
+    assert main(["predict", "--model", "resnet18", "--cluster", "h200", "--gpus", "1", "--cuda", "13.0", "--json"]) == 0
+    assert '"cuda": "13"' in capsys.readouterr().out
+    assert main(["predict", "--model", "resnet18", "--cluster", "h200", "--gpus", "1", "--cuda", "x13"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "x13" in err and "accepted" in err
