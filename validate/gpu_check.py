@@ -373,7 +373,7 @@ def main(argv=None) -> int:
 
 def _main(a) -> int:
     from . import gpu_calibrate, gpu_summary
-    from .gpu_predict import cluster_without_loader, preset_for_device
+    from .gpu_predict import build_cuda, cluster_without_loader, preset_for_device
 
     out = Path(a.output)
     work = Path(a.work_dir) if a.work_dir else out.parent / f"{out.name}.work"
@@ -385,12 +385,15 @@ def _main(a) -> int:
     s = settings(a)
     budget_end = START + a.budget_s
     preset = a.cluster or preset_for_device(gpu or "cpu")
-    cluster = cluster_without_loader(preset)
+    cuda = None if a.cpu else build_cuda()  # the worker runs this interpreter's torch
+    cluster = cluster_without_loader(preset, cuda)
     configs = plan_configs(s)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     print(
-        f"device: {gpu or 'cpu (tiny settings)'}; preset {preset}; {len(configs)} configurations; "
+        f"device: {gpu or 'cpu (tiny settings)'}; preset {preset}"
+        + (f" with CUDA {cuda} (torch.version.cuda)" if cuda else "")
+        + f"; {len(configs)} configurations; "
         f"budget {a.budget_s:.0f} s",
         flush=True,
     )

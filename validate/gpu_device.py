@@ -111,6 +111,7 @@ def _pynvml(index: int) -> dict[str, Any] | None:
             "source": "pynvml",
             "used_bytes": int(mem.used),
             "total_bytes": int(mem.total),
+            **_nvml_v2(pynvml, h),
             "sm_clock_MHz": clock(h, pynvml.NVML_CLOCK_SM),
             "mem_clock_MHz": clock(h, pynvml.NVML_CLOCK_MEM),
             "max_sm_clock_MHz": max_clock(h, pynvml.NVML_CLOCK_SM),
@@ -124,6 +125,21 @@ def _pynvml(index: int) -> dict[str, Any] | None:
         return out
     except Exception as e:  # noqa: BLE001 -- NVML missing or refused: fall back to nvidia-smi
         return {"source": "pynvml", "error": f"{type(e).__name__}: {e}", **(_smi(index) or {})}
+
+
+def _nvml_v2(pynvml, handle) -> dict[str, Any]:
+    """NVML v2's used and reserved memory (``nvmlMemory_v2_t``): v1's ``used`` counts the
+    memory the driver and firmware reserve, v2 gives it apart, and nvidia-smi's memory.used
+    is v2's used (NVML API reference, nvmlMemory_t and nvmlMemory_v2_t). Empty where the
+    bindings or the driver have no v2."""
+    v2 = getattr(pynvml, "nvmlMemory_v2", None)
+    if v2 is None:
+        return {}
+    try:
+        mem = pynvml.nvmlDeviceGetMemoryInfo(handle, version=v2)
+    except Exception:  # noqa: BLE001 -- an older driver or binding: v1 only
+        return {}
+    return {"used_v2_bytes": int(mem.used), "reserved_v2_bytes": int(mem.reserved)}
 
 
 def _smi(index: int) -> dict[str, Any] | None:

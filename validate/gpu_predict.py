@@ -55,14 +55,27 @@ def preset_for_device(device_name: str) -> str:
     )
 
 
-def cluster_without_loader(preset: str):
-    """The preset's ClusterSpec with no DataLoader cost (see the module docstring)."""
+def cluster_without_loader(preset: str, cuda: str | None = None):
+    """The preset's ClusterSpec with no DataLoader cost (see the module docstring) and, where
+    given, the CUDA major version of the torch build that measures (its context's size)."""
     from simdl.cluster import load_cluster
     from simdl.provenance import Sourced
 
     spec = load_cluster(preset)
     host = dataclasses.replace(spec.host, dataloader_sample=Sourced(0.0, "derived", NO_LOADER))
-    return dataclasses.replace(spec, host=host)
+    return dataclasses.replace(spec, host=host, **({"cuda": cuda} if cuda else {}))
+
+
+def build_cuda() -> str | None:
+    """The CUDA major version of this interpreter's torch build (``torch.version.cuda``; no
+    CUDA context is made), None for a CPU build or without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    from simdl.memory.device import cuda_major
+
+    return cuda_major(torch.version.cuda) if torch.version.cuda else None
 
 
 def _memory_fields(r) -> dict[str, Any]:

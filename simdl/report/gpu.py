@@ -62,7 +62,27 @@ def _mib(x):
     return "-" if x is None else f"{x / MiB:.0f}"
 
 
-def _sides(r: dict) -> dict:
+def smi_used(state: dict | None, env: dict | None) -> tuple[float | None, str]:
+    """The device's used memory as nvidia-smi's memory.used shows it, and how it was read.
+
+    nvidia-smi's figure is NVML v2's ``used``; NVML v1's ``used`` also counts the memory the
+    driver and firmware reserve (NVML API reference, nvmlMemory_t / nvmlMemory_v2_t). A record
+    with v1 alone has that reserve taken out as NVML's total less CUDA's total (both in the
+    run's environment), an estimate said so in the table's note."""
+    state = state or {}
+    if state.get("used_v2_bytes") is not None:
+        return state["used_v2_bytes"], "NVML v2 used"
+    used = state.get("used_bytes")
+    if used is None or state.get("source") == "nvidia-smi":
+        return used, "nvidia-smi memory.used"
+    env = env or {}
+    nvml_total, cuda_total = (env.get("nvml") or {}).get("total_bytes"), env.get("total_memory_bytes")
+    if nvml_total and cuda_total and nvml_total >= cuda_total:
+        return used - (nvml_total - cuda_total), "NVML v1 used less (NVML total - CUDA total)"
+    return used, "NVML v1 used (driver reserve included)"
+
+
+def _sides(r: dict, env: dict | None = None) -> dict:
     p = (r.get("predicted") or {}).get("analytic") or {}
     m = r.get("measured") or {}
     alloc = p.get("max_memory_allocated_bytes")
@@ -71,46 +91,54 @@ def _sides(r: dict) -> dict:
         "alloc": (alloc if alloc is not None else p.get("peak_tensor_bytes"), m.get("peak_allocated_bytes")),
         "alloc_starred": alloc is None and p.get("peak_tensor_bytes") is not None,
         "reserved": (p.get("max_memory_reserved_bytes"), m.get("max_memory_reserved_bytes")),
-        "device": (
-            p.get("device_total_bytes", p.get("peak_memory_bytes")),
-            (m.get("device_state") or {}).get("used_bytes"),
-        ),
+        "device": (p.get("device_total_bytes", p.get("peak_memory_bytes")), smi_used(m.get("device_state"), env)[0]),
+        "device_how": smi_used(m.get("device_state"), env)[1],
     }
 
 
-def table(records: list[dict]) -> list[str]:
-    """Predicted against measured, one row per configuration, and the step-time errors."""
+def table(records: list[dict], env: dict | None = None) -> list[str]:
+    """Predicted against measured, one row per configuration, and each figure's errors.
+    ``env``: the run's environment (run.json), which says how the device figure was read."""
     lines = [
         "| configuration | status | step pred ms | step meas ms | step err | allocated pred / meas MiB | err | "
         "reserved pred / meas MiB | err | device pred / meas MiB | err |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    errs = []
+    errs: dict[str, list[float]] = {"step": [], "alloc": [], "reserved": [], "device": []}
+    how: set[str] = set()
     for r in records:
-        s = _sides(r)
+        s = _sides(r, env)
         ok = r.get("status") == "ok"
         cells = [f"`{r['run_id']}`", "ok" if ok else str(r.get("error") or r.get("status"))[:90]]
         se = _err(*s["step"]) if ok else None
-        if se is not None:
-            errs.append(se)
         cells += [_ms(s["step"][0]), _ms(s["step"][1]) if ok else "-", _pct(se)]
-        for key in ("alloc", "reserved", "device"):
+        for key in ("step", "alloc", "reserved", "device"):
+            e = _err(*s[key]) if ok else None
+            if e is not None:
+                errs[key].append(e)
+            if key == "step":
+                continue
             p, m = s[key]
             star = "*" if key == "alloc" and s["alloc_starred"] else ""
-            cells += [f"{_mib(p)}{star} / {_mib(m)}", _pct(_err(p, m))]
+            cells += [f"{_mib(p)}{star} / {_mib(m)}", _pct(e)]
+        if ok:
+            how.add(s["device_how"])
         lines.append("| " + " | ".join(cells) + " |")
     n_ok = sum(r.get("status") == "ok" for r in records)
     lines += ["", f"{n_ok} of {len(records)} configurations measured."]
-    if errs:
-        lines.append(
-            f"Step time: MAPE {100 * statistics.fmean(abs(e) for e in errs):.1f} %, signed mean "
-            f"{100 * statistics.fmean(errs):+.1f} %, max |err| {100 * max(abs(e) for e in errs):.1f} % "
-            f"over {len(errs)}."
-        )
+    names = {"step": "Step time", "alloc": "Max allocated", "reserved": "Max reserved", "device": "Device"}
+    for key, e in errs.items():
+        if e:
+            within = sum(abs(x) <= 0.03 for x in e)
+            lines.append(
+                f"{names[key]}: MAPE {100 * statistics.fmean(abs(x) for x in e):.1f} %, signed mean "
+                f"{100 * statistics.fmean(e):+.1f} %, max |err| {100 * max(abs(x) for x in e):.1f} %, "
+                f"within 3 % in {within} of {len(e)}."
+            )
     lines.append(
         "`*`: simdl's peak_tensor_bytes, where its Result has no max_memory_allocated_bytes (no CUDA "
-        "allocator model on that device). Device: "
-        "simdl's peak_memory_bytes against NVML's used memory after the timed steps."
+        "allocator model on that device). Device: simdl's peak_memory_bytes (nvidia-smi's memory.used) "
+        f"against the device's used memory after the timed steps, read as {', '.join(sorted(how)) or '-'}."
     )
     return lines
 
@@ -237,7 +265,8 @@ def gpu_section(records: list[dict]) -> list[str]:
     for src in sorted({r.get("_source_file", "") for r in gpu}):
         folder = Path(src).parent
         mine = [r for r in gpu if r.get("_source_file", "") == src]
-        lines += [f"### `{src}`", ""] + _env_lines(_run_info(folder)) + [""] + table(mine) + [""]
+        info = _run_info(folder)
+        lines += [f"### `{src}`", ""] + _env_lines(info) + [""] + table(mine, info.get("env")) + [""]
         lines += ["Step-time error (predicted - measured) / measured, by model and configuration:", ""]
         lines += error_pivot(mine) + [""]
         lines += ["#### Time per op class: simdl against the profiled kernels", ""]
