@@ -37,6 +37,12 @@ class HostBackend(Protocol):
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         """What the result should say about the bytes that fault in again every step."""
 
+    def autocast_fp32_types(self) -> tuple[str, ...]:
+        """Module types whose op autocast runs in fp32 on this device (simdl.memory.rowdtypes)."""
+
+    def dropout_mask_bytes(self) -> float:
+        """Bytes per element of the mask a training dropout saves; 0: the activation's dtype."""
+
     def shares_cores(self) -> bool:
         """Whether the ranks of a node and a PS server on it are processes sharing one host's
         CPU cores (the PS shared-host bound, simdl.sim.cores). Ranks sharing one device's

@@ -49,6 +49,16 @@ class GlibcCpuHost:
             return 0.0
         return mapped
 
+    def autocast_fp32_types(self) -> tuple[str, ...]:
+        # CPU autocast keeps layer_norm, group_norm and softmax in 16 bits (torch 2.14 on a
+        # CPU: bf16 in, bf16 out); none of the table's module types is widened.
+        return ()
+
+    def dropout_mask_bytes(self) -> float:
+        # On a CPU dropout multiplies by a noise tensor in the input's dtype, as traced
+        # (aten/src/ATen/native/Dropout.cpp: the fused native_dropout is for CUDA inputs).
+        return 0.0
+
     def shares_cores(self) -> bool:
         """The profile's ``shared_device``: the ranks of a node are processes of one host."""
         return bool(self.cluster.spec.shared_device)

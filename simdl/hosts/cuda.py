@@ -32,5 +32,14 @@ class CudaHost:
     def refault_notes(self, refault_bytes: float) -> tuple[str, ...]:
         return ()
 
+    def autocast_fp32_types(self) -> tuple[str, ...]:
+        # CUDA autocast's fp32 list (PyTorch docs amp.rst, "CUDA Ops that can autocast to
+        # float32": layer_norm, group_norm, softmax, log_softmax), by the modules that call them.
+        return ("LayerNorm", "LayerNorm2d", "GroupNorm", "Softmax", "LogSoftmax", "Softmax2d")
+
+    def dropout_mask_bytes(self) -> float:
+        # native_dropout's bool mask (aten/src/ATen/native/Dropout.cpp, is_fused_kernel_acceptable).
+        return 1.0
+
     def shares_cores(self) -> bool:
         return False

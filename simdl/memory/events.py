@@ -36,6 +36,9 @@ class MemoryOptions:
     conv_backward_scratch: the device's scratch during a convolution's backward, per byte
       of the larger of its input plus its output gradient and its weight gradient (the
       cluster's ``memory.conv_backward_scratch``).
+    autocast_fp32_types, dropout_mask_bytes: the device's autocast fp32 modules and the
+      bytes per element of a dropout's saved mask (0: as traced); the host backend's
+      (:mod:`simdl.memory.rowdtypes`).
     """
 
     activation_checkpointing: bool = False
@@ -46,6 +49,8 @@ class MemoryOptions:
     all_gather_scratch: float = 0.0
     reduce_scatter_scratch: float = 0.0
     conv_backward_scratch: float = 0.0
+    autocast_fp32_types: tuple[str, ...] = ()
+    dropout_mask_bytes: float = 0.0
 
 
 @dataclass(frozen=True, eq=False)

@@ -122,7 +122,15 @@ def _fsdp_timeline(
     # Under FSDP mixed precision the module computes in 16 bits with 16-bit parameters:
     # no autocast cache; activations in 16 bits.
     _row_events(
-        ev, table, batch, _act_factor(wl), False, opts.activation_checkpointing, pe / 4.0, opts.conv_backward_scratch
+        ev,
+        table,
+        batch,
+        _act_factor(wl),
+        False,
+        opts.activation_checkpointing,
+        pe / 4.0,
+        opts.conv_backward_scratch,
+        mask_bytes=opts.dropout_mask_bytes,
     )
     units = [u for u in _unit_rows(table, wrap) if u.numel > 0]
     c = _Fsdp(

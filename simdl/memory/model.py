@@ -103,9 +103,11 @@ def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster
     (CPU offload, DDP bucket views), the device (foreach optimizers only on GPUs) and the
     communication backend (its scratch during FSDP's collectives)."""
     from ..collectives.backends import get_backend
+    from ..hosts import host_for
 
     d = plan.details
     backend = get_backend(cluster.spec.collective_backend)
+    host = host_for(cluster)
     return MemoryOptions(
         activation_checkpointing=workload.activation_checkpointing,
         cpu_offload=bool(d.get("cpu_offload", False)),
@@ -116,6 +118,8 @@ def memory_options(workload: Workload, plan: SpmdPlan | PSPlan, cluster: Cluster
         conv_backward_scratch=(
             cluster.spec.memory.conv_backward_scratch.value if cluster.spec.memory.conv_backward_scratch else 0.0
         ),
+        autocast_fp32_types=host.autocast_fp32_types(),
+        dropout_mask_bytes=host.dropout_mask_bytes(),
     )
 
 

@@ -14,6 +14,7 @@ import numpy as np
 from ..workload.table import WorkloadTable
 from ..workload.workload import Workload
 from .events import ACT, BWD, FWD, GRADS, OPT, STEP, TEMP, MemoryOptions, _Events
+from .rowdtypes import RowDtypes, row_dtypes
 from .rowtree import block_rows, row_tree
 
 
@@ -29,14 +30,14 @@ class _Rows:
     fwd_working: np.ndarray  # the row's forward temporaries at their peak, above what it keeps
 
 
-def _rows(table: WorkloadTable, batch: int, act_factor: float) -> _Rows:
+def _rows(table: WorkloadTable, batch: int, f: RowDtypes) -> _Rows:
     tree = row_tree(table)
-    saved = table.column("saved_bytes", batch) * act_factor
-    out = table.column("output_bytes", batch) * act_factor
+    saved = table.column("saved_bytes", batch) * f.saved
+    out = table.column("output_bytes", batch) * f.out
     params = table.fixed["param_bytes"].astype(float)
     grad_in = np.where(tree.leaf & (tree.prev_leaf >= 0), out[np.maximum(tree.prev_leaf, 0)], 0.0)
-    working = table.column("bwd_working_bytes", batch) * act_factor
-    fwd_working = table.column("fwd_working_bytes", batch) * act_factor
+    working = table.column("bwd_working_bytes", batch) * f.working
+    fwd_working = table.column("fwd_working_bytes", batch) * f.out
     return _Rows(saved, out, params, grad_in, working, fwd_working)
 
 
@@ -62,10 +63,15 @@ def _row_events(
     checkpoint: bool,
     grad_scale: float,
     conv_scratch: float = 0.0,
+    fp32_types: tuple[str, ...] = (),
+    mask_bytes: float = 0.0,
 ) -> None:
-    """Forward and backward events of the rows: activations, temporaries, gradients."""
+    """Forward and backward events of the rows: activations, temporaries, gradients.
+    ``act_factor``: activations' element size against fp32, row by row as
+    :func:`simdl.memory.rowdtypes.row_dtypes` refines it with ``fp32_types`` (the device's
+    autocast fp32 ops, when ``mixed`` says autocast runs) and ``mask_bytes`` (dropout masks)."""
     tree = row_tree(table)
-    r = _rows(table, batch, act_factor)
+    r = _rows(table, batch, row_dtypes(tuple(table.types), act_factor, mixed, fp32_types, mask_bytes))
     pf, pb = _positions(table.n_rows)
     k = tree.post_pos  # post-order position of each row
     # Time anchors: a row's events happen with the last row of its subtree (a container's

@@ -136,6 +136,8 @@ def _replica_timeline(
         opts.activation_checkpointing,
         grad_scale,
         opts.conv_backward_scratch,
+        opts.autocast_fp32_types,
+        opts.dropout_mask_bytes,
     )
     P = float(table.param_bytes)
     largest = max((p.numel for p in table.params), default=0) * 4.0

@@ -110,12 +110,13 @@ def test_cpu_offload_keeps_only_unsharded_units_on_the_gpu():
 
 
 def test_mixed_precision_halves_activations_and_keeps_fp32_masters():
+    """16-bit activations, but the max-pool's int64 indices stay (simdl.memory.rowdtypes)."""
     fp32 = simdl.predict(model="resnet50", strategy="ddp", gpus=4, batch_size=128).memory_breakdown_bytes
     bf16 = simdl.predict(
         model="resnet50", strategy="ddp", gpus=4, batch_size=128, precision="bf16"
     ).memory_breakdown_bytes
     assert bf16["params"] == fp32["params"] and bf16["optimizer"] == fp32["optimizer"]
-    assert bf16["activations"] < 0.65 * fp32["activations"]
+    assert 0.5 * fp32["activations"] < bf16["activations"] < 0.7 * fp32["activations"]
 
 
 def test_tensor_and_process_peaks_are_told_apart():
