@@ -28,10 +28,17 @@ _CLUSTERS: dict[tuple, Any] = {}  # (cluster, gpus, nodes, overrides) -> Cluster
 _LIMIT = 4096
 
 
-def _cluster_key(params: Mapping[str, Any]) -> tuple | None:
+def _base_key(params: Mapping[str, Any]) -> tuple | None:
+    """What a point's cluster reads besides its links: the cluster, the GPU and node counts
+    and the other cluster overrides (None: not hashable)."""
+    from .vector import LINK_KEYS
     from .whatif import CLUSTER_KEYS
 
-    over = tuple((k, type(v).__name__, v) for k, v in params.items() if k in CLUSTER_KEYS and v is not None)
+    over = tuple(
+        (k, type(v).__name__, v)
+        for k, v in params.items()
+        if k in CLUSTER_KEYS and k not in LINK_KEYS and v is not None
+    )
     key = (params.get("cluster"), params.get("gpus"), params.get("nodes"), over)
     try:
         hash(key)
@@ -54,11 +61,20 @@ def place(params: Mapping[str, Any]):
 
 
 def point_clusters(points: Sequence[Mapping[str, Any]]) -> list:
-    """Each point's placed cluster, or the SimdlError placing it raised."""
+    """Each point's placed cluster, or the SimdlError placing it raised. The points share
+    everything but their links (a link group of simdl.explore.vector)."""
+    from .vector import LINK_KEYS
+
+    base = _base_key(points[0])
     out = []
     for p in points:
-        key = _cluster_key(p)
-        hit = _CLUSTERS.get(key) if key is not None else None
+        key = hit = None
+        if base is not None:
+            key = (base, tuple((v.__class__, v) for v in map(p.get, LINK_KEYS)))
+            try:
+                hit = _CLUSTERS.get(key)
+            except TypeError:  # an unhashable link value
+                key = hit = None
         if hit is None:
             try:
                 hit = place(p)
@@ -84,20 +100,17 @@ def shared_key(cluster) -> tuple:
 
 def comm_durations(plan, clusters: Sequence, algorithm: str, rows: Sequence[int]) -> np.ndarray | None:
     """Seconds of the collective tasks ``rows`` of ``plan`` (rows x clusters), as
-    ``CommCosts.for_plan(cluster, plan, algorithm).time`` gives them; None where a task is
-    priced by regime curves or the clusters differ in more than links."""
+    ``CommCosts.for_plan(cluster, plan, algorithm).time`` gives them, for clusters that share
+    their :func:`shared_key`; None where a task is priced by regime curves."""
     from ..costs.comm import CommCosts
 
     first = clusters[0]
-    base = shared_key(first)
     unique: dict[int, int] = {}
     which = np.empty(len(clusters), dtype=np.intp)
     distinct: list = []
     for j, c in enumerate(clusters):
         u = unique.get(id(c))
         if u is None:
-            if shared_key(c) != base:
-                return None
             u = unique[id(c)] = len(distinct)
             distinct.append(c)
         which[j] = u

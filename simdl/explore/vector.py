@@ -54,7 +54,8 @@ def group_key(params: Mapping[str, Any]) -> tuple | None:
     """What a point shares with the others of its group (None: not groupable)."""
     if params.get("engine", "analytic") != "analytic":
         return None
-    key = tuple(sorted((k, v) for k, v in params.items() if k not in LINK_KEYS))
+    # The type is part of the key: 16 and 16.0 GPUs are equal but not the same point.
+    key = tuple(sorted((k, type(v).__name__, v) for k, v in params.items() if k not in LINK_KEYS))
     try:
         hash(key)
     except TypeError:
@@ -104,7 +105,7 @@ def _vector_rows(points, captured, first: dict) -> list[dict[str, Any]] | None:
 
     memory = memory_of(workload, plan, cluster)  # the template's: no link enters it
     base = _row({}, workload, clusters[0], plan, timing.point(0), loader_workers, config, notes, memory)
-    params = [{k: _plain(v) for k, v in points[i].items()} for i in ok]
+    params = _plain_params([points[i] for i in ok])
     built = _rows_of(params, base, workload, clusters, plan, timing, loader_workers, config.get("gpus", 1))
     if built is None or not _same_row(built[0], first):
         return None
@@ -129,6 +130,24 @@ _PLAIN = (str, int, float, bool, type(None))
 def _plain(v: Any) -> Any:
     """As :func:`simdl.explore.sweep._plain`: a CSV-ready value, else its str."""
     return v if v.__class__ in _PLAIN or isinstance(v, _PLAIN) else str(v)
+
+
+def _plain_params(points: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Each point's own keys as its row holds them; the points share every value but their
+    links' (and its type: :func:`group_key`), so only those are converted per point."""
+    keys = tuple(points[0])
+    shared = {k: _plain(v) for k, v in points[0].items()}
+    links = [k for k in keys if k in LINK_KEYS]
+    out = []
+    for p in points:
+        if tuple(p) == keys:
+            row = dict(shared)
+            for k in links:
+                row[k] = _plain(p[k])
+        else:
+            row = {k: _plain(v) for k, v in p.items()}
+        out.append(row)
+    return out
 
 
 def _row(params, workload, cluster, plan, timing, loader_workers, config, notes, memory) -> dict[str, Any]:
@@ -263,7 +282,7 @@ def spmd_timings(workload, clusters: Sequence, plan, rows, rates, algorithm: str
     tasks = plan.tasks
     n, k = len(tasks), len(clusters)
     base = shared_key(clusters[0])
-    if any(shared_key(c) != base for c in clusters):
+    if any(shared_key(c) != base for c in {id(c): c for c in clusters}.values()):
         return None
     dur = np.empty((n, k))
     comm_rows = []

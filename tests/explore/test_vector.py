@@ -130,6 +130,7 @@ def test_points_differing_in_more_than_links_are_not_grouped():
     a = dict(model="resnet18", strategy="ddp", gpus=8, nic_Gb_per_s=100)
     assert vector.group_key(a) == vector.group_key(dict(a, nic_Gb_per_s=400, inter_latency_us=5))
     assert vector.group_key(a) != vector.group_key(dict(a, gpus=16))
+    assert vector.group_key(a) != vector.group_key(dict(a, gpus=8.0))  # equal, but not the same point
     assert vector.group_key(a) != vector.group_key(dict(a, pcie_GB_per_s=16))  # the ZeRO plan reads PCIe
     assert vector.group_key(dict(a, engine="sim")) is None
 
