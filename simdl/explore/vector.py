@@ -274,8 +274,9 @@ def spmd_timings(workload, clusters: Sequence, plan, rows, rates, algorithm: str
     """:func:`simdl.analytic.engine._spmd_timing` of one plan on each of ``clusters`` (which
     differ only in links); None where they differ in more."""
     from ..costs.comm import CommCosts
+    from ..costs.schedule import compute_durations
     from ..costs.step import bytes_sent
-    from ..costs.tasks import compute_split, compute_task_time
+    from ..costs.tasks import compute_split
     from ..strategies.plan import COMPUTE
     from .linkcost import comm_durations, shared_key
 
@@ -285,12 +286,10 @@ def spmd_timings(workload, clusters: Sequence, plan, rows, rates, algorithm: str
     if any(shared_key(c) != base for c in {id(c): c for c in clusters}.values()):
         return None
     dur = np.empty((n, k))
-    comm_rows = []
-    for i, t in enumerate(tasks):
-        if t.collective:
-            comm_rows.append(i)
-        else:
-            dur[i] = compute_task_time(t, rows, rates)
+    own = compute_durations(plan, rows, rates)
+    comm_rows = [i for i, d in enumerate(own) if d is None]
+    if n:
+        dur[:] = np.array([0.0 if d is None else d for d in own])[:, None]
     priced = comm_durations(plan, clusters, algorithm, comm_rows) if comm_rows else None
     if priced is not None:
         dur[comm_rows] = priced
