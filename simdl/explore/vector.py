@@ -28,9 +28,12 @@ an SPMD analytic prediction (a parameter-server plan's closed form, the simulato
 error), the group is answered point by point. Notes are not sweep columns and are not
 recomputed.
 
-Cost per group: one prediction (its memory estimate, 10-20 ms per distinct workload,
-plan and device, dominates) plus, per task, a few numpy calls over the group's points,
-plus per point a dictionary of its row.
+Cost per group: one prediction, whose memory estimate (a caching-allocator replay, 5-20 ms
+per distinct workload, plan and device) dominates; plus, per task, a few numpy calls over
+the group's points; plus, per point, its cluster looked up and its row's dictionary built
+(tens of microseconds). On benchmarks/bench_scale.py's network what-if grid (288 groups of
+72 points, on a shared 2-core host) the memory estimates take two thirds of the CPU time:
+about 5,000 points per CPU second in all, about 14,000 for the rest (the bench prints both).
 """
 
 from __future__ import annotations
