@@ -235,3 +235,20 @@ def test_a_group_whose_last_point_does_not_check_out_is_answered_point_by_point(
     rows, vec = vector.run_group(points)
     assert not vec
     assert rows == [sweep_mod.run_one(p) for p in points]
+
+
+def test_a_group_with_rejected_links_and_points_in_other_key_orders_gives_the_rows_of_one_by_one():
+    base = dict(model="resnet18", strategy="fsdp-full", gpus=32, cluster="dgx-a100")
+    points = [
+        dict(base, nic_Gb_per_s=100, inter_latency_us=5),
+        dict(base, nic_Gb_per_s=-1, inter_latency_us=5),  # rejected: its own error row
+        dict(base, inter_latency_us=2),  # no NIC rate: the preset's
+        dict(inter_latency_us=10, nic_Gb_per_s=400, **base),  # the link keys first
+        dict(base, nic_Gb_per_s=50, inter_latency_us=None),
+    ]
+    assert len({vector.group_key(p) for p in points}) == 1
+    on, vectorised = vector.rows_by_groups(points)  # a sweep's grid would reject -1 before
+    assert vectorised == len(points)
+    off = [sweep_mod.run_one(p) for p in points]
+    assert on == off and [list(r) for r in on] == [list(r) for r in off]
+    assert on[1]["error"] and not any(r["error"] for i, r in enumerate(on) if i != 1)
