@@ -177,7 +177,7 @@ def _rows_of(params, base, workload, clusters, plan, timing, loader_workers, gpu
     from ..costs.step import data_time
     from ..workload.epoch import epoch_counts, short_epoch_note, throughput
 
-    if any(k in base for k in params[0]):
+    if any(k in base for k in set().union(*params)):
         return None
     it, cp, cm, ab = timing.iteration, timing.compute, timing.comm, timing.any_busy
     cols: dict[str, Any] = {}
