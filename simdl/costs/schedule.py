@@ -27,14 +27,30 @@ class Schedule:
 
 
 def task_durations(plan: SpmdPlan, rows: RowTimes, rates: Rates, comm: CommCosts) -> list[float]:
-    out = []
-    for t in plan.tasks:
+    out = compute_durations(plan, rows, rates)
+    for i, t in enumerate(plan.tasks):
         if t.collective:
             g = plan.groups[t.group]
-            out.append(comm.time(t.collective, t.comm_bytes, g.size, g.scope))
-        else:
-            out.append(compute_task_time(t, rows, rates))
+            out[i] = comm.time(t.collective, t.comm_bytes, g.size, g.scope)
     return out
+
+
+# The compute tasks' seconds of the (plan, rows, rates) last asked for: a sweep's link variants
+# (simdl.explore.vector) ask again for what their template's prediction computed.
+_COMPUTE: dict[tuple[int, int, int], tuple] = {}
+
+
+def compute_durations(plan: SpmdPlan, rows: RowTimes, rates: Rates) -> list:
+    """Each task's seconds where it computes (None for a collective): a new list each call,
+    memoised by the inputs' identity (kept, so that their ids are not reused)."""
+    key = (id(plan), id(rows), id(rates))
+    hit = _COMPUTE.get(key)
+    if hit is None or hit[0] is not plan or hit[1] is not rows or hit[2] is not rates:
+        value = tuple(None if t.collective else compute_task_time(t, rows, rates) for t in plan.tasks)
+        if len(_COMPUTE) >= 64:
+            _COMPUTE.clear()
+        hit = _COMPUTE[key] = (plan, rows, rates, value)
+    return list(hit[3])
 
 
 def schedule(plan: SpmdPlan, durations: list[float]) -> Schedule:

@@ -264,15 +264,18 @@ def run_points(
             seen.add(key)
             rows[i] = run_one(p)
             tick(1)
-        # Points that differ only in batch-like keys share a strategy plan (built once per process):
-        # keep them in one chunk by ordering the work by everything else, then restore the order.
-        rest.sort(key=lambda i: _affinity(points[i]))
-        remaining = [points[i] for i in rest]
         serial = executor == "serial" or (
-            executor == "process" and (jobs == 1 or (not sim and len(remaining) < SERIAL_BELOW))
+            executor == "process" and (jobs == 1 or (not sim and len(rest) < SERIAL_BELOW))
         )
+        grouped = serial and vector and not sim
+        if not grouped:
+            # Points that differ only in batch-like keys share a strategy plan (built once per
+            # process): keep them in one chunk by ordering the work by everything else, then
+            # restore the order. In one process the link groups gather their points themselves.
+            rest.sort(key=lambda i: _affinity(points[i]))
+        remaining = [points[i] for i in rest]
         last_run.update(points=len(points), vectorised=0)
-        if serial and vector and not sim:
+        if grouped:
             from .vector import rows_by_groups
 
             done_rows, last_run["vectorised"] = rows_by_groups(remaining)

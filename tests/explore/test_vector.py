@@ -104,7 +104,8 @@ def test_a_group_whose_template_does_not_check_out_is_answered_point_by_point(mo
     real = vector.spmd_timings
 
     def off_by_a_bit(*args):
-        return [(t[0] * (1 + 1e-6),) + t[1:] for t in real(*args)]
+        t = real(*args)
+        return t._replace(iteration=t.iteration * (1 + 1e-6))
 
     monkeypatch.setattr(vector, "spmd_timings", off_by_a_bit)
     rows, vec = vector.run_group(points)
@@ -129,6 +130,7 @@ def test_points_differing_in_more_than_links_are_not_grouped():
     a = dict(model="resnet18", strategy="ddp", gpus=8, nic_Gb_per_s=100)
     assert vector.group_key(a) == vector.group_key(dict(a, nic_Gb_per_s=400, inter_latency_us=5))
     assert vector.group_key(a) != vector.group_key(dict(a, gpus=16))
+    assert vector.group_key(a) != vector.group_key(dict(a, gpus=8.0))  # equal, but not the same point
     assert vector.group_key(a) != vector.group_key(dict(a, pcie_GB_per_s=16))  # the ZeRO plan reads PCIe
     assert vector.group_key(dict(a, engine="sim")) is None
 
@@ -153,3 +155,100 @@ def test_process_workers_answer_link_groups_as_the_serial_sweep_does(monkeypatch
     assert sweep_mod.last_run["vectorised"] > 400  # counted in the workers
     for a, b in zip(rows, serial):
         assert list(a) == list(b) and all(_close(a[k], b[k]) for k in b), b
+
+
+def _variants(cluster: str, gpus: int, **axes):
+    from simdl.explore.linkcost import point_clusters
+
+    points = [dict(p, cluster=cluster, gpus=gpus) for p in Grid(axes)]
+    return point_clusters(points)
+
+
+def test_collective_prices_over_arrays_equal_comm_costs_time(monkeypatch):
+    """linkcost's closed forms against CommCosts.time, cluster by cluster: every collective,
+    group scope and algorithm; the CPU profile's load and blocking factors with its regime
+    curves set aside (both sides then take the alpha-beta branch)."""
+    from simdl.costs.comm import CommCosts
+    from simdl.explore import linkcost
+
+    monkeypatch.setattr(CommCosts, "curve", lambda self, *a, **k: None)
+    groups = [
+        _variants("dgx-a100", 64, nic_Gb_per_s=[25, 400], nics_per_node=[1, 8], inter_latency_us=[2, 10]),
+        _variants("cpu-local", 2, intra_bandwidth_GB_per_s=[1, 20], intra_latency_us=[1, 10]),
+    ]
+    for clusters in groups:
+        for blocking in (False, True):
+            for algorithm in ("auto", "ring", "tree"):
+                first = CommCosts(clusters[0], algorithm, blocking=blocking)
+                overhead = np.array([c.collective_overhead for c in clusters])
+                for scope in ("intra", "inter", "world"):
+                    bus = np.array([c.group_bus_bandwidth(scope) for c in clusters])
+                    lat = np.array([c.group_latency(scope) for c in clusters])
+                    for coll in ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "send_recv"):
+                        for nbytes, size in ((0, 8), (4096, 1), (4096, 8), (3e8, 64), (1 << 20, 2)):
+                            got = linkcost._price(first, coll, nbytes, size, scope, overhead, bus, lat)
+                            want = [CommCosts(c, algorithm, blocking).time(coll, nbytes, size, scope) for c in clusters]
+                            assert got.tolist() == want, (coll, nbytes, size, scope, algorithm, blocking)
+
+
+def test_a_profile_with_regime_curves_gives_the_rows_of_one_by_one_predictions():
+    """cpu-local prices its collectives by regime curves (each point by its own CommCosts)
+    and holds the training thread in FSDP2 (blocking factors and waits)."""
+    axes = dict(
+        model="resnet18",
+        strategy=["ddp", "fsdp-full"],
+        gpus=[1, 2],
+        cluster="cpu-local",
+        intra_bandwidth_GB_per_s=[1, 5, 20],
+        intra_latency_us=[1, 10],
+    )
+    on = simdl.sweep(executor="serial", progress=False, as_frame=False, **axes)
+    assert sweep_mod.last_run["vectorised"] > 12
+    off = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=False, **axes)
+    assert on == off
+
+
+def test_point_clusters_are_placed_once_per_link_variant_and_keep_errors():
+    from simdl.errors import SimdlError
+    from simdl.explore.linkcost import place, point_clusters
+
+    p = dict(model="resnet18", strategy="ddp", gpus=16, cluster="dgx-a100", nic_Gb_per_s=100)
+    a, b, c = point_clusters([p, dict(p, model="vgg16"), dict(p, nic_Gb_per_s=200)])
+    assert a is b and a == place(p)  # what the cluster reads is the same: one object
+    assert c != a and c == place(dict(p, nic_Gb_per_s=200))
+    (bad,) = point_clusters([dict(p, nic_Gb_per_s=-1)])
+    assert isinstance(bad, SimdlError)
+
+
+def test_a_group_whose_last_point_does_not_check_out_is_answered_point_by_point(monkeypatch):
+    points = list(
+        Grid(dict(model="resnet18", strategy="ddp", gpus=16, cluster="dgx-a100", nic_Gb_per_s=[50, 100, 400]))
+    )
+    real = vector._rows_of
+
+    def one_column_off(*args):
+        rows = real(*args)
+        rows[-1]["comm_time_s"] *= 1 + 1e-6  # the template's row is untouched
+        return rows
+
+    monkeypatch.setattr(vector, "_rows_of", one_column_off)
+    rows, vec = vector.run_group(points)
+    assert not vec
+    assert rows == [sweep_mod.run_one(p) for p in points]
+
+
+def test_a_group_with_rejected_links_and_points_in_other_key_orders_gives_the_rows_of_one_by_one():
+    base = dict(model="resnet18", strategy="fsdp-full", gpus=32, cluster="dgx-a100")
+    points = [
+        dict(base, nic_Gb_per_s=100, inter_latency_us=5),
+        dict(base, nic_Gb_per_s=-1, inter_latency_us=5),  # rejected: its own error row
+        dict(base, inter_latency_us=2),  # no NIC rate: the preset's
+        dict(inter_latency_us=10, nic_Gb_per_s=400, **base),  # the link keys first
+        dict(base, nic_Gb_per_s=50, inter_latency_us=None),
+    ]
+    assert len({vector.group_key(p) for p in points}) == 1
+    on, vectorised = vector.rows_by_groups(points)  # a sweep's grid would reject -1 before
+    assert vectorised == len(points)
+    off = [sweep_mod.run_one(p) for p in points]
+    assert on == off and [list(r) for r in on] == [list(r) for r in off]
+    assert on[1]["error"] and not any(r["error"] for i, r in enumerate(on) if i != 1)
