@@ -108,3 +108,46 @@ def test_strategies_stage_trains_zero_steps_under_real_deepspeed(tmp_path):
     got = {r["variant"]: r for r in rows if r.get("kind") == "strategy"}
     assert set(got) == {"zero2", "zero3"}
     assert all(not r.get("skipped") and r["step_s"] > 0 for r in got.values()), got
+
+
+def test_fit_recovers_the_costs_from_zero_steps_and_writes_the_profile_section(tmp_path):
+    import dataclasses
+
+    from simdl.calibrate import profile_steps
+    from simdl.calibrate.profile_strategy_fit import _step_kwargs
+    from simdl.cluster.spec import CLUSTER_DIR, load_cluster, raw_preset
+    from simdl.predict import predict
+    from simdl.provenance import Sourced
+
+    raw = raw_preset(CLUSTER_DIR / "cpu-local.yaml")
+    raw["compute_profile"]["file"] = str((CLUSTER_DIR / raw["compute_profile"]["file"]).resolve())
+    raw.get("strategies", {}).pop("zero", None)
+    truth = load_cluster("cpu-local")
+    truth = dataclasses.replace(
+        truth,
+        strategies=truth.strategies.with_zero(
+            param_overhead=Sourced(3e-4, "assumed", "t"), module_overhead=Sourced(2e-3, "assumed", "t")
+        ),
+    )
+    strat = {}
+    for model, batch in (("resnet18", 16), ("mnist_cnn", 32)):
+        for v in ("zero2", "zero3"):
+            m = {"variant": v, "model": model, "dataset": "cifar10" if model == "resnet18" else "mnist", "batch": batch}
+            m["step_s"] = predict(cluster=truth, **_step_kwargs(m, 2)).iteration_time_s
+            strat[f"{v}/{model}/{batch}"] = m
+
+    class Run:
+        prov: dict = {"settings": {}}
+        ranks = 2
+        tag = "test run"
+
+    rep: dict = {}
+    profile_steps._zero(Run(), raw, rep, strat)
+    z = raw["strategies"]["zero"]
+    assert z["param_overhead_us"]["value"] == pytest.approx(300, rel=1e-2)
+    assert z["module_overhead_us"]["value"] == pytest.approx(2000, rel=1e-2)
+    assert (
+        z["param_overhead_us"]["kind"] == "calibrated" and "4 measured ZeRO steps" in z["param_overhead_us"]["source"]
+    )
+    assert set(rep["zero"]["held_out"]) == {"model mnist_cnn", "model resnet18"}
+    assert rep["zero"]["held_out_max_abs_rel_error"] < 0.01
