@@ -64,6 +64,14 @@ def test_hooks_run_every_micro_step_and_stage_1_loops_once_per_optimizer_step():
     assert z1.step_split_s["host"] == pytest.approx(len(table.params) * P_S)  # reduce_gradients at the boundary
 
 
+def test_shipped_cpu_profile_prices_zero_and_gpu_presets_do_not():
+    cpu = load_cluster("cpu-local").strategies.zero
+    assert cpu.param_overhead is not None and cpu.module_overhead is not None
+    assert cpu.param_overhead.kind == "calibrated" and "deepspeed-cpu-zero" in cpu.param_overhead.source
+    gpu = load_cluster("a100-80gb-pcie").strategies.zero
+    assert gpu.param_overhead is None and gpu.module_overhead is None
+
+
 def test_zero_section_round_trips_and_rejects_negative_values(tmp_path):
     import yaml
 
