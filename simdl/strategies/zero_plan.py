@@ -207,19 +207,7 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
     for s in starts:
         deps = prev + ((gather(s, _prefetch_dep(order, s, fetch, prefetch, done), "fwd"),) if s in fetch else ())
         fwd_host = (seg_end[s] - s) * lay.call_s / 2  # pre/post forward hooks of each module call
-        prev = (
-            add(
-                Task(
-                    f"forward[{s}:{seg_end[s]}]",
-                    COMPUTE,
-                    "fwd",
-                    deps=deps,
-                    rows=(s, seg_end[s]),
-                    direction="fwd",
-                    host_s=fwd_host,
-                )
-            ),
-        )
+        prev = (_compute(add, "forward", "fwd", s, seg_end[s], deps, fwd_host),)
         done[s] = prev[0]
     # Backward in segments, latest rows first, split at stage 3's modules and the buckets' ready rows.
     cuts = set(fetch) | (set(lay.ready) if lay.in_backward else set())
@@ -231,19 +219,7 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
         bwd_host = (stop - s) * lay.call_s / 2  # pre/post backward hooks of each module call
         if lay.in_backward:  # the gradient hooks of the parameters completed in this segment
             bwd_host += sum(1 for r in lay.first_row if s <= r < stop) * lay.param_s
-        prev = (
-            add(
-                Task(
-                    f"backward[{s}:{stop}]",
-                    COMPUTE,
-                    "bwd",
-                    deps=pre,
-                    rows=(s, stop),
-                    direction="bwd",
-                    host_s=bwd_host,
-                )
-            ),
-        )
+        prev = (_compute(add, "backward", "bwd", s, stop, pre, bwd_host),)
         done[s] = prev[0]
         if lay.in_backward and communicate:
             for k in (k for k, r in enumerate(lay.ready) if s <= r < stop):
@@ -251,11 +227,32 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
                     add, k, lay.elems[k] * e, lay.stage, lay.overlap, opts.contiguous_gradients, prev, reduce_ids
                 )
         stop = s
+    return _after_backward(add, lay, opts, prev, reduce_ids, sync=sync)
+
+
+def _compute(add, label: str, direction: str, start: int, stop: int, deps: tuple, host_s: float) -> int:
+    """One forward or backward segment of the table's rows, with the host time of its hooks."""
+    return add(
+        Task(
+            f"{label}[{start}:{stop}]",
+            COMPUTE,
+            direction,
+            deps=deps,
+            rows=(start, stop),
+            direction=direction,
+            host_s=host_s,
+        )
+    )
+
+
+def _after_backward(add, lay: _Layout, opts, prev: tuple, reduce_ids: list, *, sync: bool) -> tuple:
+    """What follows backward: stage 1's loop over the parameters and the reductions issued after
+    backward (stages 0-1 without overlap_comm), then the offloaded gradient's copy to the host."""
     if sync and lay.param_s and not lay.in_backward:  # stage 1: reduce_gradients' loop over the parameters
         prev = (
             add(Task("reduce_gradients:parameters", COMPUTE, "bwd", deps=prev, host_s=len(lay.numels) * lay.param_s)),
         )
-    if sync and communicate and not lay.in_backward:
+    if sync and lay.world > 1 and not lay.in_backward:
         # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
         for k in range(len(lay.elems)):
             prev = _reduce(
@@ -276,7 +273,7 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
                     PCIE,
                     "comm",
                     deps=prev + tuple(reduce_ids[-1:]),
-                    host_s=lay.P * e / lay.world / lay.pcie_bw,
+                    host_s=lay.P * lay.e / lay.world / lay.pcie_bw,
                 )
             ),
         )
