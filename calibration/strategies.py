@@ -18,6 +18,8 @@ with momentum, ``zero_grad(set_to_none=True)``):
                     parameters, momentum SGD), the others are workers: push gradients, the
                     server averages and updates, every worker pulls the parameters.
 * ``ps-async``      the server applies each push as it arrives and answers that worker.
+* ``zero2``         with ``--zero``: DeepSpeed ZeRO stages 2 and 3 (calibration/zero_steps.py).
+  ``zero3``
 
 Per iteration the worker-side step time is logged; peak memory is the CUDA allocator's
 peak, or the process's peak RSS on CPU (``ru_maxrss``). FSDP variants also log every
@@ -55,7 +57,8 @@ sys.path.insert(1, os.getcwd())
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from _common import agreed_done, base_parser, finish, plan, release_host_memory, setup, within_budget  # noqa: E402
+from _common import agree, agreed_done, base_parser, finish, plan, release_host_memory, setup, within_budget  # noqa: E402
+from zero_steps import ZERO_VARIANTS, zero_variant  # noqa: E402
 
 STAGE = "strategies"
 SPMD_VARIANTS = ("local", "ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none")
@@ -313,7 +316,8 @@ def main() -> None:
     p.add_argument("--ps-model", default="mnist_cnn:mnist:32")
     p.add_argument("--iters", type=int, default=None)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--variants", default=",".join(SPMD_VARIANTS + ("fsdp1",) + PS_VARIANTS))
+    p.add_argument("--variants", default=",".join(SPMD_VARIANTS + ("fsdp1",) + PS_VARIANTS + ZERO_VARIANTS))
+    p.add_argument("--zero", action="store_true", help="also DeepSpeed ZeRO steps (deepspeed imports)")
     args = p.parse_args()
     ctx = setup(args, STAGE)
     iters = args.iters or (12 if args.quick else 25)
@@ -324,6 +328,7 @@ def main() -> None:
         runs += [(v, name, dataset, int(batch)) for v in SPMD_VARIANTS if v in wanted]
         if k == 0 and "fsdp1" in wanted:
             runs.append(("fsdp1", name, dataset, int(batch)))
+        runs += [(v, name, dataset, int(batch)) for v in ZERO_VARIANTS if v in wanted and args.zero]
     if ctx.world >= 2 and args.ps_model:
         name, dataset, batch = args.ps_model.rsplit(":", 2)
         runs += [(v, name, dataset, int(batch)) for v in PS_VARIANTS if v in wanted]
@@ -346,11 +351,13 @@ def main() -> None:
             calls, extra = [], {}
             if v.startswith("ps"):
                 times, note = ps_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
+            elif v in ZERO_VARIANTS:
+                times, note, calls, extra = zero_variant(ctx, v, model, shape, classes, batch, iters, args.warmup)
             else:
                 times, note, calls, extra = spmd_variant(ctx, v, model, shape, classes, batch, iters, args.warmup, name)
-        except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA: log and go on
+        except Exception as e:  # noqa: BLE001 - e.g. FSDP1 without CUDA, deepspeed failing: log and go on
             ok, err, times, note, calls, extra = False, f"{type(e).__name__}: {e}"[:300], [], "", [], {}
-        if not all_ok(ctx, ok):
+        if not agree(ctx, ok):
             ctx.log.measurement(
                 key,
                 kind="strategy",
@@ -383,12 +390,6 @@ def main() -> None:
         del model
         release_host_memory(ctx)
     finish(ctx, stopped_by_budget=stopped)
-
-
-def all_ok(ctx, ok: bool) -> bool:
-    from _common import agree
-
-    return agree(ctx, ok)
 
 
 if __name__ == "__main__":

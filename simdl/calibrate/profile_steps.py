@@ -1,7 +1,8 @@
 """The strategies stage's part of a calibrated profile, fitted against the provisional
 profile: blocking collectives priced by their logged calls, the in-step copy factor, the step
-fit (interference, collective load, FSDP's per-unit overhead) and the compute jitter, with
-the records (page faults and warm-up, collectives inside the steps) that are checks only."""
+fit (interference, collective load, FSDP's per-unit overhead), DeepSpeed ZeRO's host costs and
+the compute jitter, with the records (page faults and warm-up, collectives inside the steps)
+that are checks only."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from .jitter import StepJitterFit, local_step_series
 from .profile_context import CalibrationRun
 from .profile_in_step import _blocking_fit, _faults_warmup, _in_step, _logged_calls
 from .profile_parts import _val
-from .profile_strategy_fit import _copy_fit, _strategy_fit
+from .profile_strategy_fit import _copy_fit, _strategy_fit, _zero_fit, _zero_variant
 
 
 def _blocking(run: CalibrationRun, profile: dict, eff: dict, rep: dict, logged: dict, fixed: dict) -> None:
@@ -136,6 +137,44 @@ def _step_fit(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: d
         )
 
 
+def _zero(run: CalibrationRun, profile: dict, rep: dict, strat: dict) -> None:
+    """DeepSpeed ZeRO's host time per parameter and per module call (strategies.zero), fitted
+    to the measured ZeRO steps with the rest of the profile as fitted; where no ZeRO step was
+    measured, the reason (calibration/zero_steps.py: deepspeed does not import) is the record."""
+    note = (run.prov.get("settings") or {}).get("zero_steps", {}).get("note", "")
+    with tempfile.TemporaryDirectory() as td:
+        zf, pts = _zero_fit(profile, strat, run.ranks, Path(td))
+    if zf is None:
+        failed = [
+            m.get("error", "") for m in strat.values() if m.get("skipped") and _zero_variant(m.get("variant", ""))
+        ]
+        rep["zero"] = {
+            "skipped": note or (f"the ZeRO steps failed: {failed[0]}" if failed else "no ZeRO step measured")
+        }
+        return
+    worst = max((abs(e) for h in zf.held_out_.values() for e in h["rel_errors"].values()), default=None)
+    rep["zero"] = {
+        "params": zf.params(),
+        "points": pts,
+        "held": zf.held_,
+        "held_out": zf.held_out_,
+        "held_out_max_abs_rel_error": worst,
+    }
+    src = (
+        f"{run.tag}: least-squares fit of DeepSpeed's host time per parameter (stages 1-3) and per module call "
+        f"(stage 3) to {len(pts)} measured ZeRO steps ({', '.join(p['key'] for p in pts)}) at {run.ranks} ranks, "
+        f"the rest of the profile as fitted; step errors at 0: {', '.join(f'{x:+.0%}' for x in zf.errors_before_)} "
+        f"-> fitted {', '.join(f'{x:+.0%}' for x in zf.residuals_)}"
+        + (f"; held-out max |err| {worst:.1%}" if worst is not None else "")
+    )
+    section = profile.setdefault("strategies", {}).setdefault("zero", {})
+    section["param_overhead_us"] = _val(zf.param_s_ * 1e6, src)
+    if zf.held_:
+        section.pop("module_overhead_us", None)
+    else:
+        section["module_overhead_us"] = _val(zf.module_s_ * 1e6, src)
+
+
 def _jitter(run: CalibrationRun, eff: dict, rep: dict) -> None:
     """Step-to-step spread of compute (simdl.calibrate.jitter), from the local steps."""
     series = local_step_series(run.stages["strategies"])
@@ -189,6 +228,7 @@ def strategy_sections(
         _copies(run, profile, eff, rep, strat, write_copy_factor)
     if strat and compute_fitted and (joint or eff.get("collective_regimes_intra")):
         _step_fit(run, profile, eff, rep, strat, fixed)
+        _zero(run, profile, rep, strat)
     # Page faults and warm-up of the measured steps: a record, nothing fitted yet.
     if strat:
         rep["faults_warmup"] = _faults_warmup(run.stages["strategies"])

@@ -1,6 +1,7 @@
 """The strategy step fits of a calibrated profile: each measured DDP/FSDP step predicted with
 the provisional profile, the in-step copy factor and the interference and collective-load fit
-(simdl.calibrate.overlap, simdl.calibrate.in_step)."""
+(simdl.calibrate.overlap, simdl.calibrate.in_step); then DeepSpeed ZeRO's host costs on the
+ZeRO steps (simdl.calibrate.zero_fit)."""
 
 from __future__ import annotations
 
@@ -39,10 +40,22 @@ def _spmd_variant(v: str) -> bool:
     from ..strategies import registry
 
     try:
-        registry.split_label(v)
+        name, _ = registry.split_label(v)
     except SimdlError:
         return False
-    return not registry.is_client_server(v)
+    return not registry.is_client_server(v) and registry.get(name).family != "zero"
+
+
+def _zero_variant(v: str) -> bool:
+    """A measured DeepSpeed ZeRO step (calibration/zero_steps.py): fitted on its own
+    (simdl.calibrate.zero_fit), after the DDP/FSDP steps."""
+    from ..strategies import registry
+
+    try:
+        name, _ = registry.split_label(v)
+    except SimdlError:
+        return False
+    return registry.get(name).family == "zero"
 
 
 def _copy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
@@ -122,6 +135,54 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
         return predict(cluster=spec_for(theta), **p["kwargs"]).iteration_time_s
 
     est = StrategyStepFit(fixed=fixed).fit(pts, pred)
+    for p, r, b in zip(pts, est.residuals_, est.errors_before_):
+        p.pop("kwargs")
+        p.update(rel_error_fitted=round(float(r), 4), rel_error_defaults=round(float(b), 4))
+    return est, pts
+
+
+def _zero_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
+    """Fit strategies.zero's per-parameter and per-call host time to the measured ZeRO steps,
+    predicting each with the profile as fitted so far (simdl.calibrate.zero_fit); (None, [])
+    without ZeRO steps."""
+    import dataclasses
+
+    from ..predict import predict
+    from ..provenance import Sourced
+    from ..strategies.zero import stage_of
+    from .zero_fit import ZeROHostFit
+
+    pts = [
+        {
+            "key": key,
+            "variant": m["variant"],
+            "stage": stage_of(m["variant"]),
+            "model": m["model"],
+            "batch": m["batch"],
+            "measured_s": m["step_s"],
+            "kwargs": _step_kwargs(m, ranks),
+        }
+        for key, m in sorted(strat.items())
+        if not m.get("skipped") and m.get("step_s") and _zero_variant(m.get("variant", ""))
+    ]
+    if not pts:
+        return None, []
+    spec = load_cluster(str(write_profile(profile, tmp / "provisional-zero.yaml")))
+    cache: dict = {}
+
+    def pred(theta, p):
+        key = tuple(float(f"{float(x):.9g}") for x in theta)
+        if key not in cache:
+
+            def src(v):
+                return Sourced(v, "assumed", "candidate of the ZeRO fit") if v else None
+
+            cache[key] = dataclasses.replace(
+                spec, strategies=spec.strategies.with_zero(param_overhead=src(key[0]), module_overhead=src(key[1]))
+            )
+        return predict(cluster=cache[key], **p["kwargs"]).iteration_time_s
+
+    est = ZeROHostFit().fit(pts, pred)
     for p, r, b in zip(pts, est.residuals_, est.errors_before_):
         p.pop("kwargs")
         p.update(rel_error_fitted=round(float(r), 4), rel_error_defaults=round(float(b), 4))

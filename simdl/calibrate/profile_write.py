@@ -40,6 +40,8 @@ def _summary(report: dict) -> dict:
         }
     if report.get("strategies", {}).get("copies"):
         out["copy_fit"] = report["strategies"]["copies"]
+    if report.get("strategies", {}).get("zero"):
+        out["zero_fit"] = report["strategies"]["zero"]
     out["strategy_steps_measured"] = report.get("strategies", {}).get("measured", {})
     return _plain(out)
 

@@ -6,7 +6,13 @@ from .jitter import noise_warning
 from .report_collectives import collectives_lines, format_regimes  # noqa: F401  (re-exported: check imports it)
 from .report_compute import compute_lines, stream_lines
 from .report_numbers import abs_pct
-from .report_strategies import faults_and_blocking_lines, in_step_lines, strategy_fit_lines, strategy_steps_lines
+from .report_strategies import (
+    faults_and_blocking_lines,
+    in_step_lines,
+    strategy_fit_lines,
+    strategy_steps_lines,
+    zero_fit_lines,
+)
 
 
 def _provenance(report: dict, profile: dict) -> list[str]:
@@ -100,6 +106,7 @@ def format_report(report: dict, profile: dict) -> str:
     lines += stream_lines(comp)
     lines += strategy_steps_lines(st)
     lines += strategy_fit_lines(st.get("fit"))
+    lines += zero_fit_lines(st.get("zero"))
     lines += faults_and_blocking_lines(st)
     lines += in_step_lines(st)
     lines += _closing(report, profile)

@@ -1,6 +1,6 @@
 """The strategies part of the calibration summary: the measured steps, the buffer-copy
 factor, the strategy fit with its held-out models, page faults and warm-up, the blocking
-collectives and the collectives inside the FSDP steps."""
+collectives and the collectives inside the FSDP steps, DeepSpeed ZeRO's host costs."""
 
 from __future__ import annotations
 
@@ -130,4 +130,24 @@ def in_step_lines(st: dict) -> list[str]:
                 f"{t['transfer_s'] * 1e3:8.1f} {t['idle_s'] * 1e3:8.1f} {t['model_s'] * 1e3:8.1f}  "
                 f"{ratio(t['transfer_over_idle']):>13}  {ratio(t['model_over_in_call']):>15}"
             )
+    return lines
+
+
+def zero_fit_lines(z: dict | None) -> list[str]:
+    """DeepSpeed ZeRO's fitted host costs and their held-out errors, or why none was fitted."""
+    if not z:
+        return []
+    if "skipped" in z:
+        return [f"ZeRO host costs: not fitted ({z['skipped']})"]
+    p = z["params"]
+    module = "held at 0 (no stage-3 step)" if z.get("held") else f"{p['module_overhead_us']:.0f} us per module call"
+    lines = [f"ZeRO host costs: {p['param_overhead_us']:.0f} us per parameter, {module}"]
+    for pt in z["points"]:
+        lines.append(
+            f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  error at 0 "
+            f"{pct(pt['rel_error_defaults'])}  fitted {pct(pt['rel_error_fitted'])}"
+        )
+    for g, h in z.get("held_out", {}).items():
+        errs = ", ".join(f"{k} {pct(e)}" for k, e in h["rel_errors"].items())
+        lines.append(f"  held out {g} (fitted on {', '.join(h['fitted_on'])}): {errs}")
     return lines

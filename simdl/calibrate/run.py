@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ..errors import SimdlError
 from . import host_load
+from .deepspeed_check import zero_steps_setting
 from .processes import kill_tree
 from .records import load_stage
 from .run_settings import (  # noqa: F401  (re-exported: the CLI and tests import them from here)
@@ -80,6 +81,8 @@ def _torchrun_cmd(settings: dict, stage: str, stage_dir: Path) -> list[str]:
             cmd += ["--fit-models", str(settings["compute_fit_models"])]
     if stage == "strategies" and settings.get("strategy_models"):
         cmd += ["--models", settings["strategy_models"]]
+    if stage == "strategies" and settings.get("zero_steps", {}).get("run"):
+        cmd.append("--zero")
     return cmd
 
 
@@ -223,6 +226,8 @@ def calibrate(settings: dict, run_dir: Path, *, out=sys.stdout, wait_quiet_s: fl
                 **({"host_cpu": quiet} if quiet else {}),
             }
         )
+    if not (run_dir / "strategies" / "DONE").exists():
+        zero_steps_setting(settings, out)
     (run_dir / "run.json").write_text(json.dumps(settings, indent=2) + "\n")
     t0 = time.monotonic()
     print(f"calibration run directory: {run_dir}", file=out)

@@ -5,7 +5,9 @@ section (``spec.strategies.fsdp`` in :mod:`simdl.strategies.fsdp`).
 FSDP's per-unit host time is a cost of FSDP2's hooks, not of the hardware, so it lives in
 ``strategies.fsdp.unit_overhead_us``. A file may give it as ``efficiency.fsdp_unit_overhead_us``
 as well: :func:`move_strategy_keys` reads that key as ``strategies.fsdp.unit_overhead_us`` in
-each file before an ``extends`` merge, and giving both in one file is an error.
+each file before an ``extends`` merge, and giving both in one file is an error. DeepSpeed
+ZeRO's host time per parameter and per submodule lives in ``strategies.zero``
+(read by :mod:`simdl.strategies.zero_plan`).
 """
 
 from __future__ import annotations
@@ -40,15 +42,50 @@ class FSDPSection:
 
 
 @dataclass(frozen=True)
+class ZeROSection:
+    """DeepSpeed ZeRO's costs on this cluster (read by the zero1-zero3 strategies)."""
+
+    param_overhead: Sourced | None = knob(
+        "param_overhead_us",
+        NONNEG,
+        """host time DeepSpeed spends per parameter per
+        step in stages 1-3 outside the collectives and the copies the plan prices: the per-parameter Python of
+        reduce_ready_partitions_and_remove_grads (stage_1_and_2.py: the gradient hook of stage 2, the loop of
+        reduce_gradients after backward in stage 1; stage3.py: reduce_partition_and_remove_grads) with its ipg
+        bucket bookkeeping, and the per-parameter partition bookkeeping of the reduction and the step. Fitted by
+        `simdl calibrate` where deepspeed imports; absent = 0""",
+    )
+    module_overhead: Sourced | None = knob(
+        "module_overhead_us",
+        NONNEG,
+        """host time DeepSpeed stage 3 spends per
+        submodule per step: the pre/post forward and pre/post backward hooks parameter_offload.py registers on
+        every module (_register_hooks_recursively), each calling the PartitionedParameterCoordinator
+        (partitioned_param_coordinator.py fetch_sub_module / release_sub_module: trace, prefetch, gather and
+        release of the module's parameters). Fitted by `simdl calibrate` where deepspeed imports; absent = 0""",
+    )
+
+
+@dataclass(frozen=True)
 class StrategySections:
     """Costs of each strategy measured on this cluster."""
 
     fsdp: FSDPSection = knob(
         "fsdp", Section(FSDPSection, null_default=True), "FSDP's costs", default=FSDPSection(), dump_default=False
     )
+    zero: ZeROSection = knob(
+        "zero",
+        Section(ZeROSection, null_default=True),
+        "DeepSpeed ZeRO's costs",
+        default=ZeROSection(),
+        dump_default=False,
+    )
 
     def with_fsdp(self, **changes: Any) -> StrategySections:
         return dataclasses.replace(self, fsdp=dataclasses.replace(self.fsdp, **changes))
+
+    def with_zero(self, **changes: Any) -> StrategySections:
+        return dataclasses.replace(self, zero=dataclasses.replace(self.zero, **changes))
 
     def to_dict(self) -> dict[str, Any]:
         return dump(self)

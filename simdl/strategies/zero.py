@@ -50,6 +50,10 @@ MAX_LIVE_PARAMETERS = int(1e9)
 # deepspeed/runtime/engine.py: MEMORY_OPT_ALLREDUCE_SIZE = 500000000, the bucket of
 # buffered_allreduce_fallback (stage 0), independent of reduce_bucket_size.
 STAGE0_ALLREDUCE_ELEMENTS = 500_000_000
+# The reduce and allgather buckets of the ZeRO steps `simdl calibrate` runs
+# (calibration/zero_steps.py) and predicts: 5e7 elements, 200 MB of fp32 per bucket on each CPU
+# rank instead of DeepSpeed's 2 GB (validate/deepspeed_cpu.py measures with the same size).
+CALIBRATION_BUCKET_ELEMENTS = 50_000_000
 
 
 @dataclass(frozen=True)
@@ -224,5 +228,6 @@ SPEC = register(
         # Every stage runs its collectives on the one data-parallel process group that
         # deepspeed.initialize uses (deepspeed/runtime/engine.py, the default dp group).
         communicators=lambda plan: 1,
+        calibration_step=lambda options: {"reduce_bucket_size": CALIBRATION_BUCKET_ELEMENTS},
     )
 )

@@ -5,6 +5,19 @@ Streams: ``comm`` carries NCCL's collectives; a reduction DeepSpeed issues on th
 stream (overlap_comm off: average_tensor in stage_1_and_2.py picks current_stream) makes the
 compute stream wait for it, as a blocking call does. ``pcie`` carries the offload copies
 (host_s = bytes / the GPU's PCIe bandwidth, the cluster's pcie_GB_per_s).
+
+DeepSpeed's Python per parameter and per submodule call is host time on the compute stream
+(``host`` in the step split), priced from the cluster's ``strategies.zero`` section (absent: 0):
+
+* ``param_overhead_us`` per parameter and step, stages 1-3: in stages 2-3 (and stage 1 with
+  overlap_comm) the gradient hook of each parameter runs in the backward segment where its
+  gradient is complete (stage_1_and_2.py create_gradient_handling_hooks; stage3.py
+  create_reduce_and_remove_grad_hooks, DeepSpeed 0.19.8); in stage 1 reduce_gradients loops
+  over the parameters after backward, once per optimizer step;
+* ``module_overhead_us`` per submodule call and step, stage 3: parameter_offload.py registers a
+  pre/post forward and a pre/post backward hook on every module (_register_hooks_recursively),
+  and each call of a module runs them; a table row is one module call, charged half in its
+  forward and half in its backward (two of the four hooks each).
 """
 
 from __future__ import annotations
@@ -66,6 +79,9 @@ class _Layout:
     fetch: dict  # stage 3: row -> elements gathered before it
     offload: bool
     pcie_bw: float
+    param_s: float  # strategies.zero.param_overhead_us, seconds per parameter and step
+    call_s: float  # stage 3: strategies.zero.module_overhead_us, seconds per module call and step
+    first_row: tuple[int, ...]  # each parameter's first table row
 
     @property
     def in_backward(self) -> bool:  # reductions issued by the backward hooks
@@ -74,6 +90,7 @@ class _Layout:
 
 def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _Layout:
     stage, opts = stage_of(config.name), config.options
+    costs = cluster.spec.strategies.zero
     numels = tuple(int(p.numel) for p in workload.table.params)
     first_row = first_row_of_params(workload.table)
     buckets = ipg_buckets(list(numels), STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size)
@@ -93,6 +110,9 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
         fetch=fetch_modules(numels, first_row, set(persistent)) if stage == 3 else {},
         offload=opts.offload_optimizer == "cpu" and stage >= 1,
         pcie_bw=cluster.spec.intra_node.pcie_bandwidth.value,
+        param_s=costs.param_overhead.value if costs.param_overhead is not None and stage >= 1 else 0.0,
+        call_s=costs.module_overhead.value if costs.module_overhead is not None and stage == 3 else 0.0,
+        first_row=first_row,
     )
 
 
@@ -186,9 +206,8 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
     order = [s for s in starts if s in fetch]
     for s in starts:
         deps = prev + ((gather(s, _prefetch_dep(order, s, fetch, prefetch, done), "fwd"),) if s in fetch else ())
-        prev = (
-            add(Task(f"forward[{s}:{seg_end[s]}]", COMPUTE, "fwd", deps=deps, rows=(s, seg_end[s]), direction="fwd")),
-        )
+        fwd_host = (seg_end[s] - s) * lay.call_s / 2  # pre/post forward hooks of each module call
+        prev = (_compute(add, "forward", "fwd", s, seg_end[s], deps, fwd_host),)
         done[s] = prev[0]
     # Backward in segments, latest rows first, split at stage 3's modules and the buckets' ready rows.
     cuts = set(fetch) | (set(lay.ready) if lay.in_backward else set())
@@ -197,7 +216,10 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
     for s in sorted({0} | cuts, reverse=True):
         deps = prev + ((gather(s, _prefetch_dep(border, s, fetch, prefetch, done), "bwd"),) if s in fetch else ())
         pre = add_recompute(workload, add, deps, s, stop)
-        prev = (add(Task(f"backward[{s}:{stop}]", COMPUTE, "bwd", deps=pre, rows=(s, stop), direction="bwd")),)
+        bwd_host = (stop - s) * lay.call_s / 2  # pre/post backward hooks of each module call
+        if lay.in_backward:  # the gradient hooks of the parameters completed in this segment
+            bwd_host += sum(1 for r in lay.first_row if s <= r < stop) * lay.param_s
+        prev = (_compute(add, "backward", "bwd", s, stop, pre, bwd_host),)
         done[s] = prev[0]
         if lay.in_backward and communicate:
             for k in (k for k, r in enumerate(lay.ready) if s <= r < stop):
@@ -205,7 +227,32 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
                     add, k, lay.elems[k] * e, lay.stage, lay.overlap, opts.contiguous_gradients, prev, reduce_ids
                 )
         stop = s
-    if sync and communicate and not lay.in_backward:
+    return _after_backward(add, lay, opts, prev, reduce_ids, sync=sync)
+
+
+def _compute(add, label: str, direction: str, start: int, stop: int, deps: tuple, host_s: float) -> int:
+    """One forward or backward segment of the table's rows, with the host time of its hooks."""
+    return add(
+        Task(
+            f"{label}[{start}:{stop}]",
+            COMPUTE,
+            direction,
+            deps=deps,
+            rows=(start, stop),
+            direction=direction,
+            host_s=host_s,
+        )
+    )
+
+
+def _after_backward(add, lay: _Layout, opts, prev: tuple, reduce_ids: list, *, sync: bool) -> tuple:
+    """What follows backward: stage 1's loop over the parameters and the reductions issued after
+    backward (stages 0-1 without overlap_comm), then the offloaded gradient's copy to the host."""
+    if sync and lay.param_s and not lay.in_backward:  # stage 1: reduce_gradients' loop over the parameters
+        prev = (
+            add(Task("reduce_gradients:parameters", COMPUTE, "bwd", deps=prev, host_s=len(lay.numels) * lay.param_s)),
+        )
+    if sync and lay.world > 1 and not lay.in_backward:
         # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
         for k in range(len(lay.elems)):
             prev = _reduce(
@@ -226,7 +273,7 @@ def _micro_step(add, workload: Workload, lay: _Layout, opts, last: tuple, *, syn
                     PCIE,
                     "comm",
                     deps=prev + tuple(reduce_ids[-1:]),
-                    host_s=lay.P * e / lay.world / lay.pcie_bw,
+                    host_s=lay.P * lay.e / lay.world / lay.pcie_bw,
                 )
             ),
         )
