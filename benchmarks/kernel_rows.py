@@ -25,6 +25,11 @@ GPUS = {
 }
 GPU_OF = {d: g for g, ds in GPUS.items() for d in ds}
 BINARY = ("add", "mul", "div", "pow")  # two tensor inputs; the rest read one tensor
+# How NeuSight ran a gemm-family row (neusight/Dataset/collect.py, profile_kernel, at the
+# README's commit): ``bmm``: torch.bmm(randn(B, M, N), randn(B, N, K)); ``linear``:
+# nn.Linear(N, K, bias=True) on randn(B, M, N). Both reduce over the N column and write a
+# B x M x K output.
+GEMM_COLUMNS = "B x (M x N) @ (N x K), reduction over N"
 
 
 def hardware(device: str) -> Hardware:
@@ -64,7 +69,11 @@ def load() -> dict[tuple[str, str], dict]:
             dev = np.array([r["device"] for r in mine])
             sec = np.array([float(r["latency_us"]) for r in mine]) * 1e-6
             if cls == "gemm":
+                # NeuSight's columns B, M, N, K are the call (B x M x N) @ (B x N x K): N is the
+                # reduction and M x K the output (see GEMM_COLUMNS); the model's N is the output
+                # width and its K the reduction.
                 c = _columns(mine, ("B", "M", "N", "K"))
+                c["N"], c["K"] = c["K"], c["N"]
                 c["bytes"] = F32 * c["B"] * (c["M"] * c["K"] + c["K"] * c["N"] + c["M"] * c["N"])
             elif cls == "conv":
                 c = _columns(mine, ("B", "Cin", "Cout", "R", "HW", "Stride", "Padding"))
