@@ -12,6 +12,14 @@ and per GPU:
 2. held-out shapes: each GPU is fitted on 80 % of its rows (numpy seed 0) and predicts the
    other 20 %.
 
+Batched GEMMs (bmm rows with B > 1) choose among the tiles that the GPU's own batched rows
+ran (their ``kernel`` column, :func:`kernel_rows.batched_tiles`: of the fitted rows only in
+check 2): cuBLAS's strided-batched sgemm ran one tile on the A100 (128x128) and on the P100
+and P4 (128x64), three or four on the V100 and T4, while its single-product heuristics pick
+among all. A held-out GPU's batched rows choose among all of
+:data:`simdl.costs.gpu_kernels.TILES` (its library's choice is not known without its rows).
+simdl itself prices single products only (B = 1, :mod:`simdl.costs.gpu_rows`).
+
 ``--yaml``: also print the ``kernels:`` block of each GPU fitted on all its rows (what the
 GPU YAMLs under simdl/cluster/data/gpus carry). Usage:
 ``PYTHONPATH=. python benchmarks/gpu_kernels.py [--yaml]``
@@ -29,7 +37,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_power import held_out_gpu_sustained  # noqa: E402
-from kernel_rows import GPUS, hardware, load, subset  # noqa: E402
+from kernel_rows import GPUS, batched_tiles, hardware, load, subset  # noqa: E402
 
 from simdl.costs.gpu_kernels import GEMM_CLASSES  # noqa: E402
 from simdl.costs.kernel_fit import KernelFit, mean_params  # noqa: E402
@@ -43,6 +51,14 @@ def kind(cls: str) -> str:
     return "gemm" if cls in GEMM_CLASSES else "stream"
 
 
+def estimator(data: dict, gpu: str, cls: str, mask=None) -> KernelFit:
+    """The class's estimator on ``gpu``; a GEMM one prices batched calls with the tiles that
+    ``gpu``'s batched rows ran (``mask``: of those rows only)."""
+    if cls != "gemm":
+        return KernelFit(kind(cls))
+    return KernelFit("gemm", batched_tiles=batched_tiles(data[(gpu, cls)], mask))
+
+
 def errors(fit: KernelFit, params, d: dict) -> np.ndarray:
     pred = fit.predict_with(params, d["shapes"], hardware(d["device"][0]))
     return pred / d["seconds"] - 1.0
@@ -51,7 +67,7 @@ def errors(fit: KernelFit, params, d: dict) -> np.ndarray:
 def fit_all(data: dict) -> dict:
     out = {}
     for (gpu, cls), d in data.items():
-        out[(gpu, cls)] = KernelFit(kind(cls)).fit(d["shapes"], d["seconds"], hardware(d["device"][0]))
+        out[(gpu, cls)] = estimator(data, gpu, cls).fit(d["shapes"], d["seconds"], hardware(d["device"][0]))
     return out
 
 
@@ -82,7 +98,7 @@ def held_out_shapes(data: dict) -> dict:
     for (gpu, cls), d in sorted(data.items()):
         train = rng.random(len(d["seconds"])) < TRAIN_FRACTION
         tr, te = subset(d, train), subset(d, ~train)
-        f = KernelFit(kind(cls)).fit(tr["shapes"], tr["seconds"], hardware(d["device"][0]))
+        f = estimator(data, gpu, cls, train).fit(tr["shapes"], tr["seconds"], hardware(d["device"][0]))
         res[(gpu, cls)] = errors(f, f.params_, te)
     return res
 
@@ -209,7 +225,7 @@ def main(argv=None) -> None:
     table(
         "Held-out GPU (mean rule, GEMM/conv compute at each GPU's sustained share from datasheet power, "
         "benchmarks/kernel_power.py)",
-        held_out_gpu_sustained(data, fits, kind, errors, mean_params, KernelFit),
+        held_out_gpu_sustained(data, fits, kind, errors, mean_params, lambda g, c: KernelFit(kind(c))),
     )
     table(f"Held-out shapes ({TRAIN_FRACTION:.0%} of each GPU's rows fitted, seed {SEED})", held_out_shapes(data))
     if args.yaml:

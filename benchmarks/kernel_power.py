@@ -45,9 +45,10 @@ def sustained(device: str, known_gpus) -> float:
     return min(1.0, own / max(refs + [own]))
 
 
-def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, KernelFit) -> dict:
+def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, estimator) -> dict:
     """The mean rule of the held-out-GPU check, GEMM-class compute efficiencies taken per
-    unit of each GPU's sustained share and put back at the held-out GPU's share."""
+    unit of each GPU's sustained share and put back at the held-out GPU's share;
+    ``estimator(gpu, cls)``: the estimator that prices the held-out GPU's rows."""
     res = {}
     for (gpu, cls), d in data.items():
         known = [g for g in GPUS if g != gpu]
@@ -65,5 +66,5 @@ def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, Ke
         m = mean_params(others)
         if kind(cls) == "gemm":
             m = dataclasses.replace(m, compute_efficiency=m.compute_efficiency * sustained(d["device"][0], known))
-        res[(gpu, cls)] = errors(KernelFit(kind(cls)), m, d)
+        res[(gpu, cls)] = errors(estimator(gpu, cls), m, d)
     return res

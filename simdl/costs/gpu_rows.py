@@ -86,7 +86,7 @@ BATCH_NORM_READS = 2.0
 # 99:106546, 2023, pmc.ncbi.nlm.nih.gov/articles/PMC10448217), over the A100 80GB's
 # 1935 GB/s DRAM (datasheet) = 3.7. Tensor-core kernels stage operands in shared memory by asynchronous
 # copies (cp.async / TMA) that overlap the MMAs, so the fp32 fit's operand_bandwidth (the
-# SIMT kernels' load-issue limit on small tiles, below the DRAM rate on some GPUs) is not
+# SIMT kernels' load-issue limit on small tiles, below the DRAM rate on the P100) is not
 # theirs; the A100's ratio is used for every GPU (no other L2 bandwidth in the GPU files).
 TENSOR_OPERAND_BANDWIDTH = 3.7
 

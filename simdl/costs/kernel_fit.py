@@ -40,12 +40,15 @@ _STREAM_BOUNDS = dict(
 
 class KernelFit:
     """Fit one op class's parameters on one GPU. ``kind``: 'gemm' (shapes B, M, N, K, bytes)
-    or 'stream' (shapes: bytes)."""
+    or 'stream' (shapes: bytes). ``batched_tiles``: the tiles (as :data:`TILES`) that this
+    GPU's batched GEMMs (B > 1: cuBLAS's strided-batched sgemm, which torch.bmm calls) choose
+    among; a single product (B = 1) chooses among all of :data:`TILES`. None: all, for both."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, batched_tiles: tuple | None = None):
         if kind not in ("gemm", "stream"):
             raise ValueError(f"kind {kind!r}: accepted 'gemm', 'stream'")
         self.kind = kind
+        self.batched_tiles = batched_tiles
 
     def _spec(self):
         if self.kind == "gemm":
@@ -54,7 +57,12 @@ class KernelFit:
 
     def predict_with(self, params, shapes: dict, hw: Hardware) -> np.ndarray:
         if self.kind == "gemm":
-            return gemm_time(hw, params, shapes["B"], shapes["M"], shapes["N"], shapes["K"], shapes["bytes"])
+            s = shapes
+            t = gemm_time(hw, params, s["B"], s["M"], s["N"], s["K"], s["bytes"])
+            if self.batched_tiles is not None:
+                tb = gemm_time(hw, params, s["B"], s["M"], s["N"], s["K"], s["bytes"], tiles=self.batched_tiles)
+                t = np.where(np.asarray(s["B"]) > 1, tb, t)
+            return t
         return stream_time(hw, params, shapes["bytes"])
 
     def fit(self, shapes: dict, seconds: np.ndarray, hw: Hardware) -> "KernelFit":
