@@ -14,7 +14,10 @@ CACM 2009) and each rate depends on the call's size, not one scalar:
   User's Guide", sections "Tile Quantization" and "Wave Quantization". cuBLAS picks among
   tiles per shape; the model takes the fastest of :data:`TILES` (the tile sizes of the
   ``sgemm_<M>x<N>`` kernels the measured calls ran), splitting K when there are fewer tiles
-  than slots (split-K). A tile reaches ``compute_efficiency``
+  than slots (split-K). Batched products (cuBLAS's strided-batched sgemm) choose among
+  fewer: the measured A100's ran its 128x128 tile only, the P100's and P4's their 128x64
+  one, so a fit can restrict them (``tiles``, :class:`simdl.costs.kernel_fit.KernelFit`'s
+  ``batched_tiles``). A tile reaches ``compute_efficiency``
   of its share of the peak, unless its operand loads (``(tm+tn) K`` elements) take longer
   at its share of ``operand_bandwidth``, and pays a fixed prologue / epilogue per wave
   (``tile_setup_s``).
