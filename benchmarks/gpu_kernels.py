@@ -16,7 +16,8 @@ Batched GEMMs (bmm rows with B > 1) choose among the tiles that the GPU's own ba
 ran (their ``kernel`` column, :func:`kernel_rows.batched_tiles`: of the fitted rows only in
 check 2): cuBLAS's strided-batched sgemm ran one tile on the A100 (128x128) and on the P100
 and P4 (128x64), three or four on the V100 and T4, while its single-product heuristics pick
-among all. A held-out GPU's batched rows choose among all of
+among all. A held-out GPU's batched rows choose among the tiles its measured
+same-architecture peers' batched rows ran (:data:`ARCH`: the P100 and P4), else among all of
 :data:`simdl.costs.gpu_kernels.TILES` (its library's choice is not known without its rows).
 simdl itself prices single products only (B = 1, :mod:`simdl.costs.gpu_rows`).
 
@@ -59,6 +60,21 @@ def estimator(data: dict, gpu: str, cls: str, mask=None) -> KernelFit:
     return KernelFit("gemm", batched_tiles=batched_tiles(data[(gpu, cls)], mask))
 
 
+# SM architecture of each measured GPU (NVIDIA's architecture whitepapers: GA100 Ampere,
+# GV100 Volta, TU104 Turing, GP100 and GP104 Pascal): cuBLAS's kernel heuristics are per
+# architecture, so a held-out GPU's batched calls take the tiles its same-architecture peers'
+# batched rows ran, or all of TILES when none was measured.
+ARCH = {"A100-PCIe": "Ampere", "V100-PCIe": "Volta", "T4": "Turing", "P100-PCIe": "Pascal", "P4": "Pascal"}
+
+
+def held_out_estimator(data: dict, gpu: str, cls: str) -> KernelFit:
+    """The estimator that prices a held-out ``gpu``'s rows: batched tiles from its peers."""
+    peers = [g for g in GPUS if g != gpu and ARCH[g] == ARCH[gpu] and (g, cls) in data]
+    if cls != "gemm" or not peers:
+        return KernelFit(kind(cls))
+    return KernelFit("gemm", batched_tiles=tuple(sorted({t for g in peers for t in batched_tiles(data[(g, cls)])})))
+
+
 def errors(fit: KernelFit, params, d: dict) -> np.ndarray:
     pred = fit.predict_with(params, d["shapes"], hardware(d["device"][0]))
     return pred / d["seconds"] - 1.0
@@ -75,7 +91,7 @@ def held_out_gpu(data: dict, fits: dict) -> dict:
     res = {}
     for (gpu, cls), d in data.items():
         others = [fits[(g, cls)].params_ for g in GPUS if g != gpu and (g, cls) in fits]
-        res[(gpu, cls)] = errors(KernelFit(kind(cls)), mean_params(others), d)
+        res[(gpu, cls)] = errors(held_out_estimator(data, gpu, cls), mean_params(others), d)
     return res
 
 
@@ -86,7 +102,7 @@ NEAREST = {"A100-PCIe": "V100-PCIe", "V100-PCIe": "A100-PCIe", "T4": "V100-PCIe"
 
 def held_out_gpu_nearest(data: dict, fits: dict) -> dict:
     return {
-        (gpu, cls): errors(KernelFit(kind(cls)), fits[(NEAREST[gpu], cls)].params_, d)
+        (gpu, cls): errors(held_out_estimator(data, gpu, cls), fits[(NEAREST[gpu], cls)].params_, d)
         for (gpu, cls), d in data.items()
         if (NEAREST[gpu], cls) in fits
     }
@@ -225,7 +241,7 @@ def main(argv=None) -> None:
     table(
         "Held-out GPU (mean rule, GEMM/conv compute at each GPU's sustained share from datasheet power, "
         "benchmarks/kernel_power.py)",
-        held_out_gpu_sustained(data, fits, kind, errors, mean_params, lambda g, c: KernelFit(kind(c))),
+        held_out_gpu_sustained(data, fits, kind, errors, mean_params, lambda g, c: held_out_estimator(data, g, c)),
     )
     table(f"Held-out shapes ({TRAIN_FRACTION:.0%} of each GPU's rows fitted, seed {SEED})", held_out_shapes(data))
     if args.yaml:
