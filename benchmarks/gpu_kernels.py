@@ -49,7 +49,7 @@ TARGET_MAPE = 15.0
 
 
 def kind(cls: str) -> str:
-    return "gemm" if cls in GEMM_CLASSES else "stream"
+    return cls if cls in GEMM_CLASSES else "stream"
 
 
 def estimator(data: dict, gpu: str, cls: str, mask=None) -> KernelFit:

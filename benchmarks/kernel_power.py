@@ -57,14 +57,14 @@ def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, es
             if (g, cls) not in fits:
                 continue
             p = fits[(g, cls)].params_
-            if kind(cls) == "gemm":
+            if kind(cls) != "stream":
                 dev = data[(g, cls)]["device"][0]
                 p = dataclasses.replace(
                     p, compute_efficiency=p.compute_efficiency / sustained(dev, [h for h in known if h != g])
                 )
             others.append(p)
         m = mean_params(others)
-        if kind(cls) == "gemm":
+        if kind(cls) != "stream":
             m = dataclasses.replace(m, compute_efficiency=m.compute_efficiency * sustained(d["device"][0], known))
         res[(gpu, cls)] = errors(estimator(gpu, cls), m, d)
     return res

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_kernels import TENSOR_TILES, TILES, gemm_time, stream_time
+from .gpu_kernels import TENSOR_TILES, TILES, conv_time, gemm_time, stream_time
 from .gpu_profile import KernelProfile
 
 # Reduction depth at or below which a convolution whose read filter area is below
@@ -111,6 +111,8 @@ def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
                 "operand_bandwidth": TENSOR_OPERAND_BANDWIDTH,
             }
         )
+    if cls == "conv":  # the conv curve prices fp32 3x3 stride-1 rows only
+        return conv_time(hw, p, M, N, K, nbytes, floor=DEVICE_FLOOR_S, element_bytes=element_bytes)
     return gemm_time(
         hw,
         p,
