@@ -61,6 +61,18 @@ def test_batched_tiles_price_only_the_batched_calls():
     assert big[0] > free[0] and big[1] == free[1]
 
 
+def test_conv_streams_its_bytes_after_its_products():
+    from simdl.costs.gpu_kernels import FILTER_TRANSFORM_BYTES, conv_time
+
+    # A 3x3 convolution's implicit GEMM: the products, then its bytes (the filter's
+    # FILTER_TRANSFORM_BYTES times) at the memory rate, added rather than overlapped.
+    M, N, K, nbytes = 64 * 28 * 28, 128, 128 * 9, 4e7
+    products = gemm_time(HW, GEMM, 1, M, N, K, 0.0, floor=0.0)
+    streamed = (nbytes + (FILTER_TRANSFORM_BYTES - 1) * N * K * 4) / (HW.memory_bandwidth * GEMM.memory_efficiency)
+    assert conv_time(HW, GEMM, M, N, K, nbytes, floor=0.0) == pytest.approx(products + streamed)
+    assert conv_time(HW, GEMM, M, N, K, nbytes) > gemm_time(HW, GEMM, 1, M, N, K, nbytes)
+
+
 def test_streaming_kernel_floor_and_bandwidth_limit():
     # A tiny call: the floor plus the fill latency (the half-bandwidth bytes at the full rate).
     small = stream_time(HW, STREAM, 4.0)
