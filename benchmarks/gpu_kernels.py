@@ -12,6 +12,15 @@ and per GPU:
 2. held-out shapes: each GPU is fitted on 80 % of its rows (numpy seed 0) and predicts the
    other 20 %.
 
+Batched GEMMs (bmm rows with B > 1) choose among the tiles that the GPU's own batched rows
+ran (their ``kernel`` column, :func:`kernel_rows.batched_tiles`: of the fitted rows only in
+check 2): cuBLAS's strided-batched sgemm ran one tile on the A100 (128x128) and on the P100
+and P4 (128x64), three or four on the V100 and T4, while its single-product heuristics pick
+among all. A held-out GPU's batched rows choose among the tiles its measured
+same-architecture peers' batched rows ran (:data:`ARCH`: the P100 and P4), else among all of
+:data:`simdl.costs.gpu_kernels.TILES` (its library's choice is not known without its rows).
+simdl itself prices single products only (B = 1, :mod:`simdl.costs.gpu_rows`).
+
 ``--yaml``: also print the ``kernels:`` block of each GPU fitted on all its rows (what the
 GPU YAMLs under simdl/cluster/data/gpus carry). Usage:
 ``PYTHONPATH=. python benchmarks/gpu_kernels.py [--yaml]``
@@ -29,7 +38,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
 from kernel_power import held_out_gpu_sustained  # noqa: E402
-from kernel_rows import GPUS, hardware, load, subset  # noqa: E402
+from kernel_rows import GPUS, batched_tiles, hardware, load, subset  # noqa: E402
 
 from simdl.costs.gpu_kernels import GEMM_CLASSES  # noqa: E402
 from simdl.costs.kernel_fit import KernelFit, mean_params  # noqa: E402
@@ -40,7 +49,30 @@ TARGET_MAPE = 15.0
 
 
 def kind(cls: str) -> str:
-    return "gemm" if cls in GEMM_CLASSES else "stream"
+    return cls if cls in GEMM_CLASSES else "stream"
+
+
+def estimator(data: dict, gpu: str, cls: str, mask=None) -> KernelFit:
+    """The class's estimator on ``gpu``; a GEMM one prices batched calls with the tiles that
+    ``gpu``'s batched rows ran (``mask``: of those rows only)."""
+    if cls != "gemm":
+        return KernelFit(kind(cls))
+    return KernelFit("gemm", batched_tiles=batched_tiles(data[(gpu, cls)], mask))
+
+
+# SM architecture of each measured GPU (NVIDIA's architecture whitepapers: GA100 Ampere,
+# GV100 Volta, TU104 Turing, GP100 and GP104 Pascal): cuBLAS's kernel heuristics are per
+# architecture, so a held-out GPU's batched calls take the tiles its same-architecture peers'
+# batched rows ran, or all of TILES when none was measured.
+ARCH = {"A100-PCIe": "Ampere", "V100-PCIe": "Volta", "T4": "Turing", "P100-PCIe": "Pascal", "P4": "Pascal"}
+
+
+def held_out_estimator(data: dict, gpu: str, cls: str) -> KernelFit:
+    """The estimator that prices a held-out ``gpu``'s rows: batched tiles from its peers."""
+    peers = [g for g in GPUS if g != gpu and ARCH[g] == ARCH[gpu] and (g, cls) in data]
+    if cls != "gemm" or not peers:
+        return KernelFit(kind(cls))
+    return KernelFit("gemm", batched_tiles=tuple(sorted({t for g in peers for t in batched_tiles(data[(g, cls)])})))
 
 
 def errors(fit: KernelFit, params, d: dict) -> np.ndarray:
@@ -51,7 +83,7 @@ def errors(fit: KernelFit, params, d: dict) -> np.ndarray:
 def fit_all(data: dict) -> dict:
     out = {}
     for (gpu, cls), d in data.items():
-        out[(gpu, cls)] = KernelFit(kind(cls)).fit(d["shapes"], d["seconds"], hardware(d["device"][0]))
+        out[(gpu, cls)] = estimator(data, gpu, cls).fit(d["shapes"], d["seconds"], hardware(d["device"][0]))
     return out
 
 
@@ -59,7 +91,7 @@ def held_out_gpu(data: dict, fits: dict) -> dict:
     res = {}
     for (gpu, cls), d in data.items():
         others = [fits[(g, cls)].params_ for g in GPUS if g != gpu and (g, cls) in fits]
-        res[(gpu, cls)] = errors(KernelFit(kind(cls)), mean_params(others), d)
+        res[(gpu, cls)] = errors(held_out_estimator(data, gpu, cls), mean_params(others), d)
     return res
 
 
@@ -70,7 +102,7 @@ NEAREST = {"A100-PCIe": "V100-PCIe", "V100-PCIe": "A100-PCIe", "T4": "V100-PCIe"
 
 def held_out_gpu_nearest(data: dict, fits: dict) -> dict:
     return {
-        (gpu, cls): errors(KernelFit(kind(cls)), fits[(NEAREST[gpu], cls)].params_, d)
+        (gpu, cls): errors(held_out_estimator(data, gpu, cls), fits[(NEAREST[gpu], cls)].params_, d)
         for (gpu, cls), d in data.items()
         if (NEAREST[gpu], cls) in fits
     }
@@ -82,7 +114,7 @@ def held_out_shapes(data: dict) -> dict:
     for (gpu, cls), d in sorted(data.items()):
         train = rng.random(len(d["seconds"])) < TRAIN_FRACTION
         tr, te = subset(d, train), subset(d, ~train)
-        f = KernelFit(kind(cls)).fit(tr["shapes"], tr["seconds"], hardware(d["device"][0]))
+        f = estimator(data, gpu, cls, train).fit(tr["shapes"], tr["seconds"], hardware(d["device"][0]))
         res[(gpu, cls)] = errors(f, f.params_, te)
     return res
 
@@ -209,7 +241,7 @@ def main(argv=None) -> None:
     table(
         "Held-out GPU (mean rule, GEMM/conv compute at each GPU's sustained share from datasheet power, "
         "benchmarks/kernel_power.py)",
-        held_out_gpu_sustained(data, fits, kind, errors, mean_params, KernelFit),
+        held_out_gpu_sustained(data, fits, kind, errors, mean_params, lambda g, c: held_out_estimator(data, g, c)),
     )
     table(f"Held-out shapes ({TRAIN_FRACTION:.0%} of each GPU's rows fitted, seed {SEED})", held_out_shapes(data))
     if args.yaml:

@@ -45,9 +45,10 @@ def sustained(device: str, known_gpus) -> float:
     return min(1.0, own / max(refs + [own]))
 
 
-def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, KernelFit) -> dict:
+def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, estimator) -> dict:
     """The mean rule of the held-out-GPU check, GEMM-class compute efficiencies taken per
-    unit of each GPU's sustained share and put back at the held-out GPU's share."""
+    unit of each GPU's sustained share and put back at the held-out GPU's share;
+    ``estimator(gpu, cls)``: the estimator that prices the held-out GPU's rows."""
     res = {}
     for (gpu, cls), d in data.items():
         known = [g for g in GPUS if g != gpu]
@@ -56,14 +57,14 @@ def held_out_gpu_sustained(data: dict, fits: dict, kind, errors, mean_params, Ke
             if (g, cls) not in fits:
                 continue
             p = fits[(g, cls)].params_
-            if kind(cls) == "gemm":
+            if kind(cls) != "stream":
                 dev = data[(g, cls)]["device"][0]
                 p = dataclasses.replace(
                     p, compute_efficiency=p.compute_efficiency / sustained(dev, [h for h in known if h != g])
                 )
             others.append(p)
         m = mean_params(others)
-        if kind(cls) == "gemm":
+        if kind(cls) != "stream":
             m = dataclasses.replace(m, compute_efficiency=m.compute_efficiency * sustained(d["device"][0], known))
-        res[(gpu, cls)] = errors(KernelFit(kind(cls)), m, d)
+        res[(gpu, cls)] = errors(estimator(gpu, cls), m, d)
     return res

@@ -25,6 +25,11 @@ GPUS = {
 }
 GPU_OF = {d: g for g, ds in GPUS.items() for d in ds}
 BINARY = ("add", "mul", "div", "pow")  # two tensor inputs; the rest read one tensor
+# How NeuSight ran a gemm-family row (neusight/Dataset/collect.py, profile_kernel, at the
+# README's commit): ``bmm``: torch.bmm(randn(B, M, N), randn(B, N, K)); ``linear``:
+# nn.Linear(N, K, bias=True) on randn(B, M, N). Both reduce over the N column and write a
+# B x M x K output.
+GEMM_COLUMNS = "B x (M x N) @ (N x K), reduction over N"
 
 
 def hardware(device: str) -> Hardware:
@@ -64,8 +69,13 @@ def load() -> dict[tuple[str, str], dict]:
             dev = np.array([r["device"] for r in mine])
             sec = np.array([float(r["latency_us"]) for r in mine]) * 1e-6
             if cls == "gemm":
+                # NeuSight's columns B, M, N, K are the call (B x M x N) @ (B x N x K): N is the
+                # reduction and M x K the output (see GEMM_COLUMNS); the model's N is the output
+                # width and its K the reduction.
                 c = _columns(mine, ("B", "M", "N", "K"))
+                c["N"], c["K"] = c["K"], c["N"]
                 c["bytes"] = F32 * c["B"] * (c["M"] * c["K"] + c["K"] * c["N"] + c["M"] * c["N"])
+                c["kernel"] = np.array([r["kernel"] for r in mine])
             elif cls == "conv":
                 c = _columns(mine, ("B", "Cin", "Cout", "R", "HW", "Stride", "Padding"))
                 out_side = (c["HW"] + 2 * c["Padding"] - c["R"]) // c["Stride"] + 1
@@ -92,6 +102,22 @@ def load() -> dict[tuple[str, str], dict]:
                     c["bytes"] = 2 * F32 * n  # read x, write y (the H-sized weights are negligible)
             put(gpu, cls, dev, c, sec)
     return out
+
+
+def batched_tiles(d: dict, mask: np.ndarray | None = None) -> tuple:
+    """The tiles (rows of M, columns of N, tiles resident per SM) of the sgemm kernels that the
+    batched rows (B > 1) of ``d`` (a gemm entry of :func:`load`; ``mask``: those rows only) ran.
+    cuBLAS is column-major: PyTorch's row-major C = A B runs as C^T = B^T A^T, so kernel
+    sgemm_<a>x<b> tiles the output's width (the model's N) by a and its rows (M) by b.
+    Residency per SM as :data:`simdl.costs.gpu_kernels.TILES`: halving as the tile doubles,
+    one 128x128 tile, at most 8."""
+    s = d["shapes"]
+    rows = s["B"] > 1 if mask is None else mask & (s["B"] > 1)
+    out = set()
+    for name in set(s["kernel"][rows].tolist()):
+        a, b = (int(x) for x in name.split("_")[1].split("x"))
+        out.add((b, a, int(min(8, 128 * 128 // (a * b)))))
+    return tuple(sorted(out))
 
 
 def subset(d: dict, mask: np.ndarray) -> dict:

@@ -14,10 +14,15 @@ CACM 2009) and each rate depends on the call's size, not one scalar:
   User's Guide", sections "Tile Quantization" and "Wave Quantization". cuBLAS picks among
   tiles per shape; the model takes the fastest of :data:`TILES` (the tile sizes of the
   ``sgemm_<M>x<N>`` kernels the measured calls ran), splitting K when there are fewer tiles
-  than slots (split-K). A tile reaches ``compute_efficiency``
+  than slots (split-K). Batched products (cuBLAS's strided-batched sgemm) choose among
+  fewer: the measured A100's ran its 128x128 tile only, the P100's and P4's their 128x64
+  one, so a fit can restrict them (``tiles``, :class:`simdl.costs.kernel_fit.KernelFit`'s
+  ``batched_tiles``). A tile reaches ``compute_efficiency``
   of its share of the peak, unless its operand loads (``(tm+tn) K`` elements) take longer
   at its share of ``operand_bandwidth``, and pays a fixed prologue / epilogue per wave
   (``tile_setup_s``).
+- **conv** (fp32 3x3 stride-1 convolutions, the calls cuDNN runs by Winograd): the same
+  products, and the bytes streamed in phases of their own (:func:`conv_time`).
 - **Streaming classes** (elementwise, normalisation, softmax, pooling, embedding,
   reduction, and depthwise/grouped convolutions): bytes moved over the memory bandwidth at
   the class's fitted fraction, reached only once the call has enough bytes in flight
@@ -119,6 +124,26 @@ def gemm_time(
         t = np.maximum(waves * per_tile, memory)
         best = t if best is None else np.minimum(best, t)
     return with_floor(p.floor_s if floor is None else floor, best, p.floor_power)
+
+
+# Filter bytes a Winograd F(4x4, 3x3) convolution moves per filter byte: it reads each 3x3
+# filter (9 elements) and writes its 6x6 transform (36), 45 / 9 = 5 (Lavin & Gray, "Fast
+# Algorithms for Convolutional Neural Networks", CVPR 2016: F(m x m, r x r) transforms each
+# r x r filter to (m + r - 1)^2 elements).
+FILTER_TRANSFORM_BYTES = 5.0
+
+
+def conv_time(hw: Hardware, p: GemmParams, M, N, K, nbytes, floor: float | None = None, element_bytes: float = 4.0):
+    """Seconds of a 3x3 stride-1 convolution as its implicit GEMM (M x K by K x N) moving
+    ``nbytes`` bytes (input, filter, output), run as cuDNN's Winograd family runs it: filter
+    and input transforms, the products, the output transform, one after another (cuDNN's
+    WINOGRAD_NONFUSED: separate kernels), so the streaming phases add to the products' time
+    instead of overlapping it; the filter streams :data:`FILTER_TRANSFORM_BYTES` times."""
+    products = gemm_time(hw, p, 1.0, M, N, K, 0.0, floor=0.0, element_bytes=element_bytes)
+    N, K = np.asarray(N, dtype=float), np.asarray(K, dtype=float)
+    moved = np.asarray(nbytes, dtype=float) + (FILTER_TRANSFORM_BYTES - 1.0) * N * K * element_bytes
+    body = products + moved / (hw.memory_bandwidth * p.memory_efficiency)
+    return with_floor(p.floor_s if floor is None else floor, body, p.floor_power)
 
 
 def stream_time(hw: Hardware, p: StreamParams, nbytes, floor: float | None = None):

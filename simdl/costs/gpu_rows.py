@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_kernels import TENSOR_TILES, TILES, gemm_time, stream_time
+from .gpu_kernels import TENSOR_TILES, TILES, conv_time, gemm_time, stream_time
 from .gpu_profile import KernelProfile
 
 # Reduction depth at or below which a convolution whose read filter area is below
@@ -81,6 +81,14 @@ STREAM_CLASS = {
 # aten/src/ATen/native/cuda/Normalization.cuh, batch_norm_collect_statistics_kernel and
 # batch_norm_transform_input_kernel: it reads its input twice.
 BATCH_NORM_READS = 2.0
+# Tensor-core GEMM tiles' operand loads, in multiples of the memory bandwidth: the A100's L2
+# bandwidth, 7219 GB/s (5120 bytes/clock x 1.41 GHz; Table 3 of Ultrasonics Sonochemistry
+# 99:106546, 2023, pmc.ncbi.nlm.nih.gov/articles/PMC10448217), over the A100 80GB's
+# 1935 GB/s DRAM (datasheet) = 3.7. Tensor-core kernels stage operands in shared memory by asynchronous
+# copies (cp.async / TMA) that overlap the MMAs, so the fp32 fit's operand_bandwidth (the
+# SIMT kernels' load-issue limit on small tiles, below the DRAM rate on the P100) is not
+# theirs; the A100's ratio is used for every GPU (no other L2 bandwidth in the GPU files).
+TENSOR_OPERAND_BANDWIDTH = 3.7
 
 
 def _scale(profile: KernelProfile, path: str) -> float:
@@ -93,16 +101,18 @@ def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
     p = profile.param(cls)
     if path != "fp32":
         # Tensor-core paths: the fp32 fit's compute efficiency times the GPU's measured large-GEMM
-        # fraction on that path over its fp32 one (priors); operands streamed at the elementwise
-        # class's bandwidth (the fp32 fit's GEMM memory term binds only on small-K SIMT shapes,
-        # where it absorbs their inefficiency, not the operand stream).
+        # fraction on that path over its fp32 one (priors); unique bytes streamed at the
+        # elementwise class's bandwidth, tile operands at TENSOR_OPERAND_BANDWIDTH.
         p = type(p)(
             **{
                 **p.__dict__,
                 "compute_efficiency": p.compute_efficiency * _scale(profile, path),
                 "memory_efficiency": profile.param("elementwise").memory_efficiency,
+                "operand_bandwidth": TENSOR_OPERAND_BANDWIDTH,
             }
         )
+    if cls == "conv":  # the conv curve prices fp32 3x3 stride-1 rows only
+        return conv_time(hw, p, M, N, K, nbytes, floor=DEVICE_FLOOR_S, element_bytes=element_bytes)
     return gemm_time(
         hw,
         p,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_kernels import GemmParams, Hardware, StreamParams, gemm_time, stream_time
+from .gpu_kernels import GemmParams, Hardware, StreamParams, conv_time, gemm_time, stream_time
 
 # Starting points and bounds of the fitted values (log-space search).
 # tile_setup_s is held at or below 2 us: the measured calls identify it only weakly (an upper
@@ -39,22 +39,32 @@ _STREAM_BOUNDS = dict(
 
 
 class KernelFit:
-    """Fit one op class's parameters on one GPU. ``kind``: 'gemm' (shapes B, M, N, K, bytes)
-    or 'stream' (shapes: bytes)."""
+    """Fit one op class's parameters on one GPU. ``kind``: 'gemm' (shapes B, M, N, K, bytes),
+    'conv' (the same, priced by :func:`conv_time`; B = 1) or 'stream' (shapes: bytes). ``batched_tiles``: the tiles (as :data:`TILES`) that this
+    GPU's batched GEMMs (B > 1: cuBLAS's strided-batched sgemm, which torch.bmm calls) choose
+    among; a single product (B = 1) chooses among all of :data:`TILES`. None: all, for both."""
 
-    def __init__(self, kind: str):
-        if kind not in ("gemm", "stream"):
-            raise ValueError(f"kind {kind!r}: accepted 'gemm', 'stream'")
+    def __init__(self, kind: str, batched_tiles: tuple | None = None):
+        if kind not in ("gemm", "conv", "stream"):
+            raise ValueError(f"kind {kind!r}: accepted 'gemm', 'conv', 'stream'")
         self.kind = kind
+        self.batched_tiles = batched_tiles
 
     def _spec(self):
-        if self.kind == "gemm":
+        if self.kind in ("gemm", "conv"):
             return GemmParams, _GEMM_START, _GEMM_BOUNDS
         return StreamParams, _STREAM_START, _STREAM_BOUNDS
 
     def predict_with(self, params, shapes: dict, hw: Hardware) -> np.ndarray:
+        if self.kind == "conv":
+            return conv_time(hw, params, shapes["M"], shapes["N"], shapes["K"], shapes["bytes"])
         if self.kind == "gemm":
-            return gemm_time(hw, params, shapes["B"], shapes["M"], shapes["N"], shapes["K"], shapes["bytes"])
+            s = shapes
+            t = gemm_time(hw, params, s["B"], s["M"], s["N"], s["K"], s["bytes"])
+            if self.batched_tiles is not None:
+                tb = gemm_time(hw, params, s["B"], s["M"], s["N"], s["K"], s["bytes"], tiles=self.batched_tiles)
+                t = np.where(np.asarray(s["B"]) > 1, tb, t)
+            return t
         return stream_time(hw, params, shapes["bytes"])
 
     def fit(self, shapes: dict, seconds: np.ndarray, hw: Hardware) -> "KernelFit":

@@ -49,6 +49,30 @@ def test_split_k_speeds_up_a_skinny_long_product():
     assert skinny < 0.2 * one_sm
 
 
+def test_batched_tiles_price_only_the_batched_calls():
+    from simdl.costs.kernel_fit import KernelFit
+
+    # 64 products of 128 x 8 (K = 512): the 128x128 tile computes 16 times the output it
+    # keeps, so restricting batched calls to it makes them slower; a B = 1 call is unchanged.
+    shapes = {k: np.array(v, dtype=float) for k, v in dict(B=[64, 1], M=[128, 128], N=[8, 8], K=[512, 512]).items()}
+    shapes["bytes"] = 4 * shapes["B"] * (shapes["M"] * shapes["K"] + shapes["K"] * shapes["N"])
+    free = KernelFit("gemm").predict_with(GEMM, shapes, HW)
+    big = KernelFit("gemm", batched_tiles=((128, 128, 1),)).predict_with(GEMM, shapes, HW)
+    assert big[0] > free[0] and big[1] == free[1]
+
+
+def test_conv_streams_its_bytes_after_its_products():
+    from simdl.costs.gpu_kernels import FILTER_TRANSFORM_BYTES, conv_time
+
+    # A 3x3 convolution's implicit GEMM: the products, then its bytes (the filter's
+    # FILTER_TRANSFORM_BYTES times) at the memory rate, added rather than overlapped.
+    M, N, K, nbytes = 64 * 28 * 28, 128, 128 * 9, 4e7
+    products = gemm_time(HW, GEMM, 1, M, N, K, 0.0, floor=0.0)
+    streamed = (nbytes + (FILTER_TRANSFORM_BYTES - 1) * N * K * 4) / (HW.memory_bandwidth * GEMM.memory_efficiency)
+    assert conv_time(HW, GEMM, M, N, K, nbytes, floor=0.0) == pytest.approx(products + streamed)
+    assert conv_time(HW, GEMM, M, N, K, nbytes) > gemm_time(HW, GEMM, 1, M, N, K, nbytes)
+
+
 def test_streaming_kernel_floor_and_bandwidth_limit():
     # A tiny call: the floor plus the fill latency (the half-bandwidth bytes at the full rate).
     small = stream_time(HW, STREAM, 4.0)
