@@ -17,11 +17,11 @@ order on each point's values. A collective that a profile's regime curves price
 
 from __future__ import annotations
 
-import math
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ..collectives.cost import collective_time
 from ..errors import SimdlError
 
 _CLUSTERS: dict[tuple, Any] = {}  # (cluster, gpus, nodes, overrides) -> Cluster or the SimdlError
@@ -167,19 +167,8 @@ def _price(costs, collective: str, nbytes: float, size: int, scope: str, overhea
 
 
 def _time(collective: str, nbytes: float, n: int, bw: np.ndarray, alpha: np.ndarray, algorithm: str) -> np.ndarray:
-    """:func:`simdl.collectives.cost.collective_time` with array bandwidth and latency: the
-    scalar factors grouped as Python evaluates them, left to right."""
-    if n <= 1 or nbytes <= 0:
-        return np.zeros(len(bw))
-    tree = algorithm == "tree"
-    if collective == "all_reduce":
-        if tree:
-            return 2.0 * math.ceil(math.log2(n)) * alpha + 2.0 * nbytes / bw
-        return 2.0 * (n - 1) * alpha + 2.0 * (n - 1) / n * nbytes / bw
-    if collective in ("all_gather", "reduce_scatter"):
-        return (n - 1) * alpha + (n - 1) / n * nbytes / bw
-    if collective in ("broadcast", "reduce"):
-        if tree:
-            return math.ceil(math.log2(n)) * alpha + nbytes / bw
-        return (n - 1) * alpha + nbytes / bw
-    return alpha + nbytes / bw  # send_recv
+    """:func:`simdl.collectives.cost.collective_time` over arrays of bandwidth and latency (its
+    arithmetic applies element-wise, in the same order); zeros where it is 0."""
+    # collective_time is written for floats; its arithmetic is the same on arrays.
+    t = collective_time(collective, nbytes, n, bw, alpha, algorithm)  # type: ignore[arg-type]
+    return np.broadcast_to(np.asarray(t, dtype=float), bw.shape)
