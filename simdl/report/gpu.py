@@ -85,14 +85,15 @@ def smi_used(state: dict | None, env: dict | None) -> tuple[float | None, str]:
 def _sides(r: dict, env: dict | None = None) -> dict:
     p = (r.get("predicted") or {}).get("analytic") or {}
     m = r.get("measured") or {}
+    used, how = smi_used(m.get("device_state"), env)
     alloc = p.get("max_memory_allocated_bytes")
     return {
         "step": (p.get("iteration_time_s"), (m.get("step_time_s") or {}).get("median")),
         "alloc": (alloc if alloc is not None else p.get("peak_tensor_bytes"), m.get("peak_allocated_bytes")),
         "alloc_starred": alloc is None and p.get("peak_tensor_bytes") is not None,
         "reserved": (p.get("max_memory_reserved_bytes"), m.get("max_memory_reserved_bytes")),
-        "device": (p.get("device_total_bytes", p.get("peak_memory_bytes")), smi_used(m.get("device_state"), env)[0]),
-        "device_how": smi_used(m.get("device_state"), env)[1],
+        "device": (p.get("device_total_bytes", p.get("peak_memory_bytes")), used),
+        "device_how": how,
     }
 
 
