@@ -82,8 +82,9 @@ STREAM_CLASS = {
 # batch_norm_transform_input_kernel: it reads its input twice.
 BATCH_NORM_READS = 2.0
 # Tensor-core GEMM tiles' operand loads, in multiples of the memory bandwidth: the A100's L2
-# bandwidth, 7219 GB/s (5120 bytes/clock x 1.41 GHz; Table 3 of Ultrasonics Sonochemistry
-# 99:106546, 2023, pmc.ncbi.nlm.nih.gov/articles/PMC10448217), over the A100 80GB's
+# read bandwidth, 7219 GB/s (5120 bytes/clock, NVIDIA A100 Tensor Core GPU Architecture
+# whitepaper, x 1.41 GHz boost; NVIDIA's "Ampere Architecture In-Depth" blog: 2.3x the V100's
+# 2048 bytes/clock at 1.53 GHz, the same figure), over the A100 80GB's
 # 1935 GB/s DRAM (datasheet) = 3.7. Tensor-core kernels stage operands in shared memory by asynchronous
 # copies (cp.async / TMA) that overlap the MMAs, so the fp32 fit's operand_bandwidth (the
 # SIMT kernels' load-issue limit on small tiles, below the DRAM rate on the P100) is not
