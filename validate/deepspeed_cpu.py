@@ -35,6 +35,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from simdl.calibrate.deepspeed_check import deepspeed_shm_removed
 from simdl.errors import SimdlError
 
 from .run import (
@@ -164,7 +165,7 @@ def launch(run: ZeroRun, workdir: Path, python: str, timeout_s: float) -> Launch
     env.setdefault("OMP_NUM_THREADS", "1")  # torchrun's default, stated: one thread per rank process
     env["PYTHONPATH"] = str(Path(__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
     t = time.perf_counter()
-    with open(workdir / "log.txt", "w") as log:
+    with open(workdir / "log.txt", "w") as log, deepspeed_shm_removed():
         log.write(" ".join(cmd) + "\n")
         log.flush()
         w = watch.run_watched(cmd, stdout=log, env=env, timeout_s=timeout_s, min_available=watch.default_floor())

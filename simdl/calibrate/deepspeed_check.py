@@ -9,6 +9,9 @@ import importlib.util
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
 
 INSTALL = "pip install deepspeed (DS_BUILD_OPS=0: no compiled ops are needed)"
 
@@ -48,3 +51,45 @@ def zero_steps_setting(settings: dict, out) -> dict:
         if why and "strategies" in settings["stages"]:
             print(f"strategies: DeepSpeed ZeRO steps skipped: {why}", file=out, flush=True)
     return settings["zero_steps"]
+
+
+# DeepSpeed's CPU all-reduce (deepspeed/ops/csrc/cpu/comm/shm.cpp, shm_initialize; 0.19.8)
+# creates one POSIX shared-memory segment per rank process,
+# /dev/shm/deepspeed_allreduce_buffer_<uid>_<addr>_<port>_<rank> (its allreduce_workspace,
+# 69,206,024 B at 0.19.8), and never calls its own shared_close: every run leaves them
+# behind, and a campaign of short runs fills /dev/shm, which is RAM.
+SHM_DIR = Path("/dev/shm")
+SHM_PREFIX = "deepspeed_allreduce_buffer_"
+
+
+def _segments(shm_dir: Path) -> set[Path]:
+    try:
+        return {p for p in shm_dir.iterdir() if p.name.startswith(f"{SHM_PREFIX}{os.getuid()}_")}
+    except OSError:
+        return set()
+
+
+def _mapped(paths: set[Path]) -> set[Path]:
+    """Those of ``paths`` that a live process still maps (/proc/<pid>/maps names the file)."""
+    names = {str(p) for p in paths}
+    hit: set[Path] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text(errors="replace")
+        except OSError:
+            continue
+        hit |= {Path(n) for n in names if n in text}
+    return hit
+
+
+@contextmanager
+def deepspeed_shm_removed(shm_dir: Path = SHM_DIR) -> Iterator[None]:
+    """Around a run of DeepSpeed CPU ranks: afterwards, unlink the shared-memory segments it
+    created, except any that a live process (another run) still maps."""
+    before = _segments(shm_dir)
+    try:
+        yield
+    finally:
+        new = _segments(shm_dir) - before
+        for p in new - _mapped(new):
+            p.unlink(missing_ok=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ..errors import SimdlError
 from . import host_load
-from .deepspeed_check import zero_steps_setting
+from .deepspeed_check import deepspeed_shm_removed, zero_steps_setting
 from .processes import kill_tree
 from .records import load_stage
 from .run_settings import (  # noqa: F401  (re-exported: the CLI and tests import them from here)
@@ -185,7 +185,7 @@ def run_stage(settings: dict, run_dir: Path, stage: str) -> dict | None:
     timeout = settings["time_budget_s"] * BUDGET_SHARE[stage] + GRACE_S
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     log_path = stage_dir / "torchrun.log"
-    with open(log_path, "a", encoding="utf-8") as log, Progress(stage, stage_dir):
+    with open(log_path, "a", encoding="utf-8") as log, Progress(stage, stage_dir), deepspeed_shm_removed():
         log.write(f"\n$ {' '.join(cmd)}\n")
         log.flush()
         meter = host_load.CpuMeter()
