@@ -19,6 +19,9 @@ Profiles:
   input sizes, reduced image counts and epochs. 4-rank runs (and every PS run: 4
   workers + 1 server) are oversubscribed -- more processes than cores -- and are
   labelled so in the results and the report. Hybrid sharding is left out: one node.
+* ``unprofiled``: nine torchvision models that no quick calibration profiles, DDP and
+  FSDP2 (full) at 2 ranks, batch 16 on CIFAR-10: after ``simdl calibrate --quick`` they
+  check the op-class compute rates on models the calibration never saw.
 * ``paper``: the studies' exact sizes, for a real GPU cluster (full datasets, 10 and
   100 epochs, 2 x 4 GPUs for the ViT grid).
 """
@@ -30,7 +33,7 @@ import json
 import os
 from dataclasses import asdict, dataclass, field, replace
 
-PROFILES = ("smoke", "local", "paper")
+PROFILES = ("smoke", "local", "paper", "unprofiled")
 CORES = os.cpu_count() or 1
 
 
@@ -113,6 +116,17 @@ class RunSpec:
 EXP1_MODELS = ("vgg16", "efficientnet_v2_l", "convnext_large")
 EXP2_MODELS = ("resnet50", "densenet121", "vgg16")
 FSDP_SHARDINGS = ("full", "grad_op", "none")
+UNPROFILED_MODELS = (
+    "resnet34",
+    "resnet50",
+    "resnext50_32x4d",
+    "mobilenet_v2",
+    "mobilenet_v3_large",
+    "efficientnet_b0",
+    "regnet_y_400mf",
+    "shufflenet_v2_x1_0",
+    "squeezenet1_1",
+)
 
 
 def _exp1(models, ranks_list, batch, epochs, train, test, width=None, max_steps=0, nodes_for=None):
@@ -252,6 +266,15 @@ def experiments(profile: str) -> list[RunSpec]:
             ("vit_b_32", "vit_b_16"), 8, (32, 64, 128), ("full", "hybrid", "none"), 10, 50_000, 10_000, nodes=2
         )
         return runs
+    if profile == "unprofiled":
+        # Models no quick calibration profiles (simdl.calibrate.run_settings: its compute
+        # stage runs mnist_cnn, resnet18, vgg16, densenet121; its strategy stage resnet18,
+        # convnext_tiny): the op-class rates priced on models they never saw.
+        return [
+            RunSpec("unprofiled", m, "cifar10", s, 2, 16, 1, 512, 64, sharding=sh)
+            for m in UNPROFILED_MODELS
+            for s, sh in (("ddp", ""), ("fsdp", "full"))
+        ]
     raise ValueError(f"unknown profile {profile!r}; accepted: {', '.join(PROFILES)}")
 
 

@@ -70,6 +70,17 @@ DEFAULT_WRAP_TYPES: dict[str, tuple[str, ...]] = {
     # ResNet-101 with bottlenecks twice as wide (torchvision Bottleneck, width_per_group 128):
     # 127 M parameters, the calibration's large-message model (not in any validation run).
     "wide_resnet101_2": ("Bottleneck",),
+    # The residual blocks of torchvision.models.resnet (ResNeXt uses Bottleneck with groups).
+    "resnet34": ("BasicBlock",),
+    "resnext50_32x4d": ("Bottleneck",),
+    # The inverted residual of torchvision.models.mobilenetv2 / shufflenetv2 (same class name).
+    "mobilenet_v2": ("InvertedResidual",),
+    "shufflenet_v2_x1_0": ("InvertedResidual",),
+    # MBConv of torchvision.models.efficientnet; ResBottleneckBlock of torchvision.models.regnet.
+    "efficientnet_b0": ("MBConv",),
+    "regnet_y_400mf": ("ResBottleneckBlock",),
+    # The Fire module (squeeze 1x1, expand 1x1 and 3x3) of torchvision.models.squeezenet.
+    "squeezenet1_1": ("Fire",),
     # Two convs and two fc layers: no blocks, so each weighted layer is a unit.
     "mnist_cnn": ("Conv2d", "Linear"),
     # Two fc layers, each a unit: the first one is one 403 MB message on CIFAR-10.

@@ -108,3 +108,19 @@ def test_a_one_host_hybrid_run_is_predicted_with_its_mesh():
     assert "shard_group" not in prediction_kwargs(
         RunSpec("exp1", "vgg16", "cifar10", "ddp", 4, 32, 1, 1536, 256), "cpu-epyc-x4"
     )
+
+
+def test_unprofiled_models_are_none_the_quick_calibration_measures():
+    from simdl.calibrate.run_settings import COMPUTE_MODELS, STRATEGY_MODELS
+    from simdl.workload.zoo import DEFAULT_WRAP_TYPES
+
+    quick = {
+        part.split(":")[0] for spec in (COMPUTE_MODELS[True][0], STRATEGY_MODELS[True]) for part in spec.split(";")
+    }
+    runs = experiments("unprofiled")
+    models = {r.model for r in runs}
+    assert len(models) >= 8 and not models & quick
+    assert {(r.strategy, r.sharding) for r in runs} == {("ddp", ""), ("fsdp", "full")}
+    assert all(r.ranks == 2 and r.dataset == "cifar10" for r in runs)
+    # FSDP2 shards each model's repeated block, as simdl's unit plan assumes: never the root alone.
+    assert all(DEFAULT_WRAP_TYPES.get(m) for m in models)
