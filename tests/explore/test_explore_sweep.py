@@ -337,3 +337,19 @@ def test_cli_sweep_list_keys(capsys):
     assert code == 0
     for key in ("batch_size", "nic_Gb_per_s", "intra_bandwidth_GB_per_s", "straggler_factor", "precision"):
         assert key in out
+
+
+def test_dask_executor_on_a_local_cluster():
+    """A real dask.distributed LocalCluster (two worker processes): the sweep goes to the
+    running Client, its chunks run as the cluster's tasks, and its rows are the serial sweep's."""
+    distributed = pytest.importorskip("distributed")
+    grid = dict(model=["resnet18", "mnist_cnn"], gpus=[1, 2, 4], strategy=["ddp", "fsdp-full"], as_frame=False)
+    with (
+        distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster,
+        distributed.Client(cluster) as client,
+        distributed.get_task_stream(client) as stream,
+    ):
+        rows = simdl.sweep(executor="dask", jobs=2, **grid)
+    assert any(str(t["key"]).startswith("run_chunk") for t in stream.data)
+    assert len(rows) == 12 and all(r["error"] is None for r in rows)
+    assert rows == simdl.sweep(executor="serial", **grid)
