@@ -8,7 +8,9 @@ Each row (one module call) becomes the kernel shapes the model prices
   elements), N = parameters / (K + 1 for the bias), M = output elements / N. A 3x3
   stride-1 convolution is recognised by its input/output sizes (filter area
   = K x output positions / input elements = 9) and, on the fp32 path, priced by the
-  ``conv`` curve fitted on cuDNN's own algorithms (Winograd); others by the ``gemm`` curve.
+  ``conv`` curve fitted on cuDNN's own algorithms (implicit GEMM or Winograd), its data
+  gradient as the convolution with input and output channels swapped (the transposed
+  3x3 stride-1 convolution of dY by the flipped filter); others by the ``gemm`` curve.
 - depthwise and grouped convolutions, recognised by a reduction depth K <= :data:`LOW_REUSE_K`
   (K = filter area for a depthwise one: 9, 25, 49) together with a read filter area below 0.7
   (K x output positions / input elements = filter area / groups / stride^2): priced as memory-bound streaming kernels. Each output reads only K inputs, so the
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_kernels import TENSOR_TILES, TILES, conv_time, gemm_time, stream_time
+from .gpu_kernels import FILTER_AREA, TENSOR_TILES, TILES, conv_time, gemm_time, stream_time
 from .gpu_profile import KernelProfile
 
 # Reduction depth at or below which a convolution whose read filter area is below
@@ -97,7 +99,7 @@ def _scale(profile: KernelProfile, path: str) -> float:
     return dict(profile.tensor_scale).get(key, 1.0)
 
 
-def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
+def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes, images=1.0):
     hw = profile.hardware(path)
     p = profile.param(cls)
     if path != "fp32":
@@ -113,7 +115,7 @@ def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
             }
         )
     if cls == "conv":  # the conv curve prices fp32 3x3 stride-1 rows only
-        return conv_time(hw, p, M, N, K, nbytes, floor=DEVICE_FLOOR_S, element_bytes=element_bytes)
+        return conv_time(hw, p, M, N, K, nbytes, images=images, floor=DEVICE_FLOOR_S, element_bytes=element_bytes)
     return gemm_time(
         hw,
         p,
@@ -177,8 +179,11 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
                 continue
             m, nn, k, b = M[r], N[r], K[r], fbytes[r]
             eb = 2.0 if path in ("fp16", "bf16") else 4.0
-            fwd[r] = _gemm(profile, c, path, m, nn, k, b, eb)
-            dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
+            fwd[r] = _gemm(profile, c, path, m, nn, k, b, eb, images=batch)
+            if c == "conv":  # dX of a 3x3 stride-1 convolution is one with the channels swapped
+                dgrad = _gemm(profile, c, path, m, k / FILTER_AREA, FILTER_AREA * nn, b, eb, images=batch)
+            else:
+                dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
             wgrad = _gemm(profile, "gemm", path, k, nn, m, b, eb)
             bwd[r] = np.where(din[r], dgrad, 0.0) + np.where(dw[r], wgrad, 0.0)
     stream = ~dense & (fx["fwd_kernels"] > 0)  # containers without kernels of their own cost nothing

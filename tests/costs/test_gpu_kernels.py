@@ -61,16 +61,22 @@ def test_batched_tiles_price_only_the_batched_calls():
     assert big[0] > free[0] and big[1] == free[1]
 
 
-def test_conv_streams_its_bytes_after_its_products():
-    from simdl.costs.gpu_kernels import FILTER_TRANSFORM_BYTES, conv_time
+def test_conv_is_the_faster_of_implicit_gemm_and_winograd():
+    from simdl.costs.gpu_kernels import conv_time
 
-    # A 3x3 convolution's implicit GEMM: the products, then its bytes (the filter's
-    # FILTER_TRANSFORM_BYTES times) at the memory rate, added rather than overlapped.
-    M, N, K, nbytes = 64 * 28 * 28, 128, 128 * 9, 4e7
-    products = gemm_time(HW, GEMM, 1, M, N, K, 0.0, floor=0.0)
-    streamed = (nbytes + (FILTER_TRANSFORM_BYTES - 1) * N * K * 4) / (HW.memory_bandwidth * GEMM.memory_efficiency)
-    assert conv_time(HW, GEMM, M, N, K, nbytes, floor=0.0) == pytest.approx(products + streamed)
-    assert conv_time(HW, GEMM, M, N, K, nbytes) > gemm_time(HW, GEMM, 1, M, N, K, nbytes)
+    # 64 images of 28 x 28 outputs, 128 -> 128 channels: Winograd F(4x4, 3x3) runs 36
+    # products over 64 x 7 x 7 tiles, its transforms streamed after (added, not overlapped).
+    M, N, K, nbytes, images = 64 * 28 * 28, 128, 128 * 9, 4e7, 64
+    implicit = gemm_time(HW, GEMM, 1, M, N, K, nbytes, floor=0.0, split_k=False)
+    T, cin = images * 7 * 7, 128
+    transformed = 36 * 4 * (T * cin + cin * N + T * N)
+    products = gemm_time(HW, GEMM, 36, T, N, cin, transformed, floor=0.0, split_k=False)
+    winograd = products + (nbytes + transformed) / (HW.memory_bandwidth * GEMM.memory_efficiency)
+    t = conv_time(HW, GEMM, M, N, K, nbytes, images=images, floor=0.0)
+    assert t == pytest.approx(min(implicit, winograd))
+    # A long reduction over few output tiles is not split: one image of 5 x 5 outputs.
+    small = conv_time(HW, GEMM, 25, 1355, 1227 * 9, 4e7, images=1, floor=0.0)
+    assert small > 5 * gemm_time(HW, GEMM, 1, 25, 1355, 1227 * 9, 4e7, floor=0.0)
 
 
 def test_streaming_kernel_floor_and_bandwidth_limit():
