@@ -134,6 +134,32 @@ def _stream(profile, cls, nbytes):
     return stream_time(profile.hardware("fp32"), profile.param(cls), nbytes, floor=DEVICE_FLOOR_S)
 
 
+# Layout copies around tensor-core convolutions in PyTorch's default (NCHW, contiguous)
+# memory format: cuDNN's tensor-core convolution kernels take NHWC operands (PyTorch tutorial
+# "Channels Last Memory Format in PyTorch": channels last is the layout tensor cores run
+# on), so each cuDNN call copies its NCHW operands to NHWC and its result back. The H200
+# kernel profiles (lab/records/gpu-h200/kernels.jsonl.gz) show it: cuDNN's nchwToNhwcKernel
+# and nhwcToNchwKernel around its sm90_xmma_*_nhwckrsc_nhwc kernels, about two of the first
+# per one of the second, 166 for ResNet-18's 20 convolutions in one step (3 calls x 3
+# operands each, the stem without data gradient: 177), while ResNet-50's 1x1 stride-1
+# convolutions ran as cuBLAS / CUTLASS GEMMs on the NCHW tensors with no copy. A copy reads
+# and writes its tensor once, priced as an elementwise kernel; a convolution whose read
+# filter area is 1 (1x1 stride 1, or a patchify k x k stride k) is a plain GEMM and pays none.
+GEMM_LIKE_AREA = (0.9, 1.1)
+
+
+def _layout_copies(profile, in_bytes, out_bytes, filter_bytes, din, dw):
+    """(forward, backward) seconds of the NCHW <-> NHWC copies of convolution rows: forward
+    copies input, filter and output; the data gradient dY, filter and dX; the weight
+    gradient input, dY and dW."""
+
+    def copy(nbytes):
+        return _stream(profile, "elementwise", 2.0 * nbytes)
+
+    call = copy(in_bytes) + copy(filter_bytes) + copy(out_bytes)
+    return call, np.where(din, call, 0.0) + np.where(dw, call, 0.0)
+
+
 def implicit_gemm(table, batch: int):
     """(rows with FLOPs, M, N, K, read filter area) per row, from the table's columns."""
     ps, el = table.per_sample, table.dtype_bytes
@@ -186,6 +212,12 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
                 dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
             wgrad = _gemm(profile, "gemm", path, k, nn, m, b, eb)
             bwd[r] = np.where(din[r], dgrad, 0.0) + np.where(dw[r], wgrad, 0.0)
+        if kind == "conv" and path != "fp32":
+            r = rows & ((area < GEMM_LIKE_AREA[0]) | (area > GEMM_LIKE_AREA[1]))
+            a = ps["read_bytes"][r] * batch * activation_factor, ps["write_bytes"][r] * batch * activation_factor
+            lf, lb = _layout_copies(profile, a[0], a[1], fx["read_bytes"][r], din[r], dw[r])
+            fwd[r] += lf
+            bwd[r] += lb
     stream = ~dense & (fx["fwd_kernels"] > 0)  # containers without kernels of their own cost nothing
     if stream.any():
         for name in sorted(set(cls[stream].tolist())):  # np.unique's order; it would import numpy.ma

@@ -190,3 +190,24 @@ def test_cifar_efficientnet_v2_l_step_on_a100_is_host_bound():
 
 def test_cpu_devices_keep_their_own_model():
     assert allocate("cpu-local", 1).spec.gpu.kernels is None
+
+
+def test_tensor_core_convolutions_pay_nchw_nhwc_copies_except_gemm_like_ones(monkeypatch):
+    import simdl.costs.gpu_rows as rows
+    from simdl.workload.library import load_workload
+
+    t = load_workload("resnet50", "imagenet")
+    names = np.array(t.names)
+    profile = allocate("a100-80gb-nvlink", 1).spec.gpu.kernels
+    v100 = allocate("v100-dgx1", 1).spec.gpu.kernels
+    with_copies = rows.kernel_row_times(t, 32, profile, "tf32", 1.0)
+    simt = rows.kernel_row_times(t, 32, v100, "fp32", 1.0)
+    monkeypatch.setattr(rows, "_layout_copies", lambda *a: (0.0, 0.0))
+    without = rows.kernel_row_times(t, 32, profile, "tf32", 1.0)
+    extra = with_copies[0] - without[0], with_copies[1] - without[1]
+    three = np.array([n.endswith("conv2") for n in names])  # the 3x3 convolutions
+    one = np.array([n.endswith(("conv1", "conv3")) and "layer" in n for n in names])  # 1x1 stride 1
+    assert np.all(extra[0][three] > 0) and np.all(extra[1][three] > extra[0][three])
+    assert np.all(extra[0][one] == 0) and np.all(extra[1][one] == 0)
+    # On the fp32 SIMT path (no tensor cores) cuDNN runs NCHW kernels: no copies.
+    assert np.array_equal(simt[0], rows.kernel_row_times(t, 32, v100, "fp32", 1.0)[0])
