@@ -81,6 +81,7 @@ def load() -> dict[tuple[str, str], dict]:
                 out_side = (c["HW"] + 2 * c["Padding"] - c["R"]) // c["Stride"] + 1
                 c = {
                     "B": np.ones_like(c["B"]),
+                    "images": c["B"],
                     "M": c["B"] * out_side**2,
                     "N": c["Cout"],
                     "K": c["Cin"] * c["R"] ** 2,

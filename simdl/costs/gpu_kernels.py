@@ -21,8 +21,9 @@ CACM 2009) and each rate depends on the call's size, not one scalar:
   of its share of the peak, unless its operand loads (``(tm+tn) K`` elements) take longer
   at its share of ``operand_bandwidth``, and pays a fixed prologue / epilogue per wave
   (``tile_setup_s``).
-- **conv** (fp32 3x3 stride-1 convolutions, the calls cuDNN runs by Winograd): the same
-  products, and the bytes streamed in phases of their own (:func:`conv_time`).
+- **conv** (fp32 3x3 stride-1 convolutions): the faster of two of cuDNN's algorithms, its
+  implicit GEMM and its non-fused Winograd (transforms and 36 batched products), neither
+  splitting K (:func:`conv_time`).
 - **Streaming classes** (elementwise, normalisation, softmax, pooling, embedding,
   reduction, and depthwise/grouped convolutions): bytes moved over the memory bandwidth at
   the class's fitted fraction, reached only once the call has enough bytes in flight
@@ -97,10 +98,20 @@ class StreamParams:
 
 
 def gemm_time(
-    hw: Hardware, p: GemmParams, B, M, N, K, nbytes, floor: float | None = None, element_bytes: float = 4.0, tiles=TILES
+    hw: Hardware,
+    p: GemmParams,
+    B,
+    M,
+    N,
+    K,
+    nbytes,
+    floor: float | None = None,
+    element_bytes: float = 4.0,
+    tiles=TILES,
+    split_k: bool = True,
 ):
     """Seconds of ``B`` independent M x K by K x N products moving ``nbytes`` bytes, operands
-    of ``element_bytes`` each."""
+    of ``element_bytes`` each; ``split_k``: whether the kernel may split K (below)."""
     B, M, N, K = (np.asarray(x, dtype=float) for x in (B, M, N, K))
     best = None
     nbytes = np.asarray(nbytes, dtype=float)
@@ -111,6 +122,8 @@ def gemm_time(
         # separate tiles and summed after (CUTLASS "split-K" / cuBLAS's sliced kernels), no
         # part shorter than SPLIT_K_MIN; the partial sums cost one write and read each.
         split = np.clip(np.minimum(np.floor(slots / tiles), np.floor(K / SPLIT_K_MIN)), 1.0, None)
+        if not split_k:
+            split = np.ones_like(split)
         waves = np.ceil(tiles * split / slots)
         # One tile's work over its share of the GPU's rate (the peak split over the slots), or
         # its operand loads, (tm + tn) x K elements, over its share of the operand bandwidth
@@ -126,23 +139,52 @@ def gemm_time(
     return with_floor(p.floor_s if floor is None else floor, best, p.floor_power)
 
 
-# Filter bytes a Winograd F(4x4, 3x3) convolution moves per filter byte: it reads each 3x3
-# filter (9 elements) and writes its 6x6 transform (36), 45 / 9 = 5 (Lavin & Gray, "Fast
-# Algorithms for Convolutional Neural Networks", CVPR 2016: F(m x m, r x r) transforms each
-# r x r filter to (m + r - 1)^2 elements).
-FILTER_TRANSFORM_BYTES = 5.0
+# Winograd F(4x4, 3x3): each 4 x 4 output tile is computed from a 6 x 6 input tile, so the
+# products are 36 independent GEMMs (one per transformed element) of tiles x C_in by
+# C_in x C_out (Lavin & Gray, "Fast Algorithms for Convolutional Neural Networks", CVPR
+# 2016, section 4: F(m x m, r x r) over (m + r - 1)^2 elements). cuDNN's non-fused Winograd
+# runs them as such: the measured calls' kernels are winogradforwarddata4x4,
+# winogradforwardfilter4x4, a batched sgemm and winogradforwardoutput4x4 (NeuSight data,
+# column Kernels).
+WINOGRAD_OUT_TILE = 4
+WINOGRAD_ELEMENTS = 36
+FILTER_AREA = 9
 
 
-def conv_time(hw: Hardware, p: GemmParams, M, N, K, nbytes, floor: float | None = None, element_bytes: float = 4.0):
-    """Seconds of a 3x3 stride-1 convolution as its implicit GEMM (M x K by K x N) moving
-    ``nbytes`` bytes (input, filter, output), run as cuDNN's Winograd family runs it: filter
-    and input transforms, the products, the output transform, one after another (cuDNN's
-    WINOGRAD_NONFUSED: separate kernels), so the streaming phases add to the products' time
-    instead of overlapping it; the filter streams :data:`FILTER_TRANSFORM_BYTES` times."""
-    products = gemm_time(hw, p, 1.0, M, N, K, 0.0, floor=0.0, element_bytes=element_bytes)
-    N, K = np.asarray(N, dtype=float), np.asarray(K, dtype=float)
-    moved = np.asarray(nbytes, dtype=float) + (FILTER_TRANSFORM_BYTES - 1.0) * N * K * element_bytes
-    body = products + moved / (hw.memory_bandwidth * p.memory_efficiency)
+def conv_time(
+    hw: Hardware, p: GemmParams, M, N, K, nbytes, images=1.0, floor: float | None = None, element_bytes: float = 4.0
+):
+    """Seconds of a 3x3 stride-1 convolution of ``images`` images (square outputs), given as
+    its implicit GEMM (M = images x output positions, N = output channels, K = 9 x input
+    channels) moving ``nbytes`` bytes (input, filter, output): the faster of
+
+    - implicit GEMM (cuDNN's IMPLICIT_PRECOMP_GEMM, the measured ``scudnn_*`` kernels): the
+      M x K by K x N product, inputs gathered in place, no extra bytes;
+    - non-fused Winograd F(4x4, 3x3) (:data:`WINOGRAD_ELEMENTS` products of T x C_in by
+      C_in x C_out, T = images x ceil(side / 4)^2 tiles), its transforms streamed before
+      and after the products (separate kernels, so their time adds): input, filter and
+      output read or written once, the transformed tensors (36 T C_in, 36 C_in C_out,
+      36 T C_out) written and read back.
+
+    With ``torch.backends.cudnn.benchmark`` on, as the measured calls ran, cuDNN times its
+    algorithms and keeps the fastest (PyTorch docs, torch.backends.cudnn.benchmark); off
+    (PyTorch's default) its heuristics aim at the same choice. Neither kernel splits K:
+    the measured calls with long K and few output tiles run at the unsplit price (on the
+    A100, 1 image, 1227 -> 1355 channels at 5 x 5: 782 us, about 20 x what a split-K
+    product would take)."""
+    M, N, K = (np.asarray(x, dtype=float) for x in (M, N, K))
+    nbytes = np.asarray(nbytes, dtype=float)
+    implicit = gemm_time(hw, p, 1.0, M, N, K, nbytes, floor=0.0, element_bytes=element_bytes, split_k=False)
+    images = np.asarray(images, dtype=float)
+    side = np.sqrt(M / images)
+    T = images * np.ceil(side / WINOGRAD_OUT_TILE) ** 2
+    cin = K / FILTER_AREA
+    transformed = WINOGRAD_ELEMENTS * element_bytes * (T * cin + cin * N + T * N)
+    products = gemm_time(
+        hw, p, WINOGRAD_ELEMENTS, T, N, cin, transformed, floor=0.0, element_bytes=element_bytes, split_k=False
+    )
+    streamed = (nbytes + transformed) / (hw.memory_bandwidth * p.memory_efficiency)
+    body = np.minimum(implicit, products + streamed)
     return with_floor(p.floor_s if floor is None else floor, body, p.floor_power)
 
 

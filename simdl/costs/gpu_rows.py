@@ -8,7 +8,9 @@ Each row (one module call) becomes the kernel shapes the model prices
   elements), N = parameters / (K + 1 for the bias), M = output elements / N. A 3x3
   stride-1 convolution is recognised by its input/output sizes (filter area
   = K x output positions / input elements = 9) and, on the fp32 path, priced by the
-  ``conv`` curve fitted on cuDNN's own algorithms (Winograd); others by the ``gemm`` curve.
+  ``conv`` curve fitted on cuDNN's own algorithms (implicit GEMM or Winograd), its data
+  gradient as the convolution with input and output channels swapped (the transposed
+  3x3 stride-1 convolution of dY by the flipped filter); others by the ``gemm`` curve.
 - depthwise and grouped convolutions, recognised by a reduction depth K <= :data:`LOW_REUSE_K`
   (K = filter area for a depthwise one: 9, 25, 49) together with a read filter area below 0.7
   (K x output positions / input elements = filter area / groups / stride^2): priced as memory-bound streaming kernels. Each output reads only K inputs, so the
@@ -39,7 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .gpu_kernels import TENSOR_TILES, TILES, conv_time, gemm_time, stream_time
+from .gpu_kernels import FILTER_AREA, TENSOR_TILES, TILES, conv_time, gemm_time, stream_time
 from .gpu_profile import KernelProfile
 
 # Reduction depth at or below which a convolution whose read filter area is below
@@ -97,7 +99,7 @@ def _scale(profile: KernelProfile, path: str) -> float:
     return dict(profile.tensor_scale).get(key, 1.0)
 
 
-def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
+def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes, images=1.0):
     hw = profile.hardware(path)
     p = profile.param(cls)
     if path != "fp32":
@@ -113,7 +115,7 @@ def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
             }
         )
     if cls == "conv":  # the conv curve prices fp32 3x3 stride-1 rows only
-        return conv_time(hw, p, M, N, K, nbytes, floor=DEVICE_FLOOR_S, element_bytes=element_bytes)
+        return conv_time(hw, p, M, N, K, nbytes, images=images, floor=DEVICE_FLOOR_S, element_bytes=element_bytes)
     return gemm_time(
         hw,
         p,
@@ -130,6 +132,32 @@ def _gemm(profile, cls, path, M, N, K, nbytes, element_bytes):
 
 def _stream(profile, cls, nbytes):
     return stream_time(profile.hardware("fp32"), profile.param(cls), nbytes, floor=DEVICE_FLOOR_S)
+
+
+# Layout copies around tensor-core convolutions in PyTorch's default (NCHW, contiguous)
+# memory format: cuDNN's tensor-core convolution kernels take NHWC operands (PyTorch tutorial
+# "Channels Last Memory Format in PyTorch": channels last is the layout tensor cores run
+# on), so each cuDNN call copies its NCHW operands to NHWC and its result back. The H200
+# kernel profiles (lab/records/gpu-h200/kernels.jsonl.gz) show it: cuDNN's nchwToNhwcKernel
+# and nhwcToNchwKernel around its sm90_xmma_*_nhwckrsc_nhwc kernels, about two of the first
+# per one of the second, 166 for ResNet-18's 20 convolutions in one step (3 calls x 3
+# operands each, the stem without data gradient: 177), while ResNet-50's 1x1 stride-1
+# convolutions ran as cuBLAS / CUTLASS GEMMs on the NCHW tensors with no copy. A copy reads
+# and writes its tensor once, priced as an elementwise kernel; a convolution whose read
+# filter area is 1 (1x1 stride 1, or a patchify k x k stride k) is a plain GEMM and pays none.
+GEMM_LIKE_AREA = (0.9, 1.1)
+
+
+def _layout_copies(profile, in_bytes, out_bytes, filter_bytes, din, dw):
+    """(forward, backward) seconds of the NCHW <-> NHWC copies of convolution rows: forward
+    copies input, filter and output; the data gradient dY, filter and dX; the weight
+    gradient input, dY and dW."""
+
+    def copy(nbytes):
+        return _stream(profile, "elementwise", 2.0 * nbytes)
+
+    call = copy(in_bytes) + copy(filter_bytes) + copy(out_bytes)
+    return call, np.where(din, call, 0.0) + np.where(dw, call, 0.0)
 
 
 def implicit_gemm(table, batch: int):
@@ -177,10 +205,19 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
                 continue
             m, nn, k, b = M[r], N[r], K[r], fbytes[r]
             eb = 2.0 if path in ("fp16", "bf16") else 4.0
-            fwd[r] = _gemm(profile, c, path, m, nn, k, b, eb)
-            dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
+            fwd[r] = _gemm(profile, c, path, m, nn, k, b, eb, images=batch)
+            if c == "conv":  # dX of a 3x3 stride-1 convolution is one with the channels swapped
+                dgrad = _gemm(profile, c, path, m, k / FILTER_AREA, FILTER_AREA * nn, b, eb, images=batch)
+            else:
+                dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
             wgrad = _gemm(profile, "gemm", path, k, nn, m, b, eb)
             bwd[r] = np.where(din[r], dgrad, 0.0) + np.where(dw[r], wgrad, 0.0)
+        if kind == "conv" and path != "fp32":
+            r = rows & ((area < GEMM_LIKE_AREA[0]) | (area > GEMM_LIKE_AREA[1]))
+            a = ps["read_bytes"][r] * batch * activation_factor, ps["write_bytes"][r] * batch * activation_factor
+            lf, lb = _layout_copies(profile, a[0], a[1], fx["read_bytes"][r], din[r], dw[r])
+            fwd[r] += lf
+            bwd[r] += lb
     stream = ~dense & (fx["fwd_kernels"] > 0)  # containers without kernels of their own cost nothing
     if stream.any():
         for name in sorted(set(cls[stream].tolist())):  # np.unique's order; it would import numpy.ma

@@ -40,7 +40,7 @@ _STREAM_BOUNDS = dict(
 
 class KernelFit:
     """Fit one op class's parameters on one GPU. ``kind``: 'gemm' (shapes B, M, N, K, bytes),
-    'conv' (the same, priced by :func:`conv_time`; B = 1) or 'stream' (shapes: bytes). ``batched_tiles``: the tiles (as :data:`TILES`) that this
+    'conv' (the same and ``images``, priced by :func:`conv_time`; B = 1) or 'stream' (shapes: bytes). ``batched_tiles``: the tiles (as :data:`TILES`) that this
     GPU's batched GEMMs (B > 1: cuBLAS's strided-batched sgemm, which torch.bmm calls) choose
     among; a single product (B = 1) chooses among all of :data:`TILES`. None: all, for both."""
 
@@ -57,7 +57,8 @@ class KernelFit:
 
     def predict_with(self, params, shapes: dict, hw: Hardware) -> np.ndarray:
         if self.kind == "conv":
-            return conv_time(hw, params, shapes["M"], shapes["N"], shapes["K"], shapes["bytes"])
+            s = shapes
+            return conv_time(hw, params, s["M"], s["N"], s["K"], s["bytes"], images=s.get("images", 1.0))
         if self.kind == "gemm":
             s = shapes
             t = gemm_time(hw, params, s["B"], s["M"], s["N"], s["K"], s["bytes"])

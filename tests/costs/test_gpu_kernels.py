@@ -61,16 +61,22 @@ def test_batched_tiles_price_only_the_batched_calls():
     assert big[0] > free[0] and big[1] == free[1]
 
 
-def test_conv_streams_its_bytes_after_its_products():
-    from simdl.costs.gpu_kernels import FILTER_TRANSFORM_BYTES, conv_time
+def test_conv_is_the_faster_of_implicit_gemm_and_winograd():
+    from simdl.costs.gpu_kernels import conv_time
 
-    # A 3x3 convolution's implicit GEMM: the products, then its bytes (the filter's
-    # FILTER_TRANSFORM_BYTES times) at the memory rate, added rather than overlapped.
-    M, N, K, nbytes = 64 * 28 * 28, 128, 128 * 9, 4e7
-    products = gemm_time(HW, GEMM, 1, M, N, K, 0.0, floor=0.0)
-    streamed = (nbytes + (FILTER_TRANSFORM_BYTES - 1) * N * K * 4) / (HW.memory_bandwidth * GEMM.memory_efficiency)
-    assert conv_time(HW, GEMM, M, N, K, nbytes, floor=0.0) == pytest.approx(products + streamed)
-    assert conv_time(HW, GEMM, M, N, K, nbytes) > gemm_time(HW, GEMM, 1, M, N, K, nbytes)
+    # 64 images of 28 x 28 outputs, 128 -> 128 channels: Winograd F(4x4, 3x3) runs 36
+    # products over 64 x 7 x 7 tiles, its transforms streamed after (added, not overlapped).
+    M, N, K, nbytes, images = 64 * 28 * 28, 128, 128 * 9, 4e7, 64
+    implicit = gemm_time(HW, GEMM, 1, M, N, K, nbytes, floor=0.0, split_k=False)
+    T, cin = images * 7 * 7, 128
+    transformed = 36 * 4 * (T * cin + cin * N + T * N)
+    products = gemm_time(HW, GEMM, 36, T, N, cin, transformed, floor=0.0, split_k=False)
+    winograd = products + (nbytes + transformed) / (HW.memory_bandwidth * GEMM.memory_efficiency)
+    t = conv_time(HW, GEMM, M, N, K, nbytes, images=images, floor=0.0)
+    assert t == pytest.approx(min(implicit, winograd))
+    # A long reduction over few output tiles is not split: one image of 5 x 5 outputs.
+    small = conv_time(HW, GEMM, 25, 1355, 1227 * 9, 4e7, images=1, floor=0.0)
+    assert small > 5 * gemm_time(HW, GEMM, 1, 25, 1355, 1227 * 9, 4e7, floor=0.0)
 
 
 def test_streaming_kernel_floor_and_bandwidth_limit():
@@ -184,3 +190,24 @@ def test_cifar_efficientnet_v2_l_step_on_a100_is_host_bound():
 
 def test_cpu_devices_keep_their_own_model():
     assert allocate("cpu-local", 1).spec.gpu.kernels is None
+
+
+def test_tensor_core_convolutions_pay_nchw_nhwc_copies_except_gemm_like_ones(monkeypatch):
+    import simdl.costs.gpu_rows as rows
+    from simdl.workload.library import load_workload
+
+    t = load_workload("resnet50", "imagenet")
+    names = np.array(t.names)
+    profile = allocate("a100-80gb-nvlink", 1).spec.gpu.kernels
+    v100 = allocate("v100-dgx1", 1).spec.gpu.kernels
+    with_copies = rows.kernel_row_times(t, 32, profile, "tf32", 1.0)
+    simt = rows.kernel_row_times(t, 32, v100, "fp32", 1.0)
+    monkeypatch.setattr(rows, "_layout_copies", lambda *a: (0.0, 0.0))
+    without = rows.kernel_row_times(t, 32, profile, "tf32", 1.0)
+    extra = with_copies[0] - without[0], with_copies[1] - without[1]
+    three = np.array([n.endswith("conv2") for n in names])  # the 3x3 convolutions
+    one = np.array([n.endswith(("conv1", "conv3")) and "layer" in n for n in names])  # 1x1 stride 1
+    assert np.all(extra[0][three] > 0) and np.all(extra[1][three] > extra[0][three])
+    assert np.all(extra[0][one] == 0) and np.all(extra[1][one] == 0)
+    # On the fp32 SIMT path (no tensor cores) cuDNN runs NCHW kernels: no copies.
+    assert np.array_equal(simt[0], rows.kernel_row_times(t, 32, v100, "fp32", 1.0)[0])
