@@ -42,16 +42,19 @@ PCIE = "pcie"
 CPU_ADAM_BYTES_PER_S = 136e9
 
 
-def ipg_buckets(numels: list[int], cap: int) -> list[list[int]]:
-    """Parameter indices per ipg bucket, in backward (reverse registration) order: a gradient
-    that would overflow the bucket first reduces what the bucket holds
+def ipg_buckets(numels: list[int], cap: int, *, backward: bool = True) -> list[list[int]]:
+    """Parameter indices per ipg bucket, in the order the gradients reach it: a gradient that
+    would overflow the bucket first reduces what the bucket holds
     (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads; stage3.py
     reduce_ready_partitions_and_remove_grads), so a bucket never exceeds ``cap`` unless one
-    gradient alone does."""
+    gradient alone does. ``backward``: in backward (reverse registration) order, as the
+    gradient hooks fire; else in registration order, as stage 1's reduce_gradients loops over
+    bit16_groups after backward (stage_1_and_2.py) and stage 0's buffered_allreduce_fallback
+    over module.parameters() (engine.py _get_gradients_for_reduction; DeepSpeed 0.19.8)."""
     buckets: list[list[int]] = []
     current: list[int] = []
     size = 0
-    for i in reversed(range(len(numels))):
+    for i in reversed(range(len(numels))) if backward else range(len(numels)):
         if current and size + numels[i] > cap:
             buckets.append(current)
             current, size = [], 0
@@ -93,7 +96,10 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
     costs = cluster.spec.strategies.zero
     numels = tuple(int(p.numel) for p in workload.table.params)
     first_row = first_row_of_params(workload.table)
-    buckets = ipg_buckets(list(numels), STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size)
+    overlap = opts.overlap(stage)
+    in_backward = stage >= 2 or (stage == 1 and overlap)
+    cap = STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size
+    buckets = ipg_buckets(list(numels), cap, backward=in_backward)
     persistent = tuple(i for i, k in enumerate(numels) if stage == 3 and k <= opts.stage3_param_persistence_threshold)
     e = 2 if workload.mixed_precision else 4
     return _Layout(
@@ -101,7 +107,7 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
         world=cluster.gpus,
         e=e,
         grad_elem=4 if (stage == 0 and workload.precision == "bf16") else e,  # BF16_Optimizer reduces fp32 grads
-        overlap=opts.overlap(stage),
+        overlap=overlap,
         numels=numels,
         P=sum(numels),
         ready=tuple(min(first_row[i] for i in b) for b in buckets),
