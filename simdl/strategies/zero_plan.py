@@ -14,6 +14,9 @@ DeepSpeed's Python per parameter and per submodule call is host time on the comp
   gradient is complete (stage_1_and_2.py create_gradient_handling_hooks; stage3.py
   create_reduce_and_remove_grad_hooks, DeepSpeed 0.19.8); in stage 1 reduce_gradients loops
   over the parameters after backward, once per optimizer step;
+* ``stage1_loop_overhead_us`` per parameter and step, stage 1 without overlap_comm: the pass
+  stage 2 does not make (its hooks fire without reducing, and the loop's own calls), charged
+  with the loop;
 * ``module_overhead_us`` per submodule call and step, stage 3: parameter_offload.py registers a
   pre/post forward and a pre/post backward hook on every module (_register_hooks_recursively),
   and each call of a module runs them; a table row is one module call, charged half in its
@@ -84,6 +87,7 @@ class _Layout:
     pcie_bw: float
     param_s: float  # strategies.zero.param_overhead_us, seconds per parameter and step
     call_s: float  # stage 3: strategies.zero.module_overhead_us, seconds per module call and step
+    loop_s: float  # stage 1 without overlap_comm: strategies.zero.stage1_loop_overhead_us per parameter
     first_row: tuple[int, ...]  # each parameter's first table row
 
     @property
@@ -118,6 +122,7 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
         pcie_bw=cluster.spec.intra_node.pcie_bandwidth.value,
         param_s=costs.param_overhead.value if costs.param_overhead is not None and stage >= 1 else 0.0,
         call_s=costs.module_overhead.value if costs.module_overhead is not None and stage == 3 else 0.0,
+        loop_s=costs.loop_overhead.value if costs.loop_overhead is not None and stage == 1 and not in_backward else 0.0,
         first_row=first_row,
     )
 
@@ -254,10 +259,10 @@ def _compute(add, label: str, direction: str, start: int, stop: int, deps: tuple
 def _after_backward(add, lay: _Layout, opts, prev: tuple, reduce_ids: list, *, sync: bool) -> tuple:
     """What follows backward: stage 1's loop over the parameters and the reductions issued after
     backward (stages 0-1 without overlap_comm), then the offloaded gradient's copy to the host."""
-    if sync and lay.param_s and not lay.in_backward:  # stage 1: reduce_gradients' loop over the parameters
-        prev = (
-            add(Task("reduce_gradients:parameters", COMPUTE, "bwd", deps=prev, host_s=len(lay.numels) * lay.param_s)),
-        )
+    if sync and (lay.param_s or lay.loop_s) and not lay.in_backward:
+        # stage 1: reduce_gradients' loop over the parameters, with its hooks' and its own extra pass
+        host_s = len(lay.numels) * (lay.param_s + lay.loop_s)
+        prev = (add(Task("reduce_gradients:parameters", COMPUTE, "bwd", deps=prev, host_s=host_s)),)
     if sync and lay.world > 1 and not lay.in_backward:
         # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
         for k in range(len(lay.elems)):

@@ -80,12 +80,13 @@ def test_stage_0_reduces_one_flattened_bucket_after_backward():
     assert names.index("unflatten:bucket0") > names.index("all_reduce:bucket0")
 
 
-def test_on_a_cpu_rank_stages_1_and_2_do_the_same_work_in_another_place():
+def test_on_a_cpu_rank_stage_1_does_stage_2s_work_in_another_place_and_one_pass_more():
     # One bucket (5e7 elements > ResNet-18's 11.7 M), fp32, overlap_comm off: stage 2's hooks
     # copy each gradient into the bucket during backward, stage 1's loop after it, and both
     # reduce the one bucket once its last gradient is in; a CPU rank overlaps nothing (gloo
-    # blocks), so the two steps cost the same (benchmarks/zero1_heap_trim_cpu.py measures the
-    # parts alike: the per-parameter copy-in 20.5-21.0 ms in stage 1, 21.2-22.1 ms in stage 2).
+    # blocks), so the two steps differ only by stage 1's extra pass: its hooks fire without
+    # reducing and its loop's own calls (benchmarks/zero1_vs_zero2_cpu.py measures the shared
+    # reduction work alike: 19.5-21.0 ms in stage 1, 20.3-22.1 ms in stage 2).
     kw = dict(model="resnet18", dataset="cifar10", gpus=2, reduce_bucket_size=50_000_000)
     _, z1 = _plan("zero1", cluster="cpu-local", **kw)
     _, z2 = _plan("zero2", cluster="cpu-local", **kw)
@@ -95,4 +96,10 @@ def test_on_a_cpu_rank_stages_1_and_2_do_the_same_work_in_another_place():
     args = dict(kw, cluster="cpu-local", batch_size=16, optimizer="adam", loader_workers=0)
     t1 = simdl.predict(strategy="zero1", **args).iteration_time_s
     t2 = simdl.predict(strategy="zero2", **args).iteration_time_s
-    assert t1 == pytest.approx(t2, rel=1e-9)
+    # what stage 1 adds is its extra pass over the parameters (strategies.zero.stage1_loop_overhead_us)
+    extra = load_cluster("cpu-local").strategies.zero.loop_overhead.value * len(_params())
+    assert t1 - t2 == pytest.approx(extra, rel=1e-6)
+
+
+def _params():
+    return load_workload("resnet18", dataset="cifar10").params
