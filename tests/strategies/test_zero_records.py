@@ -32,8 +32,8 @@ def _predicted(record, tmp_path):
 def test_peak_against_deepspeed_measured(record, tmp_path):
     result = _predicted(record, tmp_path)
     error = result.peak_tensor_bytes / record["measured"]["peak_allocated_bytes"] - 1.0
-    # Stages 0-2 reproduce DeepSpeed's buffers; stage 3 misses part of what is live mid-backward
-    # (validate/README: reduce_scatter_coalesced's input placed after the activations' peak).
+    # Stages 0-2 reproduce DeepSpeed's buffers; stage 3's measured peaks vary from run to run with
+    # tensors torch.profiler never records freed (benchmarks/zero3_init_gathers_cpu.py, validate/README).
     bound = 0.07 if record["run"]["stage"] == 3 else 0.01
     assert abs(error) <= bound, f"{error:+.1%}"
 
