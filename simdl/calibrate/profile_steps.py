@@ -169,6 +169,9 @@ def _zero(run: CalibrationRun, profile: dict, rep: dict, strat: dict) -> None:
     )
     section = profile.setdefault("strategies", {}).setdefault("zero", {})
     section["param_overhead_us"] = _val(zf.param_s_ * 1e6, src)
+    # fitted without stage 1's extra pass (simdl.calibrate.profile_strategy_fit): the base's value
+    # was measured on its own host (benchmarks/zero1_vs_zero2_cpu.py)
+    section.pop("stage1_loop_overhead_us", None)
     if zf.held_:
         section.pop("module_overhead_us", None)
     else:

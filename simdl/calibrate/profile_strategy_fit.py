@@ -177,9 +177,9 @@ def _zero_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
             def src(v):
                 return Sourced(v, "assumed", "candidate of the ZeRO fit") if v else None
 
-            cache[key] = dataclasses.replace(
-                spec, strategies=spec.strategies.with_zero(param_overhead=src(key[0]), module_overhead=src(key[1]))
-            )
+            # without the base's stage1_loop_overhead_us: measured on its own host, not this one's
+            zero = dict(param_overhead=src(key[0]), module_overhead=src(key[1]), loop_overhead=None)
+            cache[key] = dataclasses.replace(spec, strategies=spec.strategies.with_zero(**zero))
         return predict(cluster=cache[key], **p["kwargs"]).iteration_time_s
 
     est = ZeROHostFit().fit(pts, pred)

@@ -6,7 +6,7 @@ FSDP's per-unit host time is a cost of FSDP2's hooks, not of the hardware, so it
 ``strategies.fsdp.unit_overhead_us``. A file may give it as ``efficiency.fsdp_unit_overhead_us``
 as well: :func:`move_strategy_keys` reads that key as ``strategies.fsdp.unit_overhead_us`` in
 each file before an ``extends`` merge, and giving both in one file is an error. DeepSpeed
-ZeRO's host time per parameter and per submodule lives in ``strategies.zero``
+ZeRO's host time per parameter, per submodule and per parameter of stage 1's extra pass lives in ``strategies.zero``
 (read by :mod:`simdl.strategies.zero_plan`).
 """
 
@@ -63,6 +63,17 @@ class ZeROSection:
         every module (_register_hooks_recursively), each calling the PartitionedParameterCoordinator
         (partitioned_param_coordinator.py fetch_sub_module / release_sub_module: trace, prefetch, gather and
         release of the module's parameters). Fitted by `simdl calibrate` where deepspeed imports; absent = 0""",
+    )
+    loop_overhead: Sourced | None = knob(
+        "stage1_loop_overhead_us",
+        NONNEG,
+        """host time DeepSpeed stage 1 spends per
+        parameter per step beyond param_overhead_us, without overlap_comm: its gradient hooks still fire in
+        backward (stage_1_and_2.py create_gradient_handling_hooks, installed for contiguous_gradients) and reduce
+        nothing (process_gradients reduces only under partition_gradients or overlap_comm), and reduce_gradients'
+        loop after backward calls get_gradient_for_reduction and reduce_ready_partitions_and_remove_grads around
+        the reduction work that param_overhead_us prices; stage 2 runs that work in its hooks alone. Measured by
+        benchmarks/zero1_vs_zero2_cpu.py (DeepSpeed 0.19.8); absent = 0""",
     )
 
 

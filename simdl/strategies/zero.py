@@ -41,7 +41,8 @@ Offload = Literal["none", "cpu"]
 # deepspeed/runtime/zero/config.py (DeepSpeedZeroConfig, 0.16.5): reduce_bucket_size and
 # allgather_bucket_size = Field(pp_int(5e8)); stage3_prefetch_bucket_size 5e7;
 # stage3_param_persistence_threshold 1e5; stage3_max_live_parameters 1e9; contiguous_gradients
-# True; overlap_comm None, set by overlap_comm_valid to (stage == 3).
+# True; overlap_comm None, set by overlap_comm_valid to (stage == 3). 0.19.8 (the version
+# validate/ runs) has the same defaults, and engine.py the same MEMORY_OPT_ALLREDUCE_SIZE.
 REDUCE_BUCKET_ELEMENTS = int(5e8)
 ALLGATHER_BUCKET_ELEMENTS = int(5e8)
 PREFETCH_BUCKET_ELEMENTS = int(5e7)
@@ -195,7 +196,7 @@ def _echo(config, plan) -> dict:
 # strategy's name), the top-level gradient_clipping, and whether the step is FusedAdam.
 _OWN = tuple(k for k in ZERO_READ if k != "stage") + ("gradient_clipping", "fused_adam")
 _NAMES = ("zero0", "zero1", "zero2", "zero3")
-_REASON = "DeepSpeed 0.16.5's default (deepspeed/runtime/zero/config.py)"
+_REASON = "DeepSpeed's default (deepspeed/runtime/zero/config.py, the same in 0.16.5 and 0.19.8)"
 
 SPEC = register(
     StrategySpec(

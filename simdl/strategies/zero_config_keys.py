@@ -78,7 +78,7 @@ ZERO_READ = (
     "offload_optimizer",
     "offload_param",
 )
-# runtime/zero/config.py DeepSpeedZeroConfig fields (and aliases), 0.16.5.
+# runtime/zero/config.py DeepSpeedZeroConfig fields (and aliases), 0.16.5 and 0.19.8.
 ZERO_KNOWN = frozenset(
     ZERO_READ
     + (
@@ -114,6 +114,14 @@ ZERO_KNOWN = frozenset(
         "prefetch_bucket_size",
         "param_persistence_threshold",
         "max_live_parameters",
+        # fields DeepSpeedZeroConfig has in 0.19.8 and not in 0.16.5 (runtime/zero/config.py)
+        "compute_grad_norm",
+        "enable_sanity_checks",
+        "leaf_module",
+        "parameter_alignment",
+        "save_muon_momentum_buffer_in_memory",
+        "stage3_allgather_sequential",
+        "zenflow",
     )
 )
 ALIASES = {

@@ -102,13 +102,7 @@ def zero_buffers(
         # (get_flat_partition(return_tensor_list=True)), into the partition's flat gradient
         b.append(Buffer("flat gradient partition", "temporaries", e * part, "step"))
     if stage == 3:
-        # __avg_scatter_grads -> coalesced_collectives.reduce_scatter_coalesced concatenates the
-        # bucket's gradients (each padded to a multiple of the world) and reduce-scatters the copy
-        # into a partition-sized output (stage3.py, runtime/comm/coalesced_collectives.py)
-        b += [
-            Buffer("reduce-scatter flat input", "comm_buffers", e * min(R, P), "reduce_each"),
-            Buffer("reduce-scatter output", "comm_buffers", e * min(R, P) / world, "reduce_each"),
-        ]
+        b += _stage3_reduce_buffers(e, R, P, world, off)
     if stage < 3:
         # average_tensor -> allreduce_and_scatter / allreduce_no_retain -> allreduce_bucket
         # flattens each bucket's gradients for its collective, contiguous_gradients or not
@@ -121,6 +115,25 @@ def zero_buffers(
     elif e != 4:
         b.append(Buffer("fp32 gradient partition", "grads", 4 * part, "step"))
     return tuple(b)
+
+
+def _stage3_reduce_buffers(e: int, R: float, P: float, world: int, off: bool) -> list[Buffer]:
+    """Stage 3's buffers of the gradient reduction and of the step's flat gradient."""
+    part = P / world
+    # __avg_scatter_grads -> coalesced_collectives.reduce_scatter_coalesced concatenates the
+    # bucket's gradients (each padded to a multiple of the world) and reduce-scatters the copy
+    # into a partition-sized output (stage3.py, runtime/comm/coalesced_collectives.py)
+    b = [
+        Buffer("reduce-scatter flat input", "comm_buffers", e * min(R, P), "reduce_each"),
+        Buffer("reduce-scatter output", "comm_buffers", e * min(R, P) / world, "reduce_each"),
+    ]
+    if not off and e == 4:
+        # step(): _prepare_fp32_grad_for_sub_group flattens averaged_gradients (views of the
+        # gradient partition buffer) into the fp32 partition's .grad, released with the sub
+        # group after its update (stage3.py _release_sub_group, DeepSpeed 0.19.8); in 16 bits
+        # that copy is zero_buffers' "fp32 gradient partition"
+        b.append(Buffer("flat gradient partition", "temporaries", e * part, "step"))
+    return b
 
 
 def model_state_bytes(buffers) -> float:
@@ -185,8 +198,16 @@ def _timeline(table, batch, optimizer, precision, opts, f):
     _gradient_frees(ev, at, b_post, table, tree, pb, f, anchors)
     if f.stage == 3:
         _stage3_gathers(ev, table, tree, pf, pb, f, numels, first_row, e)
-    if optimizer == "adam" and not f.cpu_offload and not f.fused_adam:  # foreach Adam's sqrt scratch
+    if optimizer == "adam" and not f.cpu_offload and not f.fused_adam:
+        # torch/optim/adam.py: foreach Adam's one _foreach_sqrt copy of the tensors it steps;
+        # per-tensor Adam (no foreach: CPU ranks) holds sqrt's output and the quotient at once
+        # (_single_tensor_adam ``denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt)``) for its
+        # largest tensor: the flat fp32 partition in stages 1-3 and under FP16/BF16_Optimizer,
+        # the largest parameter in fp32 stage 0.
         local = 4.0 * sum(numels) / (f.world if f.stage >= 1 or precision == "bf16" else 1)
+        if not opts.foreach:
+            flat = f.stage >= 1 or precision in ("fp16-amp", "bf16")
+            local = 2.0 * (local if flat else 4.0 * max(numels, default=0))
         at(anchors.step_start, local, "optimizer", "adam sqrt scratch", 0.1)
         at(anchors.step_start, -local, "optimizer", "adam sqrt scratch", 0.3)
     return ev.build(base, np.zeros(len(T.CATEGORIES)))

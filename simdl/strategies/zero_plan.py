@@ -14,6 +14,9 @@ DeepSpeed's Python per parameter and per submodule call is host time on the comp
   gradient is complete (stage_1_and_2.py create_gradient_handling_hooks; stage3.py
   create_reduce_and_remove_grad_hooks, DeepSpeed 0.19.8); in stage 1 reduce_gradients loops
   over the parameters after backward, once per optimizer step;
+* ``stage1_loop_overhead_us`` per parameter and step, stage 1 without overlap_comm: the pass
+  stage 2 does not make (its hooks fire without reducing, and the loop's own calls), charged
+  with the loop;
 * ``module_overhead_us`` per submodule call and step, stage 3: parameter_offload.py registers a
   pre/post forward and a pre/post backward hook on every module (_register_hooks_recursively),
   and each call of a module runs them; a table row is one module call, charged half in its
@@ -42,16 +45,19 @@ PCIE = "pcie"
 CPU_ADAM_BYTES_PER_S = 136e9
 
 
-def ipg_buckets(numels: list[int], cap: int) -> list[list[int]]:
-    """Parameter indices per ipg bucket, in backward (reverse registration) order: a gradient
-    that would overflow the bucket first reduces what the bucket holds
+def ipg_buckets(numels: list[int], cap: int, *, backward: bool = True) -> list[list[int]]:
+    """Parameter indices per ipg bucket, in the order the gradients reach it: a gradient that
+    would overflow the bucket first reduces what the bucket holds
     (stage_1_and_2.py reduce_independent_p_g_buckets_and_remove_grads; stage3.py
     reduce_ready_partitions_and_remove_grads), so a bucket never exceeds ``cap`` unless one
-    gradient alone does."""
+    gradient alone does. ``backward``: in backward (reverse registration) order, as the
+    gradient hooks fire; else in registration order, as stage 1's reduce_gradients loops over
+    bit16_groups after backward (stage_1_and_2.py) and stage 0's buffered_allreduce_fallback
+    over module.parameters() (engine.py _get_gradients_for_reduction; DeepSpeed 0.19.8)."""
     buckets: list[list[int]] = []
     current: list[int] = []
     size = 0
-    for i in reversed(range(len(numels))):
+    for i in reversed(range(len(numels))) if backward else range(len(numels)):
         if current and size + numels[i] > cap:
             buckets.append(current)
             current, size = [], 0
@@ -81,6 +87,7 @@ class _Layout:
     pcie_bw: float
     param_s: float  # strategies.zero.param_overhead_us, seconds per parameter and step
     call_s: float  # stage 3: strategies.zero.module_overhead_us, seconds per module call and step
+    loop_s: float  # stage 1 without overlap_comm: strategies.zero.stage1_loop_overhead_us per parameter
     first_row: tuple[int, ...]  # each parameter's first table row
 
     @property
@@ -93,7 +100,10 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
     costs = cluster.spec.strategies.zero
     numels = tuple(int(p.numel) for p in workload.table.params)
     first_row = first_row_of_params(workload.table)
-    buckets = ipg_buckets(list(numels), STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size)
+    overlap = opts.overlap(stage)
+    in_backward = stage >= 2 or (stage == 1 and overlap)
+    cap = STAGE0_ALLREDUCE_ELEMENTS if stage == 0 else opts.reduce_bucket_size
+    buckets = ipg_buckets(list(numels), cap, backward=in_backward)
     persistent = tuple(i for i, k in enumerate(numels) if stage == 3 and k <= opts.stage3_param_persistence_threshold)
     e = 2 if workload.mixed_precision else 4
     return _Layout(
@@ -101,7 +111,7 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
         world=cluster.gpus,
         e=e,
         grad_elem=4 if (stage == 0 and workload.precision == "bf16") else e,  # BF16_Optimizer reduces fp32 grads
-        overlap=opts.overlap(stage),
+        overlap=overlap,
         numels=numels,
         P=sum(numels),
         ready=tuple(min(first_row[i] for i in b) for b in buckets),
@@ -112,6 +122,7 @@ def _layout(workload: Workload, cluster: Cluster, config: StrategyConfig) -> _La
         pcie_bw=cluster.spec.intra_node.pcie_bandwidth.value,
         param_s=costs.param_overhead.value if costs.param_overhead is not None and stage >= 1 else 0.0,
         call_s=costs.module_overhead.value if costs.module_overhead is not None and stage == 3 else 0.0,
+        loop_s=costs.loop_overhead.value if costs.loop_overhead is not None and stage == 1 and not in_backward else 0.0,
         first_row=first_row,
     )
 
@@ -248,10 +259,10 @@ def _compute(add, label: str, direction: str, start: int, stop: int, deps: tuple
 def _after_backward(add, lay: _Layout, opts, prev: tuple, reduce_ids: list, *, sync: bool) -> tuple:
     """What follows backward: stage 1's loop over the parameters and the reductions issued after
     backward (stages 0-1 without overlap_comm), then the offloaded gradient's copy to the host."""
-    if sync and lay.param_s and not lay.in_backward:  # stage 1: reduce_gradients' loop over the parameters
-        prev = (
-            add(Task("reduce_gradients:parameters", COMPUTE, "bwd", deps=prev, host_s=len(lay.numels) * lay.param_s)),
-        )
+    if sync and (lay.param_s or lay.loop_s) and not lay.in_backward:
+        # stage 1: reduce_gradients' loop over the parameters, with its hooks' and its own extra pass
+        host_s = len(lay.numels) * (lay.param_s + lay.loop_s)
+        prev = (add(Task("reduce_gradients:parameters", COMPUTE, "bwd", deps=prev, host_s=host_s)),)
     if sync and lay.world > 1 and not lay.in_backward:
         # reduce after backward: stage 1's reduce_gradients, stage 0's buffered fallback
         for k in range(len(lay.elems)):

@@ -350,6 +350,16 @@ def test_an_unknown_key_warns_naming_it_and_disagreements_are_refused(tmp_path):
         simdl.predict("resnet18", gpus=4, deepspeed_config=t)
 
 
+def test_a_key_deepspeed_0_19_8_added_is_known(tmp_path):
+    # DeepSpeedZeroConfig 0.19.8 (the version validate/ runs) has fields 0.16.5 lacks
+    path = _write(
+        tmp_path, '{"zero_optimization": {"stage": 3, "stage3_allgather_sequential": false, "leaf_module": {}}}'
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeepSpeedConfigWarning)
+        read_ds_config(path)
+
+
 def test_zero_sweeps_and_is_recommended_when_named():
     rows = simdl.sweep(
         model="resnet18",

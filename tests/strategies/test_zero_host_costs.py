@@ -9,17 +9,20 @@ from simdl.cluster import load_cluster
 from simdl.predict import predict
 from simdl.provenance import Sourced
 
-P_S, M_S = 5e-4, 3e-3
+P_S, M_S, L_S = 5e-4, 3e-3, 2e-4
 
 
-def _spec(param_s=None, module_s=None):
+def _spec(param_s=None, module_s=None, loop_s=None):
     spec = load_cluster("cpu-local")
 
     def src(v):
         return Sourced(v, "assumed", "test") if v is not None else None
 
     return dataclasses.replace(
-        spec, strategies=spec.strategies.with_zero(param_overhead=src(param_s), module_overhead=src(module_s))
+        spec,
+        strategies=spec.strategies.with_zero(
+            param_overhead=src(param_s), module_overhead=src(module_s), loop_overhead=src(loop_s)
+        ),
     )
 
 
@@ -44,9 +47,10 @@ def test_host_time_is_per_parameter_in_stages_1_to_3_and_per_module_call_in_stag
 
     table = load_workload("resnet18", "cifar10")
     none = _predict(_spec(), strategy)
-    priced = _predict(_spec(P_S, M_S), strategy)
+    priced = _predict(_spec(P_S, M_S, L_S), strategy)
     stage = int(strategy[-1])
     expected = (len(table.params) * P_S if stage >= 1 else 0.0) + (table.n_rows * M_S if stage == 3 else 0.0)
+    expected += len(table.params) * L_S if stage == 1 else 0.0  # stage 1's extra pass
     assert none.step_split_s["host"] == 0.0
     assert priced.step_split_s["host"] == pytest.approx(expected, rel=1e-9)
     assert priced.iteration_time_s >= none.iteration_time_s + expected * 0.99
@@ -57,11 +61,22 @@ def test_hooks_run_every_micro_step_and_stage_1_loops_once_per_optimizer_step():
     from simdl.workload.library import load_workload
 
     table = load_workload("resnet18", "cifar10")
-    spec = _spec(P_S, M_S)
+    spec = _spec(P_S, M_S, L_S)
     z3 = _predict(spec, "zero3", grad_accumulation=2)
     assert z3.step_split_s["host"] == pytest.approx(2 * (len(table.params) * P_S + table.n_rows * M_S))
     z1 = _predict(spec, "zero1", grad_accumulation=2)
-    assert z1.step_split_s["host"] == pytest.approx(len(table.params) * P_S)  # reduce_gradients at the boundary
+    assert z1.step_split_s["host"] == pytest.approx(len(table.params) * (P_S + L_S))  # reduce_gradients at the boundary
+
+
+def test_stage_1s_extra_pass_is_priced_only_where_its_hooks_do_not_reduce():
+    from simdl.workload.library import load_workload
+
+    n = len(load_workload("resnet18", "cifar10").params)
+    spec = _spec(P_S, None, L_S)
+    assert _predict(spec, "zero1").step_split_s["host"] == pytest.approx(n * (P_S + L_S))
+    # overlap_comm: stage 1's hooks reduce (process_gradients), as stage 2's do, and no loop follows
+    assert _predict(spec, "zero1", overlap_comm=True).step_split_s["host"] == pytest.approx(n * P_S)
+    assert _predict(spec, "zero2").step_split_s["host"] == pytest.approx(n * P_S)
 
 
 def test_shipped_cpu_profile_prices_zero_and_gpu_presets_do_not():

@@ -32,8 +32,8 @@ def _predicted(record, tmp_path):
 def test_peak_against_deepspeed_measured(record, tmp_path):
     result = _predicted(record, tmp_path)
     error = result.peak_tensor_bytes / record["measured"]["peak_allocated_bytes"] - 1.0
-    # Stages 0-2 reproduce DeepSpeed's buffers; stage 3 misses part of what is live mid-backward
-    # (validate/README: reduce_scatter_coalesced's input placed after the activations' peak).
+    # Stages 0-2 reproduce DeepSpeed's buffers; stage 3's measured peaks vary from run to run with
+    # tensors torch.profiler never records freed (benchmarks/zero3_init_gathers_cpu.py, validate/README).
     bound = 0.07 if record["run"]["stage"] == 3 else 0.01
     assert abs(error) <= bound, f"{error:+.1%}"
 
@@ -58,3 +58,27 @@ def test_stage3_holds_each_fetch_all_gather_output_beside_the_copies():
     freed = [-tl.fixed[i] for i in outputs if tl.fixed[i] < 0]
     assert sorted(grown) == sorted(freed)  # each one freed again
     assert max(grown) > 0
+
+
+def test_stage3_step_holds_the_flat_gradient_and_per_tensor_adams_two_temporaries_on_a_cpu_rank():
+    # Measured at a ResNet-34 stage-3 step's peak inside the optimizer step (DeepSpeed 0.19.8,
+    # 2 CPU ranks, benchmarks/zero1_vs_zero2_cpu.py's host): the flatten of
+    # _prepare_fp32_grad_for_sub_group and _single_tensor_adam's sqrt and quotient, each one
+    # fp32 partition (40.61 MiB).
+    from simdl.cluster import allocate, load_cluster
+    from simdl.memory.model import memory_options
+    from simdl.strategies import StrategyConfig, build_plan
+    from simdl.strategies.zero_memory import zero_timeline
+    from simdl.workload.library import load_workload
+    from simdl.workload.workload import Workload
+
+    table = load_workload("resnet34", dataset="cifar10")
+    wl = Workload(table=table, batch_size=16, optimizer="adam", precision="fp32")
+    part = 4.0 * sum(int(p.numel) for p in table.params) / 2
+    for cluster, scratch in (("cpu-local", 2 * part), ("a100-40gb-2node", part)):
+        alloc = allocate(load_cluster(cluster), 2, None)
+        plan = build_plan(wl, alloc, StrategyConfig(name="zero3", reduce_bucket_size=50_000_000))
+        assert {b.name: b.bytes for b in plan.facts.buffers}["flat gradient partition"] == pytest.approx(part)
+        tl = zero_timeline(wl, plan, memory_options(wl, plan, alloc))
+        grown = [tl.fixed[i] for i, label in enumerate(tl.labels) if label == "adam sqrt scratch" and tl.fixed[i] > 0]
+        assert grown == [pytest.approx(scratch)], cluster
