@@ -190,4 +190,4 @@ class _Labels(tuple):
         return self._labels[self._idx[k]]
 
     def __iter__(self):
-        return (self._labels[i] for i in self._idx)
+        return map(self._labels.__getitem__, self._idx.tolist())
