@@ -131,14 +131,17 @@ def _split(sizes: list[float], total: float) -> list[float]:
 
 
 class _Builder:
-    """The ops so far and the live tensor groups. A group is ``[category, tag, bytes, kind,
-    first key, count]``; one counter numbers both: a group's id, then its tensors' keys."""
+    """The ops so far and the live tensor groups. An op is a plain ``(kind, key, size, stream)``
+    tuple, the fields of :class:`~.allocator.replay.Op` (a plain tuple of numbers and strings
+    is cheaper to build, and the garbage collector stops tracking it). A group is
+    ``[category, tag, bytes, kind, first key, count]``; one counter numbers both: a group's
+    id, then its tensors' keys."""
 
     __slots__ = ("p", "shard", "ops", "groups", "by_cat", "next")
 
     def __init__(self, params: _Params, shard: int):
         self.p, self.shard = params, shard
-        self.ops: list[Op] = []
+        self.ops: list[tuple] = []  # plain (kind, key, size, stream) tuples
         self.groups: dict[int, list] = {}
         # category -> its live groups in the order they became that category (a dict as an
         # ordered set: a free removes any of them at once)
@@ -150,7 +153,7 @@ class _Builder:
         k0 = g + 1
         ints = [int(round(s)) for s in sizes if s > 0]
         m = len(ints)
-        self.ops.extend(map(_new, repeat(Op, m), zip(repeat(ALLOC, m), range(k0, k0 + m), ints, repeat(stream, m))))
+        self.ops.extend(zip(repeat(ALLOC, m), range(k0, k0 + m), ints, repeat(stream, m)))
         self.next = k0 + m
         self.groups[g] = [cat, tag, float(sum(sizes)), kind, k0, m]
         self.by_cat[cat][g] = None
@@ -160,11 +163,9 @@ class _Builder:
         cat, _, _, _, k0, m = self.groups.pop(g)
         del self.by_cat[cat][g]
         if m == 1:
-            self.ops.append(_new(Op, (FREE, k0, 0, 0)))
+            self.ops.append((FREE, k0, 0, 0))
         else:
-            self.ops.extend(
-                map(_new, repeat(Op, m), zip(repeat(FREE, m), range(k0, k0 + m), repeat(0, m), repeat(0, m)))
-            )
+            self.ops.extend(zip(repeat(FREE, m), range(k0, k0 + m), repeat(0, m), repeat(0, m)))
 
     def move(self, src: int, dst: int, amount: float, kind: int) -> bool:
         """Relabel live groups of ``amount`` bytes from category ``src`` to ``dst`` (no allocation)."""
@@ -272,7 +273,7 @@ def _events(b: _Builder, tl: Timeline) -> np.ndarray:
             else:
                 g = b.next
                 b.next = g + 2
-                ops.append(_new(Op, (ALLOC, g + 1, whole[k], stream_of[label])))
+                ops.append((ALLOC, g + 1, whole[k], stream_of[label]))
                 groups[g] = [cat, tag_of[label], amount, kind, g + 1, 1]
                 by_cat[cat][g] = None
         elif amount < 0:
@@ -301,7 +302,7 @@ def _events(b: _Builder, tl: Timeline) -> np.ndarray:
                 b.free(cat, tag, amount, kind)
             elif gr[5] == 1:
                 del groups[found], live[found]
-                ops.append(_new(Op, (FREE, gr[4], 0, 0)))
+                ops.append((FREE, gr[4], 0, 0))
             else:
                 b.free_group(found)
         k += 1
@@ -309,13 +310,17 @@ def _events(b: _Builder, tl: Timeline) -> np.ndarray:
     return np.asarray(starts, dtype=np.int64)
 
 
-def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict, with_events: bool = False):
+def allocation_sequence(
+    steady: Timeline, first: Timeline, table, details: dict, with_events: bool = False, plain: bool = False
+):
     """Allocations and frees of setup, a first iteration and a steady-state one.
 
     ``steady``/``first``: the rank's timelines without and with ``first_iteration`` (the
     first creates the optimizer state at its step); ``details``: the plan's (DDP buckets,
     FSDP wrap). ``with_events``: also return, for each op, the index of the steady
     iteration's timeline event it comes from (-1 for setup and the first iteration).
+    ``plain``: the ops as plain ``(kind, key, size, stream)`` tuples instead of
+    :class:`~.allocator.replay.Op` (the same fields; what :mod:`.cuda` replays).
     """
     fsdp = "shard_size" in details
     b = _Builder(_params(table, details.get("wrap", "block") if fsdp else None), steady.shard_size)
@@ -324,9 +329,10 @@ def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict,
     _events(b, first)
     before = len(b.ops)
     starts = _events(b, steady)
+    ops = b.ops if plain else list(map(_new, repeat(Op), b.ops))
     if not with_events:
-        return b.ops
-    event = np.full(len(b.ops), -1, dtype=np.int64)
+        return ops
+    event = np.full(len(ops), -1, dtype=np.int64)
     counts = np.diff(starts)
     event[before:] = np.repeat(np.arange(len(counts)), counts)
-    return b.ops, event
+    return ops, event
