@@ -24,7 +24,7 @@ import numpy as np
 
 from .allocator import AllocatorConfig
 from .allocator.fast import replay_fast
-from .allocator.replay import ALLOC, Op
+from .allocator.replay import ALLOC
 from .device import DeviceMemory, device_memory
 from .sequence import DEFAULT_STREAM, allocation_sequence
 
@@ -174,8 +174,8 @@ def _replay(steady, first, libs, buckets, wrap, fsdp, table, cfg: AllocatorConfi
     details = {"bucket_bytes": list(buckets), "comm_buffer_bytes": sum(buckets), "wrap": wrap}
     if fsdp:
         details["shard_size"] = steady.shard_size
-    ops = [Op(ALLOC, ("library", i), int(s), DEFAULT_STREAM) for i, (_, s) in enumerate(libs) if s > 0]
-    seq, events = allocation_sequence(steady, first, table, details, with_events=True)
+    ops = [(ALLOC, ("library", i), int(s), DEFAULT_STREAM) for i, (_, s) in enumerate(libs) if s > 0]
+    seq, events = allocation_sequence(steady, first, table, details, with_events=True, plain=True)
     ops += seq
     events = np.concatenate([np.full(len(ops) - len(seq), -1), events])
     return replay_fast(ops, cfg, curves=curves), (events if curves else np.zeros(0, dtype=np.int64))

@@ -126,7 +126,7 @@ class _Events:
     """
 
     def __init__(self) -> None:
-        self.arrays: list[list[np.ndarray]] = []
+        self.arrays: list[np.ndarray] = []  # (7, events) each
         self.array_labels: list[str] = []
         self.scalars: list[tuple] = []
         self.scalar_labels: list[str] = []
@@ -140,11 +140,14 @@ class _Events:
             self.scalar_labels.append(label)
             return
         size = max(np.size(c) for c in cols)
-        self.arrays.append([np.broadcast_to(np.asarray(c, dtype=float), (size,)) for c in cols])
+        m = np.empty((len(cols), size))
+        for i, c in enumerate(cols):
+            m[i] = c  # a scalar or a (size,) column, as float
+        self.arrays.append(m)
         self.array_labels.append(label)
 
     def build(self, baseline_fixed, baseline_sharded, **kw) -> Timeline:
-        parts = [np.stack(a) for a in self.arrays]
+        parts = list(self.arrays)
         if self.scalars:
             parts.append(np.array(self.scalars, dtype=float).T)
         m = np.concatenate(parts, axis=1) if parts else np.zeros((7, 0))
@@ -187,4 +190,4 @@ class _Labels(tuple):
         return self._labels[self._idx[k]]
 
     def __iter__(self):
-        return (self._labels[i] for i in self._idx)
+        return map(self._labels.__getitem__, self._idx.tolist())

@@ -31,6 +31,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from functools import lru_cache
+from itertools import repeat
 
 import numpy as np
 
@@ -66,6 +67,12 @@ def _stream(label: str) -> int:
     return DEFAULT_STREAM
 
 
+@lru_cache(maxsize=256)
+def _params(table, wrap: str | None) -> "_Params":
+    """One :class:`_Params` per table and FSDP wrap (it is read, never changed)."""
+    return _Params(table, wrap)
+
+
 class _Params:
     """Per-parameter sizes (bytes at fp32) by row and by FSDP unit."""
 
@@ -74,6 +81,8 @@ class _Params:
         for i, name in enumerate(table.names):
             first.setdefault(name, i)
         self.all = np.array([p.numel * 4.0 for p in table.params])
+        self.sizes: list[float] = self.all.tolist()
+        self.total = float(self.all.sum())
         self.by_row: dict[int, list[float]] = defaultdict(list)
         for p in table.params:
             self.by_row[first.get(p.module, 0)].append(p.numel * 4.0)
@@ -89,9 +98,10 @@ class _Params:
             for u, unit in enumerate(units.units):
                 rows = np.flatnonzero(units.row_unit == u)
                 self.by_unit[unit.name or "root"] = [s for r in rows for s in self.by_row.get(int(r), [])]
+        self._copies: dict[tuple[float, int], list[float]] = {}
 
     def row_split(self, anchor: int, total: float) -> list[float]:
-        for r in self.by_anchor.get(anchor, []):
+        for r in self.by_anchor.get(anchor, ()):
             sizes = self.by_row.get(r)
             if sizes and total > 0:
                 scale = total / sum(sizes)
@@ -102,11 +112,16 @@ class _Params:
 
     def copies(self, total: float, shard: int) -> list[float]:
         """``total`` as whole copies of every (sharded) parameter: optimizer state, foreach outputs."""
-        one = float(self.all.sum()) / shard
+        hit = self._copies.get((total, shard))
+        if hit is not None:
+            return hit
+        one = self.total / shard
         c = int(round(total / one)) if one else 0
         if c < 1 or abs(c * one - total) > 1e-6 * total + 1.0:
-            c, one = 1, float(self.all.sum())
-        return list(np.tile(self.all / self.all.sum() * (total / c), c)) if one else [total]
+            c, one = 1, self.total
+        out = (self.all / self.total * (total / c)).tolist() * c if one else [total]
+        self._copies[(total, shard)] = out
+        return out
 
 
 def _split(sizes: list[float], total: float) -> list[float]:
@@ -116,49 +131,65 @@ def _split(sizes: list[float], total: float) -> list[float]:
 
 
 class _Builder:
+    """The ops so far and the live tensor groups. An op is a plain ``(kind, key, size, stream)``
+    tuple, the fields of :class:`~.allocator.replay.Op` (a plain tuple of numbers and strings
+    is cheaper to build, and the garbage collector stops tracking it). A group is
+    ``[category, tag, bytes, kind, first key, count]``; one counter numbers both: a group's
+    id, then its tensors' keys."""
+
+    __slots__ = ("p", "shard", "ops", "groups", "by_cat", "next")
+
     def __init__(self, params: _Params, shard: int):
         self.p, self.shard = params, shard
-        self.ops: list[Op] = []
-        self.groups: dict[int, list] = {}  # group id -> [category, tag, bytes, kind, keys]
-        self.by_cat: dict[int, list[int]] = defaultdict(list)
-        self._next = 0
+        self.ops: list[tuple] = []  # plain (kind, key, size, stream) tuples
+        self.groups: dict[int, list] = {}
+        # category -> its live groups in the order they became that category (a dict as an
+        # ordered set: a free removes any of them at once)
+        self.by_cat: defaultdict[int, dict[int, None]] = defaultdict(dict)
+        self.next = 0
 
     def alloc(self, cat: int, tag: str, sizes: list[float], kind: int, stream: int) -> int:
-        g = self._next
-        self._next += 1
-        keys = []
-        for k, s in enumerate(sizes):
-            if s > 0:
-                key = (g, k)
-                self.ops.append(_new(Op, (ALLOC, key, int(round(s)), stream)))
-                keys.append(key)
-        self.groups[g] = [cat, tag, float(sum(sizes)), kind, keys]
-        self.by_cat[cat].append(g)
+        g = self.next
+        k0 = g + 1
+        ints = [int(round(s)) for s in sizes if s > 0]
+        m = len(ints)
+        self.ops.extend(zip(repeat(ALLOC, m), range(k0, k0 + m), ints, repeat(stream, m)))
+        self.next = k0 + m
+        self.groups[g] = [cat, tag, float(sum(sizes)), kind, k0, m]
+        self.by_cat[cat][g] = None
         return g
 
     def free_group(self, g: int) -> None:
-        cat, _, _, _, keys = self.groups.pop(g)
-        self.by_cat[cat].remove(g)
-        self.ops.extend(_new(Op, (FREE, k, 0, 0)) for k in keys)
+        cat, _, _, _, k0, m = self.groups.pop(g)
+        del self.by_cat[cat][g]
+        if m == 1:
+            self.ops.append((FREE, k0, 0, 0))
+        else:
+            self.ops.extend(zip(repeat(FREE, m), range(k0, k0 + m), repeat(0, m), repeat(0, m)))
 
     def move(self, src: int, dst: int, amount: float, kind: int) -> bool:
         """Relabel live groups of ``amount`` bytes from category ``src`` to ``dst`` (no allocation)."""
         g = self._find(src, None, amount, kind)
         if g is None:
             return False
-        self.by_cat[src].remove(g)
+        del self.by_cat[src][g]
         self.groups[g][0] = dst
-        self.by_cat[dst].append(g)
+        self.by_cat[dst][g] = None
         return True
 
     def _find(self, cat: int, tag: str | None, amount: float, kind: int) -> int | None:
         tol = 1e-6 * amount + 1.0
         live = self.by_cat[cat]
-        for want_tag in ((tag,) if tag is not None else ()) + (None,):
+        groups = self.groups
+        if tag is not None:
             for g in reversed(live):
-                gc, gt, b, gk, _ = self.groups[g]
-                if abs(b - amount) <= tol and (kind < 0 or gk == kind) and (want_tag is None or gt == want_tag):
+                _, gt, b, gk, _, _ = groups[g]
+                if gt == tag and abs(b - amount) <= tol and (kind < 0 or gk == kind):
                     return g
+        for g in reversed(live):
+            _, _, b, gk, _, _ = groups[g]
+            if abs(b - amount) <= tol and (kind < 0 or gk == kind):
+                return g
         return None
 
     def free(self, cat: int, tag: str, amount: float, kind: int) -> None:
@@ -177,22 +208,13 @@ class _Builder:
             self.free_group(g)
 
 
-def _kind(fixed: float, sharded: float) -> int:
-    """0: a fixed-size tensor, 1: a sharded one, -1: either (a mixed free)."""
-    if fixed and not sharded:
-        return 0
-    if sharded and not fixed:
-        return 1
-    return -1
-
-
 def _baseline(b: _Builder, table, timeline: Timeline, first: Timeline, bucket_bytes, fsdp: bool):
     """Parameters, buffers and DDP buckets, as the model and DDP's reducer set them up."""
     kind = 1 if fsdp else 0
     # The rank's parameters as the timeline holds them (none on the GPU under CPU offload).
     on_gpu = float(timeline.baseline[PARAMS]) - table.buffer_bytes
     if on_gpu > 0:
-        b.alloc(PARAMS, "params", _split(list(b.p.all), on_gpu), kind, DEFAULT_STREAM)
+        b.alloc(PARAMS, "params", _split(b.p.sizes, on_gpu), kind, DEFAULT_STREAM)
     bufs = []
     for m in table.modules:
         if m.type in BN_TYPES and m.params:
@@ -216,60 +238,101 @@ def _baseline(b: _Builder, table, timeline: Timeline, first: Timeline, bucket_by
             b.alloc(cat, "strategy buffers", [extra], kind, DEFAULT_STREAM)
 
 
+def _kinds(tl: Timeline) -> list[int]:
+    """Each event's tensor kind: 0 a fixed-size tensor, 1 a sharded one, -1 either (a mixed free)."""
+    fixed, sharded = tl.fixed != 0, tl.sharded != 0
+    return np.where(fixed & ~sharded, 0, np.where(sharded & ~fixed, 1, -1)).tolist()
+
+
 def _events(b: _Builder, tl: Timeline) -> np.ndarray:
     """One iteration's events as allocations and frees; returns the index of the first op
-    of each event (``len(events) + 1`` entries)."""
-    d = tl.deltas.tolist()
-    cats, fixed, sharded, rows = tl.category.tolist(), tl.fixed.tolist(), tl.sharded.tolist(), tl.row.tolist()
+    of each event (``len(events) + 1`` entries). A one-tensor allocation and a free that
+    finds its group by tag (most events) are :meth:`_Builder.alloc` and
+    :meth:`_Builder.free` spelt out."""
+    deltas = tl.deltas
+    d, cats, kinds, rows = deltas.tolist(), tl.category.tolist(), _kinds(tl), tl.row.tolist()
+    whole = np.rint(deltas).astype(np.int64).tolist()  # round() of each amount (half to even, as round)
     labels = list(tl.labels)
+    tag_of = {lab: _tag(lab) for lab in set(labels)}
+    stream_of = {lab: _stream(lab) for lab in tag_of}
+    ops, groups, by_cat = b.ops, b.groups, b.by_cat
     n = len(cats)
     starts = [0] * (n + 1)
     k = 0
     while k < n:
-        starts[k] = len(b.ops)
-        amount, cat, label = d[k], cats[k], labels[k]
-        kind = _kind(fixed[k], sharded[k])
-        if amount < 0 and k + 1 < n and labels[k + 1] == label and d[k + 1] == -amount and cats[k + 1] != cat:
-            if b.move(cat, cats[k + 1], -amount, kind):  # AccumulateGrad: a new category, same storage
-                starts[k + 1] = len(b.ops)
-                k += 2
-                continue
+        starts[k] = len(ops)
+        amount, cat, label, kind = d[k], cats[k], labels[k], kinds[k]
         if amount > 0:
-            tag = _tag(label)
             if label == "gradients":
-                sizes = b.p.row_split(rows[k], amount)
-            elif label.startswith("unsharded ") and cat == PARAMS:
-                sizes = _split(b.p.by_unit.get(label[len("unsharded ") :], []), amount)
+                b.alloc(cat, tag_of[label], b.p.row_split(rows[k], amount), kind, stream_of[label])
             elif cat == OPT:  # lazy state, foreach outputs: one tensor per parameter and copy
-                sizes = b.p.copies(amount, b.shard)
+                b.alloc(cat, tag_of[label], b.p.copies(amount, b.shard), kind, stream_of[label])
+            elif cat == PARAMS and label.startswith("unsharded "):
+                sizes = _split(b.p.by_unit.get(label[len("unsharded ") :], []), amount)
+                b.alloc(cat, tag_of[label], sizes, kind, stream_of[label])
             else:
-                sizes = [amount]
-            b.alloc(cat, tag, sizes, kind, _stream(label))
+                g = b.next
+                b.next = g + 2
+                ops.append((ALLOC, g + 1, whole[k], stream_of[label]))
+                groups[g] = [cat, tag_of[label], amount, kind, g + 1, 1]
+                by_cat[cat][g] = None
         elif amount < 0:
-            b.free(cat, _tag(label), -amount, kind)
+            if k + 1 < n and labels[k + 1] == label and d[k + 1] == -amount and cats[k + 1] != cat:
+                if b.move(cat, cats[k + 1], -amount, kind):  # AccumulateGrad: a new category, same storage
+                    starts[k + 1] = len(ops)
+                    k += 2
+                    continue
+            tag, amount = tag_of[label], -amount
+            tol = 1e-6 * amount + 1.0
+            live = by_cat[cat]
+            # _Builder._find: the most recent group of the tag and size, else of the size
+            found = None
+            for g in reversed(live):
+                gr = groups[g]
+                if gr[1] == tag and abs(gr[2] - amount) <= tol and (kind < 0 or gr[3] == kind):
+                    found = g
+                    break
+            else:
+                for g in reversed(live):
+                    gr = groups[g]
+                    if abs(gr[2] - amount) <= tol and (kind < 0 or gr[3] == kind):
+                        found = g
+                        break
+            if found is None:
+                b.free(cat, tag, amount, kind)
+            elif gr[5] == 1:
+                del groups[found], live[found]
+                ops.append((FREE, gr[4], 0, 0))
+            else:
+                b.free_group(found)
         k += 1
-    starts[n] = len(b.ops)
+    starts[n] = len(ops)
     return np.asarray(starts, dtype=np.int64)
 
 
-def allocation_sequence(steady: Timeline, first: Timeline, table, details: dict, with_events: bool = False):
+def allocation_sequence(
+    steady: Timeline, first: Timeline, table, details: dict, with_events: bool = False, plain: bool = False
+):
     """Allocations and frees of setup, a first iteration and a steady-state one.
 
     ``steady``/``first``: the rank's timelines without and with ``first_iteration`` (the
     first creates the optimizer state at its step); ``details``: the plan's (DDP buckets,
     FSDP wrap). ``with_events``: also return, for each op, the index of the steady
     iteration's timeline event it comes from (-1 for setup and the first iteration).
+    ``plain``: the ops as plain ``(kind, key, size, stream)`` tuples instead of
+    :class:`~.allocator.replay.Op` (the same fields; what :mod:`.cuda` replays).
     """
     fsdp = "shard_size" in details
-    b = _Builder(_Params(table, details.get("wrap", "block") if fsdp else None), steady.shard_size)
+    b = _Builder(_params(table, details.get("wrap", "block") if fsdp else None), steady.shard_size)
     buckets = details.get("bucket_bytes") if details.get("comm_buffer_bytes") else None
     _baseline(b, table, steady, first, buckets, fsdp)
     _events(b, first)
     before = len(b.ops)
     starts = _events(b, steady)
+    ops = b.ops if plain else list(map(_new, repeat(Op), b.ops))
     if not with_events:
-        return b.ops
-    event = np.full(len(b.ops), -1, dtype=np.int64)
+        return ops
+    event = np.full(len(ops), -1, dtype=np.int64)
     counts = np.diff(starts)
     event[before:] = np.repeat(np.arange(len(counts)), counts)
-    return b.ops, event
+    return ops, event

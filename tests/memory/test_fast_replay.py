@@ -82,7 +82,7 @@ def captured() -> dict[str, list[Op]]:
         wl = Workload(table=load_workload(model, dataset="imagenet"), batch_size=batch, optimizer="adam")
         alloc = allocate(load_cluster("dgx-a100"), 8)
         estimate_memory(wl, build_plan(wl, alloc, StrategyConfig(strategy, **knobs)), alloc)
-        seen[name] = got[0]
+        seen[name] = [Op(*op) for op in got[0]]  # the tool replays plain (kind, key, size, stream) tuples
     mp.undo()
     cuda._replay.cache_clear()
     return seen

@@ -33,7 +33,7 @@ from .blocks import (
     round_size,
 )
 from .caching import SEGMENT_ALIGN, OutOfMemory
-from .replay import ALLOC, DONE, FREE, RECORD, Op, ReplayResult, replay
+from .replay import ALLOC, DONE, FREE, RECORD, ReplayResult, replay
 
 FREE_STATE, ALLOCATED, WAITING = 0, 1, 2  # WAITING: freed, its record_stream events pending
 SIZE, PREV, NEXT, POOL, STATE, STREAM, ADDR, REQUESTED = range(8)  # a block's fields
@@ -78,7 +78,7 @@ class _State:
         self.seq = 0
 
 
-def replay_fast(ops: Iterable[Op], config: AllocatorConfig | None = None, curves: bool = True) -> ReplayResult:
+def replay_fast(ops: Iterable[tuple], config: AllocatorConfig | None = None, curves: bool = True) -> ReplayResult:
     """:func:`~.replay.replay` of ``ops`` on a fresh allocator: the same result."""
     cfg = config or AllocatorConfig()
     if cfg.expandable_segments:
@@ -100,7 +100,7 @@ def replay_fast(ops: Iterable[Op], config: AllocatorConfig | None = None, curves
     )
 
 
-def _run(st: _State, ops: Iterable[Op], alloc_c: list[int] | None, res_c: list[int]):
+def _run(st: _State, ops: Iterable[tuple], alloc_c: list[int] | None, res_c: list[int]):
     """The ops in order until the first out of memory: (its index, the error, the allocated
     and requested peaks). ``alloc_c``/``res_c`` get the curves unless ``alloc_c`` is None."""
     cfg, blk, spools, lpools, uses, events = st.cfg, st.blk, st.small, st.large, st.uses, st.events

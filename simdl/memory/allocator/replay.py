@@ -1,8 +1,9 @@
 """Replay an allocation sequence through :class:`~.caching.CachingAllocator`.
 
-A sequence is a list of :class:`Op`: ``alloc`` (a tensor of ``size`` bytes on ``stream``,
-named by ``key``), ``free`` (of ``key``), ``record`` (``key.record_stream(stream)``) and
-``done`` (the work queued on ``stream`` so far has finished). The result has what
+A sequence is a list of :class:`Op` (or of plain ``(kind, key, size, stream)`` tuples):
+``alloc`` (a tensor of ``size`` bytes on ``stream``, named by ``key``), ``free`` (of
+``key``), ``record`` (``key.record_stream(stream)``) and ``done`` (the work queued on
+``stream`` so far has finished). The result has what
 ``torch.cuda.max_memory_allocated`` / ``max_memory_reserved`` would report and both
 curves, one value after each op.
 """
@@ -47,7 +48,7 @@ class ReplayResult:
 
 
 def replay(
-    ops: Iterable[Op],
+    ops: Iterable[tuple],
     config: AllocatorConfig | None = None,
     allocator: CachingAllocator | None = None,
     curves: bool = True,
@@ -58,19 +59,18 @@ def replay(
     alloc_c: list[int] = []
     res_c: list[int] = []
     oom_at, oom = None, None
-    for i, op in enumerate(ops):
-        kind = op.kind
+    for i, (kind, key, size, stream) in enumerate(ops):
         try:
             if kind == ALLOC:
-                if op.key in live:
-                    raise ValueError(f"op {i}: {op.key!r} allocated twice")
-                live[op.key] = a.malloc(op.size, op.stream)
+                if key in live:
+                    raise ValueError(f"op {i}: {key!r} allocated twice")
+                live[key] = a.malloc(size, stream)
             elif kind == FREE:
-                a.free(live.pop(op.key))
+                a.free(live.pop(key))
             elif kind == RECORD:
-                a.record_stream(live[op.key], op.stream)
+                a.record_stream(live[key], stream)
             elif kind == DONE:
-                a.stream_done(op.stream)
+                a.stream_done(stream)
             else:
                 raise ValueError(f"op {i}: unknown kind {kind!r}")
         except OutOfMemory as e:
