@@ -1,4 +1,4 @@
-"""The ds_config.json keys DeepSpeed 0.16.5 knows, and those of them simdl reads
+"""The ds_config.json keys DeepSpeed 0.16.5 and 0.19.8 know, and those of them simdl reads
 (simdl.strategies.zero_config reads a file against these lists).
 """
 
@@ -16,7 +16,7 @@ READ_TOP = (
     "train_batch_size",
     "optimizer",
 )
-# runtime/constants.py and runtime/config.py, 0.16.5: top-level keys DeepSpeed reads.
+# runtime/constants.py and runtime/config.py, 0.16.5 and 0.19.8: top-level keys DeepSpeed reads.
 KNOWN_TOP = frozenset(
     READ_TOP
     + (
@@ -64,6 +64,11 @@ KNOWN_TOP = frozenset(
         "zero_quantized_weights",
         "use_data_before_expert_parallelism",
         "torch_autocast",
+        # top-level keys runtime/config.py reads in 0.19.8 and not in 0.16.5
+        "disable_python_gc",
+        "gradient_allreduce_op",
+        "managed_gradient_accumulation",
+        "log_level",
     )
 )
 ZERO_READ = (

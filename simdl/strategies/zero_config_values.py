@@ -24,7 +24,9 @@ def unknown_keys(block: dict, known: frozenset, where: str, prefix: str) -> None
         if key not in known:
             UNKNOWN.append(f"{prefix}{key}")
             warnings.warn(
-                f"{where}: {prefix}{key} is not a DeepSpeed 0.16.5 key; ignored", DeepSpeedConfigWarning, stacklevel=3
+                f"{where}: {prefix}{key} is not a DeepSpeed 0.16.5 or 0.19.8 key; ignored",
+                DeepSpeedConfigWarning,
+                stacklevel=3,
             )
 
 

@@ -360,6 +360,23 @@ def test_a_key_deepspeed_0_19_8_added_is_known(tmp_path):
         read_ds_config(path)
 
 
+@pytest.mark.parametrize(
+    "key", ["disable_python_gc", "gradient_allreduce_op", "managed_gradient_accumulation", "log_level"]
+)
+def test_a_top_level_key_deepspeed_0_19_8_reads_is_known(tmp_path, key):
+    # runtime/config.py 0.19.8 reads these top-level keys; 0.16.5 does not
+    path = _write(tmp_path, '{"zero_optimization": {"stage": 2}, "%s": null}' % key)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeepSpeedConfigWarning)
+        read_ds_config(path)
+
+
+def test_an_unknown_key_is_named_against_both_versions(tmp_path):
+    path = _write(tmp_path, '{"zero_optimization": {"stage": 2}, "no_such_key": 1}')
+    with pytest.warns(DeepSpeedConfigWarning, match="no_such_key is not a DeepSpeed 0.16.5 or 0.19.8 key"):
+        read_ds_config(path)
+
+
 def test_zero_sweeps_and_is_recommended_when_named():
     rows = simdl.sweep(
         model="resnet18",
