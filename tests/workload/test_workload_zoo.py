@@ -37,7 +37,18 @@ def test_parse_input_shape():
 
 
 def test_every_model_has_wrap_types():
-    assert set(DEFAULT_WRAP_TYPES) == set(MODELS)
+    assert set(MODELS) <= set(DEFAULT_WRAP_TYPES)
+
+
+@pytest.mark.torch
+def test_wrap_types_beyond_the_built_in_models_name_torchvision_models_and_their_classes():
+    import torchvision
+
+    for name in set(DEFAULT_WRAP_TYPES) - set(MODELS):
+        assert name in torchvision.models.list_models(module=torchvision.models), name
+        model = torchvision.models.get_model(name, weights=None, num_classes=10)
+        classes = {type(m).__name__ for m in model.modules()}
+        assert set(DEFAULT_WRAP_TYPES[name]) <= classes, name
 
 
 def _torchvision_count(name: str, num_classes: int, image_size: int) -> int:
