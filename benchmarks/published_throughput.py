@@ -20,6 +20,16 @@ not restate it), DataLoader workers as configs.yml's platform entries (DGXA100 1
 The ``widese`` EfficientNets (wide squeeze-excitation) have no torchvision model and are
 listed as not predicted.
 
+Memory format per row (column ``format``, :func:`memory_format`): the 21.03 rows and the
+2021-03-04 ResNet-50 rows were run by ``launch.py --mode benchmark_training`` (the READMEs'
+benchmark commands), which takes configs.yml's entry; every AMP entry there sets
+``memory_format: nhwc`` (``torch.channels_last``: configs.yml@097c7ff9 for resnet50,
+@2bdf2775 for the EfficientNets, DGXA100 and DGX1V-16G alike; the efficientnet README: "We
+use NHWC data layout when training using Mixed Precision"), no FP32/TF32 entry does, and
+main.py's ``--memory-format`` defaults to ``nchw`` (contiguous). The 2020-10-21 rows were run by
+``main.py`` without ``--memory-format`` (README@90610830: "We are currently working on adding
+NHWC data layout support for Mixed Precision training"): contiguous.
+
 Usage: ``PYTHONPATH=. python benchmarks/published_throughput.py [--ratios] [--solve]``;
 ``--ratios`` also prints simdl's FSDP/DDP step ratio per study-1 model on 2 and 4 A100s;
 ``--solve`` re-solves :data:`SOLVED` and writes the values into the GPU files (run after
@@ -79,6 +89,15 @@ ROWS = (
 # Rows of the 2020-10-21 README (resnet50v1.5/README.md@90610830): older container, slower
 # software on the same GPUs (its A100 AMP row is half the 21.03 one).
 OLD_README = (680.15, 1240.81, 373.21, 856.52)
+# (memory format, source key) by precision, as the rows' runs set it (module docstring), and
+# the sources the table's legend prints.
+FORMAT_CONFIGS = {"AMP": ("channels_last", "c"), "TF32": ("contiguous", "d"), "FP32": ("contiguous", "d")}
+FORMAT_2020 = ("contiguous", "r")
+FORMAT_SOURCES = {
+    "c": "configs.yml AMP entries: memory_format: nhwc (resnet50 @097c7ff9, efficientnet @2bdf2775), run by launch.py",
+    "d": "configs.yml FP32/TF32 entries set none; main.py --memory-format defaults to nchw",
+    "r": "README@90610830: main.py without --memory-format; 'working on adding NHWC ... for Mixed Precision'",
+}
 STUDY1 = (
     "vgg16",
     "resnet18",
@@ -92,7 +111,12 @@ STUDY1 = (
 )
 
 
-def predicted(model: str, system: str, precision: str, batch: int) -> tuple[float, dict]:
+def memory_format(precision: str, published: float) -> tuple[str, str]:
+    """(memory format, its :data:`FORMAT_SOURCES` key) of the run behind a published row."""
+    return FORMAT_2020 if published in OLD_README else FORMAT_CONFIGS[precision]
+
+
+def predicted(model: str, system: str, precision: str, batch: int, published: float) -> tuple[float, dict]:
     name, dataset, shape = MODEL[model]
     cluster, workers = CLUSTER[system]
     r = predict(
@@ -105,19 +129,25 @@ def predicted(model: str, system: str, precision: str, batch: int) -> tuple[floa
         num_classes=1000 if shape else None,
         batch_size=batch,
         precision=PRECISION[precision],
+        memory_format=memory_format(precision, published)[0],
         loader_workers=workers,
     )
     return batch / r.iteration_time_s, r.step_split_s
 
 
 def table() -> None:
-    print("model | system | precision | batch | published img/s | simdl img/s | error | fit | host_bound share")
+    print(
+        "model | system | precision | format | batch | published img/s | simdl img/s | error | fit | host_bound share"
+    )
     errs, errs_eff, software = [], [], []
     for model, system, prec, pub, batch, bsrc, fit in ROWS:
+        fmt = "{} [{}]".format(*memory_format(prec, pub))
         if model not in MODEL:
-            print(f"{model} | {system} | {prec} | {batch} | {pub:g} | not predicted (no torchvision model) | | |")
+            print(
+                f"{model} | {system} | {prec} | {fmt} | {batch} | {pub:g} | not predicted (no torchvision model) | | |"
+            )
             continue
-        ips, split = predicted(model, system, prec, batch)
+        ips, split = predicted(model, system, prec, batch, pub)
         e = ips / pub - 1
         if fit not in SOLVED:  # the rows a value of the prediction was solved on
             errs.append(e)
@@ -126,12 +156,13 @@ def table() -> None:
                 errs_eff.append(e)
         hb = split.get("host_bound", 0.0) / max(sum(split.values()), 1e-12)
         print(
-            f"{model} | {system} | {prec} | {batch} ({bsrc}) | {pub:g} | {ips:,.0f} | {100 * e:+.1f} % | "
+            f"{model} | {system} | {prec} | {fmt} | {batch} ({bsrc}) | {pub:g} | {ips:,.0f} | {100 * e:+.1f} % | "
             f"{'solved on (excluded)' if fit in SOLVED else 'old fit' if fit else ''} | {100 * hb:.0f} %"
         )
     a = np.abs(errs)
+    print("\nformat: " + "; ".join(f"[{k}] {v}" for k, v in FORMAT_SOURCES.items()))
     print(
-        f"\nMAPE over {len(a)} predicted rows no fit used: {100 * a.mean():.1f} % (max {100 * a.max():.1f} %); "
+        f"MAPE over {len(a)} predicted rows no fit used: {100 * a.mean():.1f} % (max {100 * a.max():.1f} %); "
         f"EfficientNet rows: {100 * np.abs(errs_eff).mean():.1f} % over {len(errs_eff)}; "
         f"ResNet-50 rows: {100 * np.abs(errs[: len(errs) - len(errs_eff)]).mean():.1f} %"
     )
@@ -215,6 +246,7 @@ def _ips(row, spec) -> float:
         num_classes=1000 if shape else None,
         batch_size=batch,
         precision=PRECISION[prec],
+        memory_format=memory_format(prec, pub)[0],
         loader_workers=CLUSTER[system][1],
     )
     return batch / r.iteration_time_s

@@ -46,6 +46,8 @@ class Job:
     """Optimizer (None: momentum SGD)."""
     precision: str | None = None
     """Precision (None: fp32)."""
+    memory_format: str | None = None
+    """contiguous (NCHW) | channels_last (NHWC) (None: contiguous, PyTorch's default; GPU kernel model only)."""
     algorithm: str | None = None
     """Collective algorithm: ring | tree | auto (None: auto)."""
     loader_workers: int | None = None

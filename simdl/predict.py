@@ -43,6 +43,7 @@ def predict(
     epochs: float | None = None,
     optimizer: str | None = None,
     precision: str | None = None,
+    memory_format: str | None = None,
     algorithm: str | None = None,
     loader_workers: int | None = None,
     grad_accumulation: int = 1,
@@ -69,7 +70,9 @@ def predict(
     ``deepspeed_config``: a DeepSpeed ds_config.json (simdl.strategies.zero_config); its ZeRO
     stage sets the strategy (``zero0`` .. ``zero3``), its keys the stage's options, the per-GPU
     batch, the gradient accumulation, the precision and the optimizer. A keyword given beside
-    it must agree with it. ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`);
+    it must agree with it. ``memory_format``: ``contiguous`` (PyTorch's default, NCHW) or
+    ``channels_last`` (NHWC), which prices the layout copies of tensor-core convolutions (GPU
+    kernel model; nothing on CPU devices). ``cuda_alloc_conf``: the caching allocator's options (:func:`_allocator`);
     ``cuda``: ``torch.version.cuda`` of the ranks' build, the CUDA context's size (simdl.memory.device)."""
     if isinstance(model, Job):
         return _predict_job(model, {k: v for k, v in locals().items() if k in _DEFAULTS}, engine_options)
@@ -84,20 +87,7 @@ def predict(
     given |= {k for k, v in strategy_kw.items() if v is not None}
     dataset = dataset or "cifar10"
     _check_gpus(gpus)
-    workload = _workload(
-        model,
-        dataset,
-        input_shape,
-        num_classes,
-        vocab,
-        train_samples,
-        batch_size,
-        epochs,
-        optimizer,
-        precision,
-        grad_accumulation,
-        activation_checkpointing,
-    )
+    workload = _workload(**{k: v for k, v in locals().items() if k in _WORKLOAD_ARGS})
     alloc, placement_why = _allocate(cluster, gpus, nodes, family, strategy, strategy_kw, cuda)
     loader_workers = _loader_workers(loader_workers)
     config, plan = _plan(workload, alloc, family, strategy, algorithm or "auto", strategy_kw)
@@ -269,9 +259,10 @@ def _workload(
     precision,
     grad_accumulation,
     activation_checkpointing,
+    memory_format,
 ):
     """The workload: the model's table for the input, classes and vocabulary (token-id inputs),
-    the batch and the training length."""
+    the batch, the training length and settings (predict's keywords of the same names)."""
     from .workload import workload as wl
     from .workload.datasets import get_dataset, parse_input_shape
     from .workload.inputs import check_vocab
@@ -304,7 +295,11 @@ def _workload(
         precision=precision or wl.DEFAULT_PRECISION,
         grad_accumulation=grad_accumulation,
         activation_checkpointing=activation_checkpointing,
+        memory_format=wl.DEFAULT_MEMORY_FORMAT if memory_format is None else memory_format,
     )
+
+
+_WORKLOAD_ARGS = frozenset(inspect.signature(_workload).parameters)
 
 
 def _plan(workload, alloc, family, strategy: str, algorithm: str, strategy_kw: dict):

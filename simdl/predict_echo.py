@@ -14,6 +14,8 @@ DEFAULT_REASONS = {
     "epochs": "study 1, experiment 1: 10 epochs",
     "optimizer": "torchvision references/classification: SGD with momentum 0.9",
     "precision": "torchvision references/classification: AMP off by default",
+    "memory_format": "contiguous: PyTorch's default memory format (NCHW); channels_last (NHWC) skips cuDNN's "
+    "layout copies around tensor-core convolutions",
     "loader_workers": "assumed DataLoader(num_workers=4)",
     "algorithm": "the cheaper of ring and tree per collective, as NCCL's tuner picks",
 }  # a strategy's own keywords give their reasons in its registry entry (PredictKey.default_reason)
@@ -40,6 +42,7 @@ def echo_config(workload, alloc, config, plan, *, dataset: str, loader_workers: 
         "epochs": workload.epochs,
         "optimizer": workload.optimizer,
         "precision": workload.precision,
+        "memory_format": workload.memory_format,
         "grad_accumulation": workload.grad_accumulation,
         "activation_checkpointing": workload.activation_checkpointing,
         "loader_workers": loader_workers,

@@ -81,6 +81,14 @@ CASES = [
     ),
     # --- small commands
     ("maxbatch batch", ["maxbatch", "--batch-size", "-1"], "--batch-size"),
+    (
+        "memory format unknown",
+        ["predict", "--memory-format", "nhwc"],
+        "unknown memory format 'nhwc'; accepted: channels_last, contiguous",
+    ),
+    ("memory format maxbatch", ["maxbatch", "--memory-format", "1"], "unknown memory format '1'"),
+    ("memory format memplot", ["memplot", "--memory-format", "NHWC", "-o", "m.png"], "memory format 'NHWC'"),
+    ("memory format sweep", ["sweep", "--memory-format", "contiguous,nchw"], "memory_format: unknown memory_format"),
     ("trace max-links", ["trace", "--max-links", "-1", "-o", "t.json"], "--max-links -1"),
     ("sweep jobs 0", ["sweep", "--jobs", "0"], "--jobs 0"),
     ("clusters list name", ["clusters", "list", "nosuch"], "'nosuch'"),

@@ -48,7 +48,7 @@ def evaluate(
     notes: tuple[str, ...] = (),
     allocator=None,
 ) -> Result:
-    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision, workload.memory_format), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     sink = CAPTURE.get()
     if sink is not None:

@@ -80,6 +80,7 @@ def _cmd_recommend(a: argparse.Namespace) -> int:
             "train_samples",
             "epochs",
             "optimizer",
+            "memory_format",
             "wrap",
             "loader_workers",
             "grad_accumulation",
@@ -148,6 +149,11 @@ def add_recommend_parser(sub) -> None:
     r.add_argument("--samples", dest="train_samples", type=integer, default=None, help="training samples per epoch")
     r.add_argument("--epochs", type=number, default=None, help="epochs (default 10)")
     r.add_argument("--optimizer", default=None, help="sgd | momentum | adam | adamw | lamb (default momentum)")
+    r.add_argument(
+        "--memory-format",
+        default=None,
+        help="contiguous (NCHW) | channels_last (NHWC) (default contiguous; GPU kernel model only)",
+    )
     r.add_argument("--wrap", default=None, help="FSDP wrap policy: block | size:N | none (default block)")
     r.add_argument("--loader-workers", type=integer, default=None, help="DataLoader workers per rank (default 4)")
     r.add_argument("--grad-accumulation", type=integer, default=None, help="micro-steps per optimizer step")

@@ -102,7 +102,7 @@ def add_prediction_args(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
 def _add_workload_args(w: argparse._ArgumentGroup) -> None:
     """The model, its input and the training settings."""
     from ..workload.datasets import DATASETS
-    from ..workload.workload import OPTIMIZER_MEANING, OPTIMIZERS, PRECISIONS
+    from ..workload.workload import MEMORY_FORMAT_MEANING, MEMORY_FORMATS, OPTIMIZER_MEANING, OPTIMIZERS, PRECISIONS
 
     w.add_argument(
         "--model",
@@ -136,6 +136,13 @@ def _add_workload_args(w: argparse._ArgumentGroup) -> None:
         help="; ".join(f"{k}: {OPTIMIZER_MEANING[k]}" for k in OPTIMIZERS) + " (default momentum)",
     )
     w.add_argument("--precision", default=None, metavar=choices_metavar(PRECISIONS), help="precision (default fp32)")
+    w.add_argument(
+        "--memory-format",
+        default=None,
+        metavar=choices_metavar(MEMORY_FORMATS),
+        help="; ".join(f"{k}: {MEMORY_FORMAT_MEANING[k]}" for k in MEMORY_FORMATS)
+        + " (default contiguous; GPU kernel model only: changes nothing on CPU devices)",
+    )
     w.add_argument("--grad-accumulation", type=integer, default=1, help="micro-steps per optimizer step")
     w.add_argument(
         "--activation-checkpointing",
@@ -219,6 +226,7 @@ def prediction_kwargs(a: argparse.Namespace) -> dict:
         "epochs",
         "optimizer",
         "precision",
+        "memory_format",
         "sharding",
         "wrap",
         "staleness_bound",

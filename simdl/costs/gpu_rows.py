@@ -145,6 +145,10 @@ def _stream(profile, cls, nbytes):
 # convolutions ran as cuBLAS / CUTLASS GEMMs on the NCHW tensors with no copy. A copy reads
 # and writes its tensor once, priced as an elementwise kernel; a convolution whose read
 # filter area is 1 (1x1 stride 1, or a patchify k x k stride k) is a plain GEMM and pays none.
+# In ``channels_last`` (NHWC) the operands already are in the kernels' layout and no copy is
+# made (the tutorial above: channels last runs the tensor-core kernels without the
+# conversion). Depthwise / grouped (low-reuse) rows, fp32 SIMT convolutions and every other
+# row are priced the same in both formats: no source here measures a difference for them.
 GEMM_LIKE_AREA = (0.9, 1.1)
 
 
@@ -179,8 +183,10 @@ def implicit_gemm(table, batch: int):
     return mm, M, N, K, area
 
 
-def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, activation_factor: float):
-    """(forward, backward) device seconds per row."""
+def kernel_row_times(
+    table, batch: int, profile: KernelProfile, precision: str, activation_factor: float, memory_format="contiguous"
+):
+    """(forward, backward) device seconds per row; ``memory_format`` as simdl.workload.workload's."""
     cls = table.op_classes
     ps, fx = table.per_sample, table.fixed
     act = (ps["read_bytes"] + ps["write_bytes"]) * batch * activation_factor
@@ -212,7 +218,7 @@ def kernel_row_times(table, batch: int, profile: KernelProfile, precision: str, 
                 dgrad = _gemm(profile, c, path, m, k, nn, b, eb)
             wgrad = _gemm(profile, "gemm", path, k, nn, m, b, eb)
             bwd[r] = np.where(din[r], dgrad, 0.0) + np.where(dw[r], wgrad, 0.0)
-        if kind == "conv" and path != "fp32":
+        if kind == "conv" and path != "fp32" and memory_format == "contiguous":
             r = rows & ((area < GEMM_LIKE_AREA[0]) | (area > GEMM_LIKE_AREA[1]))
             a = ps["read_bytes"][r] * batch * activation_factor, ps["write_bytes"][r] * batch * activation_factor
             lf, lb = _layout_copies(profile, a[0], a[1], fx["read_bytes"][r], din[r], dw[r])

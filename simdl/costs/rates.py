@@ -68,6 +68,8 @@ class Rates:
     # precision it prices at; None: the roofline above.
     kernels: Any = None
     precision: str = "fp32"
+    # The model's memory format (simdl.workload.workload.MEMORY_FORMATS) the kernel model prices.
+    memory_format: str = "contiguous"
     # Host seconds per row that the plan's framework work (DDP hooks and launches, FSDP's
     # per-unit steps) adds to the eager host stream, as (forward, backward) tuples of one value
     # per row (simdl.costs.gpu_framework); empty: none.
@@ -75,7 +77,7 @@ class Rates:
 
 
 @lru_cache(maxsize=1024)
-def device_rates(cluster: Cluster, precision: str) -> Rates:
+def device_rates(cluster: Cluster, precision: str, memory_format: str = "contiguous") -> Rates:
     # per_rank_*: ranks sharing one device (the cpu-local preset) each get their share.
     eff = cluster.spec.efficiency
     peak = PEAK_KEY[precision]
@@ -107,16 +109,17 @@ def device_rates(cluster: Cluster, precision: str) -> Rates:
         copy_factor=eff.copy_in_step_factor.value if eff.copy_in_step_factor else 1.0,
         **host_rates(cluster),
         **_measured(cluster, precision),
-        **_kernels(cluster, precision),
+        **_kernels(cluster, precision, memory_format),
     )
 
 
-def _kernels(cluster: Cluster, precision: str) -> dict:
-    """The GPU kernel model, where the device is a GPU whose file has a ``kernels:`` block."""
+def _kernels(cluster: Cluster, precision: str, memory_format: str) -> dict:
+    """The GPU kernel model, where the device is a GPU whose file has a ``kernels:`` block
+    (the memory format prices only there: a CPU device's model has no layout term)."""
     k = cluster.spec.gpu.kernels
     if k is None or cluster.spec.gpu.is_cpu:
         return {}
-    return {"kernels": k, "precision": precision}
+    return {"kernels": k, "precision": precision, "memory_format": memory_format}
 
 
 def host_rates(cluster: Cluster) -> dict:

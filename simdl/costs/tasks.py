@@ -133,7 +133,9 @@ def _kernel_row_times(table: WorkloadTable, batch: int, rates: Rates) -> "RowTim
     (simdl.costs.gpu_rows); backward rows are issued in reverse order."""
     from ..costs.gpu_rows import fed_by_host, host_row_times, kernel_row_times
 
-    kf, kb = kernel_row_times(table, batch, rates.kernels, rates.precision, rates.activation_factor)
+    kf, kb = kernel_row_times(
+        table, batch, rates.kernels, rates.precision, rates.activation_factor, rates.memory_format
+    )
     hf, hb = host_row_times(table, rates.kernels)
     fwd, wait_f = fed_by_host(kf, hf)
     bwd_r, wait_b_r = fed_by_host(kb[::-1], hb[::-1])

@@ -185,14 +185,15 @@ def _check_value(key: str, value: Any) -> None:
         latency = key.endswith("latency_us")
         if not number or not (value >= 0 if latency else value > 0):
             raise SimdlError(f"{key}={value!r}: accepted: a number {'>=' if latency else '>'} 0")
-    elif key in ("sharding", "precision", "optimizer", "algorithm", "engine"):
+    elif key in ("sharding", "precision", "memory_format", "optimizer", "algorithm", "engine"):
         from ..predict import ENGINES
         from ..strategies.config import ALGORITHMS, SHARDINGS
-        from ..workload.workload import OPTIMIZERS, PRECISIONS
+        from ..workload.workload import MEMORY_FORMATS, OPTIMIZERS, PRECISIONS
 
         accepted = {
             "sharding": SHARDINGS,
             "precision": PRECISIONS,
+            "memory_format": MEMORY_FORMATS,
             "optimizer": OPTIMIZERS,
             "algorithm": ALGORITHMS,
             "engine": ENGINES,

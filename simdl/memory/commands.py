@@ -96,6 +96,7 @@ def memplot_command(
         batch_size=c["batch_size"],
         optimizer=c["optimizer"],
         precision=c["precision"],
+        memory_format=c["memory_format"],
         grad_accumulation=c["grad_accumulation"],
         activation_checkpointing=c["activation_checkpointing"],
     )

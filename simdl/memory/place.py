@@ -91,7 +91,7 @@ def analytic_memory_curve(workload, cluster, plan: SpmdPlan | PSPlan, timeline: 
     from .model import timeline_for
 
     tl = timeline or timeline_for(workload, plan, cluster)
-    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision, workload.memory_format), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     if isinstance(plan, PSPlan):
         tasks = plan.worker_tasks

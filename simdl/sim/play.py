@@ -57,7 +57,7 @@ def play(
     from .collectives import Router
     from .network import Network
 
-    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision), plan, workload.table)
+    rates = spmd_or_ps_rates(device_rates(cluster, workload.precision, workload.memory_format), plan, workload.table)
     rows = row_times(workload.table, workload.batch_size, rates)
     comm = CommCosts.for_plan(cluster, plan, algorithm)
     graph = build_topology(cluster)

@@ -13,6 +13,16 @@ from .table import WorkloadTable
 
 OPTIMIZERS = ("sgd", "momentum", "adam", "adamw", "lamb")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16-amp")
+# The memory format of the model and its inputs: PyTorch's default ``torch.contiguous_format``
+# (NCHW for 4-D tensors) or ``torch.channels_last`` (NHWC), set by
+# ``model.to(memory_format=torch.channels_last)`` and the same on the inputs (PyTorch tutorial
+# "Channels Last Memory Format in PyTorch"). It prices the layout copies cuDNN makes around
+# tensor-core convolutions (simdl.costs.gpu_rows); a CPU device's model has no such term.
+MEMORY_FORMATS = ("contiguous", "channels_last")
+MEMORY_FORMAT_MEANING = {
+    "contiguous": "torch.contiguous_format, NCHW (PyTorch's default)",
+    "channels_last": "torch.channels_last, NHWC: no cuDNN layout copies around tensor-core convolutions",
+}
 
 # Optimizer state kept per parameter element, in parameter-sized copies.
 # ``sgd`` is torch.optim.SGD without momentum: torch/optim/sgd.py keeps no state then, and one
@@ -35,12 +45,13 @@ OPTIMIZER_MEANING = {
 DEFAULT_BATCH_SIZE = 32  # torchvision references/classification/train.py: --batch-size 32 "images per gpu"
 DEFAULT_OPTIMIZER = "momentum"  # same script: SGD with momentum 0.9
 DEFAULT_PRECISION = "fp32"  # same script: AMP off unless --amp
+DEFAULT_MEMORY_FORMAT = "contiguous"  # PyTorch's default memory format (torch.contiguous_format)
 DEFAULT_EPOCHS = 10  # study 1, experiment 1 (origins.md)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """Model table + per-rank batch + dataset size + epochs + optimizer + precision."""
+    """Model table + per-rank batch + dataset size + epochs + optimizer + precision + memory format."""
 
     table: WorkloadTable
     batch_size: int = DEFAULT_BATCH_SIZE
@@ -52,6 +63,7 @@ class Workload:
     # Each block (the model's FSDP wrap classes) runs under torch.utils.checkpoint: only its
     # input is kept for backward, its forward is recomputed there (simdl.memory.timeline).
     activation_checkpointing: bool = False
+    memory_format: str = DEFAULT_MEMORY_FORMAT
 
     def __post_init__(self) -> None:
         if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
@@ -64,6 +76,9 @@ class Workload:
             raise unknown("optimizer", self.optimizer, OPTIMIZERS)
         if self.precision not in PRECISIONS:
             raise unknown("precision", self.precision, PRECISIONS)
+        if self.memory_format not in MEMORY_FORMATS:
+            err = unknown("memory format", self.memory_format, MEMORY_FORMATS)
+            raise SimdlError(f"{err} (contiguous is NCHW, channels_last NHWC)")
         if not isinstance(self.grad_accumulation, int) or self.grad_accumulation < 1:
             raise SimdlError(f"gradient accumulation {self.grad_accumulation!r} must be an integer >= 1")
         if not isinstance(self.activation_checkpointing, bool):

@@ -74,6 +74,7 @@ def test_bad_set_items_are_one_line_errors_naming_the_key(item, needle):
     [
         ({"strategy": ["ddp", "fdsp"]}, "'fsdp'"),
         ({"precision": "fp8"}, "fp32"),
+        ({"memory_format": ["contiguous", "nhwc"]}, "memory_format: unknown memory_format 'nhwc'"),
         ({"nic_Gb_per_s": [0]}, "nic_Gb_per_s"),
         ({"gpus": [0, 1]}, "gpus"),
         ({"straggler_factor": [1.5]}, "engine=sim"),
@@ -164,6 +165,18 @@ def test_dataframe_columns_and_values_match_predict():
     for (s, g), grp in df.groupby(["strategy", "gpus"]):
         t = grp.sort_values("nic_Gb_per_s").iteration_time_s.tolist()
         assert t == sorted(t, reverse=True)
+
+
+def test_memory_format_is_a_sweep_axis_like_precision():
+    kw = dict(model="resnet50", strategy="ddp", gpus=1, cluster="dgx-a100", dataset="imagenet", batch_size=64)
+    rows = simdl.sweep(**kw, precision="bf16", memory_format=["contiguous", "channels_last"], as_frame=False)
+    assert [r["memory_format"] for r in rows] == ["contiguous", "channels_last"]
+    for r in rows:
+        assert (
+            r["iteration_time_s"]
+            == simdl.predict(**kw, precision="bf16", memory_format=r["memory_format"]).iteration_time_s
+        )
+    assert rows[1]["iteration_time_s"] < rows[0]["iteration_time_s"]
 
 
 def test_process_pool_gives_the_same_rows_as_serial():
@@ -324,6 +337,7 @@ def test_cli_sweep_prints_a_table_and_jsonl(tmp_path, capsys):
         (["--set", "nic_Gb_per_s=100"], "single-node"),  # every point fails the same way: one line
         (["--executor", "dask"], "simdl[dask]"),
         (["-o", "out.xlsx"], ".csv or .jsonl"),
+        (["--set", "memory_format=nchw"], "accepted: channels_last, contiguous"),
     ],
 )
 def test_cli_sweep_errors_are_one_line_exit_2(args, needle, capsys, monkeypatch):
@@ -335,7 +349,14 @@ def test_cli_sweep_errors_are_one_line_exit_2(args, needle, capsys, monkeypatch)
 def test_cli_sweep_list_keys(capsys):
     code, out, _ = run(["sweep", "--list-keys"], capsys)
     assert code == 0
-    for key in ("batch_size", "nic_Gb_per_s", "intra_bandwidth_GB_per_s", "straggler_factor", "precision"):
+    for key in (
+        "batch_size",
+        "nic_Gb_per_s",
+        "intra_bandwidth_GB_per_s",
+        "straggler_factor",
+        "precision",
+        "memory_format",
+    ):
         assert key in out
 
 
