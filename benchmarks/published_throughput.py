@@ -12,13 +12,15 @@ of these rows (column ``fit``: "old fit"), no longer price GPU rows, so those ro
 
 Each row's setting, where the source does not state it, is an assumption printed in the
 ``assumed`` column: per-GPU batch from configs.yml (DGXA100: resnet50 256/256,
-efficientnet-b0 256/256, -b4 AMP 128 / TF32 64; DGX1V resnet50 FP32 112 / AMP 256), the
-V100 EfficientNet batches are not given (b0 128 FP32 / 256 AMP, b4 32 / 64 assumed, the
-most that fits 16 GB in simdl's memory model is not checked), B4 at 380 px (EfficientNet's
-B4 resolution, Tan & Le 2019, Table 1 of the compound-scaling rule; the README's table does
-not restate it), DataLoader workers as configs.yml's platform entries (DGXA100 16, DGX1V 8).
-The ``widese`` EfficientNets (wide squeeze-excitation) have no torchvision model and are
-listed as not predicted.
+efficientnet-b0 256/256, -b4 AMP 128 / TF32 64; DGX1V resnet50 FP32 112 / AMP 256;
+DGX1V-16G at configs.yml@0fadac23: efficientnet-b0 AMP 128 / FP32 64, -b4 AMP 32 / FP32 16,
+the platform of the efficientnet README's DGX-1 16GB scripts,
+``efficientnet/training/<AMP|FP32>/DGX1V-16G_efficientnet-b0_*.sh``; its benchmark
+commands' ``--platform DGX1V`` has no EfficientNet entry there, and launch.py indexes the
+entry directly), B4 at 380 px (EfficientNet's B4 resolution, Tan & Le 2019, Table 1 of the
+compound-scaling rule; the README's table does not restate it), DataLoader workers as
+configs.yml's platform entries (DGXA100 16, DGX1V 8). The ``widese`` EfficientNets (wide
+squeeze-excitation) have no torchvision model and are listed as not predicted.
 
 Memory format per row (column ``format``, :func:`memory_format`): the 21.03 rows and the
 2021-03-04 ResNet-50 rows were run by ``launch.py --mode benchmark_training`` (the READMEs'
@@ -81,10 +83,10 @@ ROWS = (
     ("efficientnet-widese-b0", "A100 80GB (DGX A100 nodes)", "AMP", 2512, 256, "configs.yml", False),
     ("efficientnet-widese-b4", "A100 80GB (DGX A100 nodes)", "TF32", 157, 64, "configs.yml", False),
     ("efficientnet-widese-b4", "A100 80GB (DGX A100 nodes)", "AMP", 331, 128, "configs.yml", False),
-    ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 128, "assumed", "low_reuse_v100"),
-    ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "AMP", 1301, 256, "assumed", False),
-    ("efficientnet-b4", "DGX-1 (8x V100 16GB)", "FP32", 83, 32, "assumed", False),
-    ("efficientnet-b4", "DGX-1 (8x V100 16GB)", "AMP", 204, 64, "assumed", False),
+    ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 64, "configs.yml", "low_reuse_v100"),
+    ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "AMP", 1301, 128, "configs.yml", False),
+    ("efficientnet-b4", "DGX-1 (8x V100 16GB)", "FP32", 83, 16, "configs.yml", False),
+    ("efficientnet-b4", "DGX-1 (8x V100 16GB)", "AMP", 204, 32, "configs.yml", False),
 )
 # Rows of the 2020-10-21 README (resnet50v1.5/README.md@90610830): older container, slower
 # software on the same GPUs (its A100 AMP row is half the 21.03 one).
@@ -213,12 +215,12 @@ def _params(model: str) -> int:
 
 # The values solved on published rows (and the rows, excluded from the MAPE): the depthwise
 # bandwidth fraction on EfficientNet-B0 (no depthwise kernel is in the measured data), on
-# the A100 (TF32 row; used by every Ampere/Hopper file) and on the V100 (FP32 row, batch
-# assumed; V100-SXM2 only), and the TF32 tensor-core scale on ResNet-50 TF32 (no TF32
+# the A100 (TF32 row; used by every Ampere/Hopper file) and on the V100 (FP32 row;
+# V100-SXM2 only), and the TF32 tensor-core scale on ResNet-50 TF32 (no TF32
 # kernel in the data either).
 SOLVED = {
     "low_reuse": ("efficientnet-b0", "A100 80GB (DGX A100 nodes)", "TF32", 1078, 256),
-    "low_reuse_v100": ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 128),
+    "low_reuse_v100": ("efficientnet-b0", "DGX-1 (8x V100 16GB)", "FP32", 655, 64),
     "tf32": ("resnet50", "DGX A100 (8x A100 80GB)", "TF32", 938, 256),
 }
 GPU_FILES = ("A100-PCIe-80GB", "V100-SXM2", "A100-SXM4-40GB", "A100-SXM4-80GB", "H100-SXM", "A10G", "H200", "H100-PCIe")
