@@ -26,7 +26,7 @@ Memory format per row (column ``format``, :func:`memory_format`): the 21.03 rows
 2021-03-04 ResNet-50 rows were run by ``launch.py --mode benchmark_training`` (the READMEs'
 benchmark commands), which takes configs.yml's entry; every AMP entry there sets
 ``memory_format: nhwc`` (``torch.channels_last``: configs.yml@097c7ff9 for resnet50,
-@2bdf2775 for the EfficientNets, DGXA100 and DGX1V-16G alike; the efficientnet README: "We
+@0fadac23 for the EfficientNets, DGXA100 and DGX1V-16G alike; the efficientnet README: "We
 use NHWC data layout when training using Mixed Precision"), no FP32/TF32 entry does, and
 main.py's ``--memory-format`` defaults to ``nchw`` (contiguous). The 2020-10-21 rows were run by
 ``main.py`` without ``--memory-format`` (README@90610830: "We are currently working on adding
@@ -96,7 +96,7 @@ OLD_README = (680.15, 1240.81, 373.21, 856.52)
 FORMAT_CONFIGS = {"AMP": ("channels_last", "c"), "TF32": ("contiguous", "d"), "FP32": ("contiguous", "d")}
 FORMAT_2020 = ("contiguous", "r")
 FORMAT_SOURCES = {
-    "c": "configs.yml AMP entries: memory_format: nhwc (resnet50 @097c7ff9, efficientnet @2bdf2775), run by launch.py",
+    "c": "configs.yml AMP entries: memory_format: nhwc (resnet50 @097c7ff9, efficientnet @0fadac23), run by launch.py",
     "d": "configs.yml FP32/TF32 entries set none; main.py --memory-format defaults to nchw",
     "r": "README@90610830: main.py without --memory-format; 'working on adding NHWC ... for Mixed Precision'",
 }
