@@ -121,7 +121,8 @@ def _kernel_assumptions(alloc, workload) -> dict:
     k, p = rates.kernels, workload.precision
     paths = f"matmul {k.path_of(p, 'matmul')}, conv {k.path_of(p, 'conv')}"
     host = f"{host_op_seconds(k) * 1e6:.0f}us/op"
-    return {
+    out = _native_batch_norm_assumption(k, workload.table)
+    return out | {
         "math_path": (paths, k.describe_paths(p)),
         "host_per_op": (
             host,
@@ -130,6 +131,20 @@ def _kernel_assumptions(alloc, workload) -> dict:
             "hooks, launches and stream calls counted from PyTorch's source at that price, "
             "5 us per light call assumed (simdl.costs.gpu_framework)",
         ),
+    }
+
+
+def _native_batch_norm_assumption(k, table) -> dict:
+    nb = k.native_batch_norm
+    if nb is None or not any(t.startswith("BatchNorm") for t in table.types):
+        return {}
+    return {
+        "batch_norm_kernels": (
+            "ATen native",
+            "bf16 autocast: cuDNN batch norm needs a non-bf16 input and weight (PyTorch "
+            "Normalization.cpp _select_batch_norm_backend); the native kernels' rates are "
+            f"{nb.kind}: {nb.source}",
+        )
     }
 
 

@@ -14,6 +14,7 @@ Block format (end of a GPU YAML)::
       softmax:     {same keys as elementwise}
       low_reuse:   {fraction: .., kind: calibrated, source: ".."}  # optional, 1 when absent
       tensor_core: {tf32: .., kind: calibrated, source: ".."}  # optional: a path's scale, replacing the priors'
+      native_batch_norm: {stats_block_GB_per_s: .., backward_block_GB_per_s: .., transform_fraction: .., kind: .., source: ".."}  # optional (simdl.costs.gpu_rows)
 
 Efficiencies are fractions of this GPU's datasheet peaks; the values were fitted on fp32
 (SIMT) kernels (benchmarks/gpu_kernels.py prints them and checks them on held-out GPUs and
@@ -29,7 +30,7 @@ from ..errors import SimdlError, unknown
 from .gpu_kernels import CLASSES, GEMM_CLASSES, GemmParams, Hardware, StreamParams
 
 KINDS = ("calibrated", "derived")
-_KEYS = ("kind", "source", "sm_count", *CLASSES, "low_reuse", "tensor_core")
+_KEYS = ("kind", "source", "sm_count", *CLASSES, "low_reuse", "tensor_core", "native_batch_norm")
 
 # Which peak a matmul-class kernel runs at, per simdl precision, as PyTorch picks it:
 # torch.backends.cuda.matmul.allow_tf32 is False by default since PyTorch 1.12 (linear,
@@ -48,6 +49,19 @@ MATH_PATHS = {
 
 
 @dataclass(frozen=True)
+class NativeBatchNorm:
+    """Rates of ATen's native CUDA BatchNorm kernels (simdl.costs.gpu_rows.native_batch_norm_times):
+    bytes per second one thread block moves in the statistics and backward kernels (one block
+    per channel), and the transform kernel's fraction of the norm class's streaming rate."""
+
+    stats_block_bandwidth: float
+    backward_block_bandwidth: float
+    transform_fraction: float
+    kind: str
+    source: str
+
+
+@dataclass(frozen=True)
 class KernelProfile:
     """One GPU's kernel-model values and the peaks its paths run at (SI units)."""
 
@@ -63,6 +77,9 @@ class KernelProfile:
     # Depthwise / grouped (low-reuse) convolutions stream at this fraction of the elementwise
     # class's bandwidth (simdl.costs.gpu_rows.LOW_REUSE_K).
     low_reuse_fraction: float = 1.0
+    # ATen's native BatchNorm kernels' rates; None where the profile prices BatchNorm on cuDNN
+    # (simdl.costs.rates keeps them only at precisions its host runs the native kernels at).
+    native_batch_norm: NativeBatchNorm | None = None
 
     def param(self, cls: str):
         return dict(self.params)[cls]
@@ -139,6 +156,7 @@ def parse_kernels(
         memory_bandwidth=memory_bandwidth,
         tensor_scale=tuple(sorted(scale.items())),
         low_reuse_fraction=_low_reuse(raw.get("low_reuse"), where),
+        native_batch_norm=_native_batch_norm(raw.get("native_batch_norm"), where),
     )
 
 
@@ -166,3 +184,28 @@ def _low_reuse(raw: Any, where: str) -> float:
     if f > 1.5:
         raise SimdlError(f"{where}: low_reuse.fraction {f} is not accepted; accepted: (0, 1.5]")
     return f
+
+
+def _native_batch_norm(raw: Any, where: str) -> NativeBatchNorm | None:
+    if raw is None:
+        return None
+    where = f"{where}: native_batch_norm"
+    if not isinstance(raw, Mapping) or not isinstance(raw.get("source"), str) or raw.get("kind") not in KINDS:
+        raise SimdlError(
+            f"{where} must give stats_block_GB_per_s, backward_block_GB_per_s, transform_fraction, "
+            f"kind ({', '.join(KINDS)}) and source, got {raw!r}"
+        )
+    names = ("stats_block_GB_per_s", "backward_block_GB_per_s", "transform_fraction", "kind", "source")
+    for k in raw:
+        if k not in names:
+            raise SimdlError(f"{where}: {unknown('key', k, names)}")
+    f = _number(raw, "transform_fraction", where)
+    if f > 1.5:
+        raise SimdlError(f"{where}: transform_fraction {f} is not accepted; accepted: (0, 1.5]")
+    return NativeBatchNorm(
+        stats_block_bandwidth=_number(raw, "stats_block_GB_per_s", where) * 1e9,
+        backward_block_bandwidth=_number(raw, "backward_block_GB_per_s", where) * 1e9,
+        transform_fraction=f,
+        kind=raw["kind"],
+        source=raw["source"],
+    )

@@ -83,6 +83,20 @@ STREAM_CLASS = {
 # aten/src/ATen/native/cuda/Normalization.cuh, batch_norm_collect_statistics_kernel and
 # batch_norm_transform_input_kernel: it reads its input twice.
 BATCH_NORM_READS = 2.0
+# ATen's native CUDA BatchNorm (what bf16 autocast runs, simdl.hosts.cuda.native_batch_norm), in
+# the contiguous (NCHW) format, from PyTorch aten/src/ATen/native/cuda/Normalization.cuh (the
+# torch 2.14 wheel's include/ATen/native/cuda/Normalization.cuh): batch_norm_stats_cuda_template
+# and batch_norm_backward_cuda_template launch one block of MAX_BLOCK_SIZE = 512 threads per
+# channel (dim3 blocks(input.size(1))), each block walking its channel's batch x positions
+# plane alone. The statistics kernel reads the plane once (Welford); the backward kernel
+# reads input and grad_output to reduce, then reads both again and writes grad_input: 5 passes.
+# So their time is set by the channels' planes at one block's rate, not by the tensor's bytes
+# at the GPU's bandwidth: with C below the resident blocks, a layer takes one plane's time
+# whatever C is. The transform kernel (read, write) has a 2-D grid, priced as a stream at
+# the profile's fraction of the norm rate. Resident 512-thread blocks per SM: 2048 threads
+# per SM / 512 (CUDA C Programming Guide, compute capabilities 7.0, 8.0, 9.0; 8.6 has 1536).
+NATIVE_BN_BACKWARD_PASSES = 5.0
+NATIVE_BN_BLOCKS_PER_SM = 4
 # Tensor-core GEMM tiles' operand loads, in multiples of the memory bandwidth: the A100's L2
 # read bandwidth, 7219 GB/s (5120 bytes/clock, NVIDIA A100 Tensor Core GPU Architecture
 # whitepaper, x 1.41 GHz boost; NVIDIA's "Ampere Architecture In-Depth" blog: 2.3x the V100's
@@ -92,6 +106,23 @@ BATCH_NORM_READS = 2.0
 # SIMT kernels' load-issue limit on small tiles, below the DRAM rate on the P100) is not
 # theirs; the A100's ratio is used for every GPU (no other L2 bandwidth in the GPU files).
 TENSOR_OPERAND_BANDWIDTH = 3.7
+
+
+def native_batch_norm_times(profile: KernelProfile, x_bytes, y_bytes, channels):
+    """(statistics, transform, backward) kernel seconds of native BatchNorm rows reading
+    ``x_bytes`` and writing ``y_bytes`` over ``channels`` channels: statistics and backward at
+    one block per channel (waves of the GPU's resident blocks), never faster than the norm
+    class's stream."""
+    nb = profile.native_batch_norm
+    if nb is None:
+        raise ValueError("native_batch_norm_times needs a profile with native_batch_norm rates")
+    waves = np.ceil(channels / (NATIVE_BN_BLOCKS_PER_SM * profile.sms))
+    plane = waves * x_bytes / channels
+    stats = np.maximum(plane / nb.stats_block_bandwidth, _stream(profile, "norm", x_bytes))
+    transform = _stream(profile, "norm", (x_bytes + y_bytes) / nb.transform_fraction)
+    moved = NATIVE_BN_BACKWARD_PASSES * plane
+    bwd = np.maximum(moved / nb.backward_block_bandwidth, _stream(profile, "norm", NATIVE_BN_BACKWARD_PASSES * x_bytes))
+    return stats, transform, bwd
 
 
 def _scale(profile: KernelProfile, path: str) -> float:
@@ -239,10 +270,26 @@ def kernel_row_times(
             fwd[r] = _stream(profile, stream_kind, b / slow)
             factor = ACTIVATION_BWD_BYTES if op in ("activation", "dropout") else STREAM_BWD_BYTES
             bwd[r] = np.where(fx["bwd_kernels"][r] > 0, _stream(profile, stream_kind, factor * b / slow), 0.0)
+            if op == "norm" and profile.native_batch_norm is not None:
+                _native_norm_rows(table, batch, profile, activation_factor, r, fwd, bwd)
     # The rest of a row's kernels (bias adds, the loss's several ops, ...) at the device floor.
     fwd += np.maximum(fx["fwd_kernels"] - 1, 0) * DEVICE_FLOOR_S
     bwd += np.maximum(fx["bwd_kernels"] - np.where(mm, din + dw, 1), 0) * DEVICE_FLOOR_S
     return fwd, bwd
+
+
+def _native_norm_rows(table, batch, profile, activation_factor, r, fwd, bwd):
+    """Replace, in place, the times of the BatchNorm rows among ``r`` (with channels: affine,
+    2 parameters per channel) by the native kernels' (:func:`native_batch_norm_times`)."""
+    ps, fx = table.per_sample, table.fixed
+    bn = r & np.array([t.startswith("BatchNorm") for t in table.types]) & (fx["params"] > 0)
+    if not bn.any():
+        return
+    x = ps["read_bytes"][bn] * batch * activation_factor
+    y = ps["write_bytes"][bn] * batch * activation_factor
+    stats, transform, b = native_batch_norm_times(profile, x, y, fx["params"][bn] / 2)
+    fwd[bn] = stats + transform
+    bwd[bn] = np.where(fx["bwd_kernels"][bn] > 0, b, 0.0)
 
 
 def host_op_seconds(profile: KernelProfile) -> float:

@@ -9,6 +9,7 @@ tasks at these rates.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -114,11 +115,15 @@ def device_rates(cluster: Cluster, precision: str, memory_format: str = "contigu
 
 
 def _kernels(cluster: Cluster, precision: str, memory_format: str) -> dict:
-    """The GPU kernel model, where the device is a GPU whose file has a ``kernels:`` block
-    (the memory format prices only there: a CPU device's model has no layout term)."""
+    """The GPU kernel model, where the device is a GPU whose file has a ``kernels:`` block, as
+    this precision prices it (its native BatchNorm rates where the host runs those kernels; the
+    memory format prices only here: a CPU device's model has no layout term)."""
     k = cluster.spec.gpu.kernels
     if k is None or cluster.spec.gpu.is_cpu:
         return {}
+    if k.native_batch_norm is not None and not host_for(cluster).native_batch_norm(precision):
+        # BatchNorm takes cuDNN at this precision: the norm class's curve prices it.
+        k = dataclasses.replace(k, native_batch_norm=None)
     return {"kernels": k, "precision": precision, "memory_format": memory_format}
 
 

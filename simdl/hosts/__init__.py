@@ -43,6 +43,10 @@ class HostBackend(Protocol):
     def dropout_mask_bytes(self) -> float:
         """Bytes per element of the mask a training dropout saves; 0: the activation's dtype."""
 
+    def native_batch_norm(self, precision: str) -> bool:
+        """Whether BatchNorm runs ATen's native CUDA kernels instead of cuDNN's at ``precision``
+        (priced by the GPU's ``native_batch_norm`` kernel values, simdl.costs.gpu_rows)."""
+
     def shares_cores(self) -> bool:
         """Whether the ranks of a node and a PS server on it are processes sharing one host's
         CPU cores (the PS shared-host bound, simdl.sim.cores). Ranks sharing one device's

@@ -59,6 +59,10 @@ class GlibcCpuHost:
         # (aten/src/ATen/native/Dropout.cpp: the fused native_dropout is for CUDA inputs).
         return 0.0
 
+    def native_batch_norm(self, precision: str) -> bool:
+        # The CPU kernel model is the roofline (simdl.costs.tasks): no cuDNN / native split.
+        return False
+
     def shares_cores(self) -> bool:
         """The profile's ``shared_device``: the ranks of a node are processes of one host."""
         return bool(self.cluster.spec.shared_device)

@@ -43,3 +43,11 @@ class CudaHost:
 
     def shares_cores(self) -> bool:
         return False
+
+    def native_batch_norm(self, precision: str) -> bool:
+        # PyTorch aten/src/ATen/native/Normalization.cpp, _select_batch_norm_backend: cuDNN only
+        # when input and weight are not bf16, and an fp16 input only with an fp32 weight.
+        # BatchNorm is on none of CUDA autocast's lists, so under bf16 autocast its input is the
+        # bf16 convolution output and it runs ATen's native kernels; under fp16 autocast the
+        # fp16 input with the fp32 weight takes cuDNN, as fp32 does.
+        return precision == "bf16"
