@@ -150,11 +150,12 @@ def _zero(run: CalibrationRun, profile: dict, rep: dict, strat: dict) -> None:
             m.get("error", "") for m in strat.values() if m.get("skipped") and _zero_variant(m.get("variant", ""))
         ]
         rep["zero"] = {
-            "skipped": note or (f"the ZeRO steps failed: {failed[0]}" if failed else "no ZeRO step measured"),
-            "kept": {
-                k: v.get("value") if isinstance(v, dict) else v
-                for k, v in (profile.get("strategies", {}).get("zero") or {}).items()
-            },
+            "skipped": note or (f"the ZeRO steps failed: {failed[0]}" if failed else "no ZeRO step measured")
+        }
+        # for the report line only (the profile itself carries them; its zero_fit record is rep["zero"])
+        rep["zero_kept"] = {
+            k: v.get("value") if isinstance(v, dict) else v
+            for k, v in (profile.get("strategies", {}).get("zero") or {}).items()
         }
         return
     worst = max((abs(e) for h in zf.held_out_.values() for e in h["rel_errors"].values()), default=None)

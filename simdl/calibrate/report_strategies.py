@@ -133,14 +133,14 @@ def in_step_lines(st: dict) -> list[str]:
     return lines
 
 
-def zero_fit_lines(z: dict | None) -> list[str]:
+def zero_fit_lines(z: dict | None, kept: dict | None = None) -> list[str]:
     """DeepSpeed ZeRO's fitted host costs and their held-out errors, or why none was fitted and
-    which of the base's values the profile keeps."""
+    which of the base's values (``kept``) the profile keeps."""
     if not z:
         return []
     if "skipped" in z:
-        kept = ", ".join(f"{k} {v:g}" for k, v in z.get("kept", {}).items()) or "none (absent = 0)"
-        return [f"ZeRO host costs: not fitted ({z['skipped']}); the base's kept: {kept}"]
+        base = ", ".join(f"{k} {v:g}" for k, v in (kept or {}).items()) or "none (absent = 0)"
+        return [f"ZeRO host costs: not fitted ({z['skipped']}); the base's kept: {base}"]
     p = z["params"]
     module = (
         "held at 0 (no stage-3 step)"
