@@ -18,8 +18,9 @@ with momentum, ``zero_grad(set_to_none=True)``):
                     parameters, momentum SGD), the others are workers: push gradients, the
                     server averages and updates, every worker pulls the parameters.
 * ``ps-async``      the server applies each push as it arrives and answers that worker.
-* ``zero2``         with ``--zero``: DeepSpeed ZeRO stages 2 and 3 (calibration/zero_steps.py).
-  ``zero3``
+* ``zero2``         with ``--zero``: DeepSpeed ZeRO stages 2, 3 and (not with ``--quick``)
+  ``zero3``         1 (calibration/zero_steps.py).
+  ``zero1``
 
 Per iteration the worker-side step time is logged; peak memory is the CUDA allocator's
 peak, or the process's peak RSS on CPU (``ru_maxrss``). FSDP variants also log every
@@ -58,7 +59,7 @@ import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 from _common import agree, agreed_done, base_parser, finish, plan, release_host_memory, setup, within_budget  # noqa: E402
-from zero_steps import ZERO_VARIANTS, zero_variant  # noqa: E402
+from zero_steps import QUICK_ZERO_VARIANTS, ZERO_VARIANTS, zero_variant  # noqa: E402
 
 STAGE = "strategies"
 SPMD_VARIANTS = ("local", "ddp", "fsdp-full", "fsdp-grad_op", "fsdp-none")
@@ -322,13 +323,14 @@ def main() -> None:
     ctx = setup(args, STAGE)
     iters = args.iters or (12 if args.quick else 25)
     wanted = [v for v in args.variants.split(",") if v]
+    zero = (QUICK_ZERO_VARIANTS if args.quick else ZERO_VARIANTS) if args.zero else ()
     runs = []
     for k, item in enumerate((args.models or (QUICK_MODELS if args.quick else DEFAULT_MODELS)).split(";")):
         name, dataset, batch = item.rsplit(":", 2)
         runs += [(v, name, dataset, int(batch)) for v in SPMD_VARIANTS if v in wanted]
         if k == 0 and "fsdp1" in wanted:
             runs.append(("fsdp1", name, dataset, int(batch)))
-        runs += [(v, name, dataset, int(batch)) for v in ZERO_VARIANTS if v in wanted and args.zero]
+        runs += [(v, name, dataset, int(batch)) for v in zero if v in wanted]
     if ctx.world >= 2 and args.ps_model:
         name, dataset, batch = args.ps_model.rsplit(":", 2)
         runs += [(v, name, dataset, int(batch)) for v in PS_VARIANTS if v in wanted]

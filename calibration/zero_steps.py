@@ -2,15 +2,16 @@
 
 ``simdl calibrate`` passes ``--zero`` where ``import deepspeed`` works in the interpreter that
 runs it (simdl.calibrate.deepspeed_check); the stage then trains each ``--models`` entry under
-``zero2`` and ``zero3`` as well: ``deepspeed.initialize`` on the process group the stage already
+``zero2``, ``zero3`` and, outside ``--quick``, ``zero1`` as well (:data:`QUICK_ZERO_VARIANTS`): ``deepspeed.initialize`` on the process group the stage already
 made (DeepSpeed's TorchBackend keeps an initialised torch.distributed group), the model as built
 for the other variants, a client SGD with momentum (DeepSpeed's own optimizers are compiled
 ops), reduce and allgather buckets of simdl.strategies.zero.CALIBRATION_BUCKET_ELEMENTS, every
 other zero_optimization key DeepSpeed's default. On CPU ranks ``DS_ACCELERATOR=cpu`` selects
 DeepSpeed's CPU accelerator (gloo without oneCCL's bindings), as validate/deepspeed_worker.py
 runs it. Timed like the other variants: ``--iters`` steps after ``--warmup`` untimed ones.
-`simdl calibrate` fits DeepSpeed's host time per parameter and per module call to these steps
-(simdl.calibrate.zero_fit).
+`simdl calibrate` fits DeepSpeed's host time per parameter and per module call to the stage-2
+and stage-3 steps, and stage 1's extra pass per parameter to the stage-1 minus stage-2 step of
+each model and batch (simdl.calibrate.zero_fit).
 """
 
 from __future__ import annotations
@@ -21,7 +22,13 @@ import time
 import torch
 import torch.nn.functional as F
 
-ZERO_VARIANTS = ("zero2", "zero3")
+ZERO_VARIANTS = ("zero2", "zero3", "zero1")
+# --quick leaves zero1 out: its cost (stage 1's extra pass, 64 us per parameter on cpu-local's
+# host: benchmarks/zero1_vs_zero2_cpu.py) is 4-7 ms of a ResNet step, under the spread of a
+# 12-step median on a shared host, and the quick stage already runs out of its budget share
+# (simdl.calibrate.run.BUDGET_SHARE) before its last models. zero1 comes last: a stage cut by
+# its budget loses it first.
+QUICK_ZERO_VARIANTS = ("zero2", "zero3")
 
 
 def import_deepspeed(ctx):
@@ -54,7 +61,7 @@ def ds_config(stage: int, batch: int) -> dict:
 
 
 def zero_variant(ctx, variant, model, shape, classes, batch, iters, warmup):
-    """Step times of DeepSpeed ZeRO training (``zero2`` / ``zero3``)."""
+    """Step times of DeepSpeed ZeRO training (``zero1`` / ``zero2`` / ``zero3``)."""
     deepspeed = import_deepspeed(ctx)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     engine, _, _, _ = deepspeed.initialize(model=model, optimizer=opt, config=ds_config(int(variant[-1]), batch))

@@ -138,9 +138,10 @@ def _step_fit(run: CalibrationRun, profile: dict, eff: dict, rep: dict, strat: d
 
 
 def _zero(run: CalibrationRun, profile: dict, rep: dict, strat: dict) -> None:
-    """DeepSpeed ZeRO's host time per parameter and per module call (strategies.zero), fitted
-    to the measured ZeRO steps with the rest of the profile as fitted; where no ZeRO step was
-    measured, the reason (calibration/zero_steps.py: deepspeed does not import) is the record."""
+    """DeepSpeed ZeRO's host time per parameter, per module call and per parameter of stage 1's
+    extra pass (strategies.zero), fitted to the measured ZeRO steps with the rest of the profile
+    as fitted; where no ZeRO step was measured, the reason (calibration/zero_steps.py: deepspeed
+    does not import) is the record and the base's three values stay."""
     note = (run.prov.get("settings") or {}).get("zero_steps", {}).get("note", "")
     with tempfile.TemporaryDirectory() as td:
         zf, pts = _zero_fit(profile, strat, run.ranks, Path(td))
@@ -151,15 +152,39 @@ def _zero(run: CalibrationRun, profile: dict, rep: dict, strat: dict) -> None:
         rep["zero"] = {
             "skipped": note or (f"the ZeRO steps failed: {failed[0]}" if failed else "no ZeRO step measured")
         }
+        # for the report line only (the profile itself carries them; its zero_fit record is rep["zero"])
+        rep["zero_kept"] = {
+            k: v.get("value") if isinstance(v, dict) else v
+            for k, v in (profile.get("strategies", {}).get("zero") or {}).items()
+        }
         return
     worst = max((abs(e) for h in zf.held_out_.values() for e in h["rel_errors"].values()), default=None)
+    loop_worst = max(
+        (abs(e) for h in zf.held_out_.values() for k, e in h["rel_errors"].items() if k.startswith("zero1/")),
+        default=None,
+    )
     rep["zero"] = {
         "params": zf.params(),
         "points": pts,
         "held": zf.held_,
         "held_out": zf.held_out_,
         "held_out_max_abs_rel_error": worst,
+        "loop": {
+            "pairs": zf.loop_pairs_,
+            "raw_us": zf.loop_raw_s_ * 1e6,
+            "clamped": zf.loop_clamped_,
+            "note": zf.loop_note(),
+            "held_out_max_abs_rel_error_zero1": loop_worst,
+        },
     }
+    if (run.prov.get("settings") or {}).get("quick") and not zf.loop_pairs_:
+        rep["zero"]["loop"]["note"] += " (--quick runs no zero1 step: calibration/zero_steps.py)"
+    _write_zero(run, profile, zf, pts, worst, loop_worst)
+
+
+def _write_zero(run: CalibrationRun, profile: dict, zf, pts: list[dict], worst, loop_worst) -> None:
+    """strategies.zero of the profile from the ZeRO fit: each fitted cost with its source, each
+    held one removed (a base's value was measured on its own host, not this one)."""
     src = (
         f"{run.tag}: least-squares fit of DeepSpeed's host time per parameter (stages 1-3) and per module call "
         f"(stage 3) to {len(pts)} measured ZeRO steps ({', '.join(p['key'] for p in pts)}) at {run.ranks} ranks, "
@@ -169,13 +194,32 @@ def _zero(run: CalibrationRun, profile: dict, rep: dict, strat: dict) -> None:
     )
     section = profile.setdefault("strategies", {}).setdefault("zero", {})
     section["param_overhead_us"] = _val(zf.param_s_ * 1e6, src)
-    # fitted without stage 1's extra pass (simdl.calibrate.profile_strategy_fit): the base's value
-    # was measured on its own host (benchmarks/zero1_vs_zero2_cpu.py)
-    section.pop("stage1_loop_overhead_us", None)
-    if zf.held_:
+    if "module_overhead_us" in zf.held_:
         section.pop("module_overhead_us", None)
     else:
         section["module_overhead_us"] = _val(zf.module_s_ * 1e6, src)
+    if "stage1_loop_overhead_us" in zf.held_:
+        section.pop("stage1_loop_overhead_us", None)
+        return
+    pairs = "; ".join(
+        f"{r['model']}/{r['batch']}: {r['measured_diff_s'] * 1e3:+.1f} ms measured, "
+        f"{r['predicted_diff_at_0_s'] * 1e3:+.1f} ms predicted at 0, {r['params']:.0f} parameters"
+        for r in zf.loop_pairs_
+    )
+    section["stage1_loop_overhead_us"] = _val(
+        zf.loop_s_ * 1e6,
+        (
+            f"{run.tag}: stage 1's extra pass (stage_1_and_2.py reduce_gradients after backward, its gradient "
+            f"hooks still firing), least squares through 0 of the measured ZeRO-1 minus ZeRO-2 step less the "
+            f"engine's difference at 0, per parameter ({pairs}), the other costs as fitted"
+            + (
+                f"; came out at {zf.loop_raw_s_ * 1e6:+.1f} us, below 0 (noise), clamped to 0"
+                if zf.loop_clamped_
+                else ""
+            )
+            + (f"; held-out zero1 max |err| {loop_worst:.1%}" if loop_worst is not None else "")
+        ),
+    )
 
 
 def _jitter(run: CalibrationRun, eff: dict, rep: dict) -> None:

@@ -142,9 +142,10 @@ def _strategy_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path, 
 
 
 def _zero_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
-    """Fit strategies.zero's per-parameter and per-call host time to the measured ZeRO steps,
-    predicting each with the profile as fitted so far (simdl.calibrate.zero_fit); (None, [])
-    without ZeRO steps."""
+    """Fit strategies.zero's per-parameter, per-call and stage-1 pass host time to the measured
+    ZeRO steps, predicting each with the profile as fitted so far (simdl.calibrate.zero_fit);
+    (None, []) without ZeRO steps. Every candidate replaces all three costs: none of the base's
+    (measured on its own host) enters the fit."""
     import dataclasses
 
     from ..predict import predict
@@ -177,8 +178,7 @@ def _zero_fit(profile: dict, strat: dict[str, dict], ranks: int, tmp: Path):
             def src(v):
                 return Sourced(v, "assumed", "candidate of the ZeRO fit") if v else None
 
-            # without the base's stage1_loop_overhead_us: measured on its own host, not this one's
-            zero = dict(param_overhead=src(key[0]), module_overhead=src(key[1]), loop_overhead=None)
+            zero = dict(param_overhead=src(key[0]), module_overhead=src(key[1]), loop_overhead=src(key[2]))
             cache[key] = dataclasses.replace(spec, strategies=spec.strategies.with_zero(**zero))
         return predict(cluster=cache[key], **p["kwargs"]).iteration_time_s
 

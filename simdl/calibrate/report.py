@@ -106,7 +106,7 @@ def format_report(report: dict, profile: dict) -> str:
     lines += stream_lines(comp)
     lines += strategy_steps_lines(st)
     lines += strategy_fit_lines(st.get("fit"))
-    lines += zero_fit_lines(st.get("zero"))
+    lines += zero_fit_lines(st.get("zero"), st.get("zero_kept"))
     lines += faults_and_blocking_lines(st)
     lines += in_step_lines(st)
     lines += _closing(report, profile)

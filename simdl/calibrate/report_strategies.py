@@ -133,15 +133,23 @@ def in_step_lines(st: dict) -> list[str]:
     return lines
 
 
-def zero_fit_lines(z: dict | None) -> list[str]:
-    """DeepSpeed ZeRO's fitted host costs and their held-out errors, or why none was fitted."""
+def zero_fit_lines(z: dict | None, kept: dict | None = None) -> list[str]:
+    """DeepSpeed ZeRO's fitted host costs and their held-out errors, or why none was fitted and
+    which of the base's values (``kept``) the profile keeps."""
     if not z:
         return []
     if "skipped" in z:
-        return [f"ZeRO host costs: not fitted ({z['skipped']})"]
+        base = ", ".join(f"{k} {v:g}" for k, v in (kept or {}).items()) or "none (absent = 0)"
+        return [f"ZeRO host costs: not fitted ({z['skipped']}); the base's kept: {base}"]
     p = z["params"]
-    module = "held at 0 (no stage-3 step)" if z.get("held") else f"{p['module_overhead_us']:.0f} us per module call"
+    module = (
+        "held at 0 (no stage-3 step)"
+        if "module_overhead_us" in z.get("held", ())
+        else (f"{p['module_overhead_us']:.0f} us per module call")
+    )
     lines = [f"ZeRO host costs: {p['param_overhead_us']:.0f} us per parameter, {module}"]
+    if "loop" in z:
+        lines.append(f"  {z['loop']['note']}")
     for pt in z["points"]:
         lines.append(
             f"    {pt['key']:<34} measured {pt['measured_s'] * 1e3:8.1f} ms  error at 0 "
@@ -149,5 +157,7 @@ def zero_fit_lines(z: dict | None) -> list[str]:
         )
     for g, h in z.get("held_out", {}).items():
         errs = ", ".join(f"{k} {pct(e)}" for k, e in h["rel_errors"].items())
-        lines.append(f"  held out {g} (fitted on {', '.join(h['fitted_on'])}): {errs}")
+        loop = h["params"].get("stage1_loop_overhead_us")
+        pas = f"; stage-1 pass {loop:.1f} us" if loop is not None and h.get("loop_pairs") else ""
+        lines.append(f"  held out {g} (fitted on {', '.join(h['fitted_on'])}{pas}): {errs}")
     return lines

@@ -73,7 +73,8 @@ class ZeROSection:
         nothing (process_gradients reduces only under partition_gradients or overlap_comm), and reduce_gradients'
         loop after backward calls get_gradient_for_reduction and reduce_ready_partitions_and_remove_grads around
         the reduction work that param_overhead_us prices; stage 2 runs that work in its hooks alone. Measured by
-        benchmarks/zero1_vs_zero2_cpu.py (DeepSpeed 0.19.8); absent = 0""",
+        benchmarks/zero1_vs_zero2_cpu.py (DeepSpeed 0.19.8); fitted by `simdl calibrate` outside --quick where
+        deepspeed imports, from the stage-1 minus stage-2 step per parameter; absent = 0""",
     )
 
 
