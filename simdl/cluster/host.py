@@ -203,7 +203,9 @@ def preset_for_this_host(
     defaults), then one with one rank per device slot (``cpu-local``, not its
     ``-x4`` sibling, which validation picks by rank count); a ``-x<N>`` profile when it is
     the only one of this processor (its N slots serve runs of N ranks or fewer); None when no
-    profile in ``folders`` was measured on this processor. Among several of one kind, the latest
+    profile in ``folders`` was measured on this processor. A full calibration before a
+    ``--quick`` one (fewer sizes, models and repeats: simdl.calibrate.run_settings), which
+    serves only where it is the one profile of its kind. Among several of one kind, the latest
     calibration (``calibration.provenance.date``): the host's speed drifts by tens of percent
     between days (lab/CAMPAIGN.md, "The same processor a week earlier"), so the newest
     describes it best. ``device`` and ``caches`` as in :func:`host_mismatch`; ``environ``
@@ -223,11 +225,12 @@ def preset_for_this_host(
             multi_rank = bool(re.search(r"-x\d+$", path.stem))
             other_malloc = allocator_mismatch(spec, environ) is not None
             shipped = path.parent.resolve() == Path(CLUSTER_DIR).resolve()
-            matches.append((other_malloc, multi_rank, profile_date(spec), path.stem if shipped else str(path)))
-    matches.sort(key=lambda m: Path(m[3]).stem)
-    matches.sort(key=lambda m: m[2], reverse=True)  # stable: newest first, then by name
-    matches.sort(key=lambda m: m[:2])  # this malloc setting, then one rank per slot
-    return matches[0][3] if matches else None
+            quick = bool((_provenance(spec).get("settings") or {}).get("quick"))
+            matches.append((other_malloc, multi_rank, quick, profile_date(spec), path.stem if shipped else str(path)))
+    matches.sort(key=lambda m: Path(m[4]).stem)
+    matches.sort(key=lambda m: m[3], reverse=True)  # stable: newest first, then by name
+    matches.sort(key=lambda m: m[:3])  # this malloc setting, one rank per slot, a full calibration
+    return matches[0][4] if matches else None
 
 
 def profile_allocator_env(spec) -> dict[str, str]:

@@ -99,12 +99,14 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
     raw = yaml.safe_load(src.read_text())
     shutil.copy(LAB_PROFILES / "cpu-epyc.compute.json.xz", tmp_path)
 
-    def ship(name: str, date: str, slots: int = 2, allocator_env: dict | None = None) -> None:
+    def ship(name: str, date: str, slots: int = 2, allocator_env: dict | None = None, quick: bool = False) -> None:
         d = {**raw, "name": name, "gpus_per_node": slots}
+        base = raw["calibration"]["provenance"]
         prov = {
-            **raw["calibration"]["provenance"],
+            **base,
             "date": date,
             **({"allocator_env": allocator_env} if allocator_env else {}),
+            **({"settings": {**(base.get("settings") or {}), "quick": True}} if quick else {}),
         }
         d["calibration"] = {**raw["calibration"], "provenance": prov}
         (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump(d, sort_keys=False))
@@ -124,6 +126,12 @@ def test_preset_for_this_host_prefers_the_latest_calibration_of_a_processor(tmp_
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={**keep, "HOME": "/root"}) == "cpu-k-keepheap"
     # Settings no profile was timed with: by date again.
     assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={"MALLOC_ARENA_MAX": "1"}) == "cpu-z-new"
+    # A newer --quick calibration does not displace a full one; it serves where it is the only one.
+    ship("cpu-q-newest-quick", "2026-12-04T22:41:14+00:00", quick=True)
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}) == "cpu-z-new"
+    for stale in ("cpu-a-old", "cpu-z-new", "cpu-m-older", "cpu-b-new-x4", "cpu-k-keepheap"):
+        (tmp_path / f"{stale}.yaml").unlink()
+    assert preset_for_this_host("cpu: AMD EPYC", EPYC_L2_1M, environ={}) == "cpu-q-newest-quick"
 
 
 def test_named_cpu_device_files_are_cpus_and_calibration_picks_them_by_model_name():
