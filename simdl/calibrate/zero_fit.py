@@ -56,9 +56,13 @@ class ZeROHostFit:
     ``points``: rows with ``measured_s``, ``model``, ``batch`` and ``stage``;
     ``predict((param_s, module_s, loop_s), point)`` -> seconds."""
 
-    def __init__(self, *, bounds=BOUNDS, held_out: bool = True):
+    def __init__(self, *, bounds=BOUNDS, held_out: bool = True, host_stages=(2, 3), fit_loop: bool = True):
         self.bounds = bounds
         self.held_out = held_out
+        # The stages whose steps pin the per-parameter and per-call costs, and whether stage 1's
+        # pass is fitted (False: predict keeps its own, e.g. a profile's measured value).
+        self.host_stages = tuple(host_stages)
+        self.fit_loop = fit_loop
 
     @staticmethod
     def _resid(theta, pts, predict) -> np.ndarray:
@@ -66,7 +70,7 @@ class ZeROHostFit:
 
     def _solve_host(self, pts, predict) -> tuple[float, float]:
         """Per-parameter and per-call cost from the stage-2/3 steps (stage 1's where none)."""
-        pts = [p for p in pts if p["stage"] >= 2] or [p for p in pts if p["stage"] >= 1]
+        pts = [p for p in pts if p["stage"] in self.host_stages] or [p for p in pts if p["stage"] >= 1]
         if not pts:
             return (0.0, 0.0)
         free = [0] + ([1] if any(p["stage"] == 3 for p in pts) else [])
@@ -120,6 +124,8 @@ class ZeROHostFit:
     def _solve(self, pts, predict) -> tuple[tuple[float, float, float], float, list[dict]]:
         """(param_s, module_s, loop_s), the pass's cost before clamping, and its pairs."""
         ps, ms = self._solve_host(pts, predict)
+        if not self.fit_loop:
+            return (ps, ms, 0.0), 0.0, []
         rows = [r for r in self._loop_pairs(pts, predict, (ps, ms)) if r["params"] > 0]
         n = np.array([r["params"] for r in rows])
         d = np.array([r["measured_diff_s"] - r["predicted_diff_at_0_s"] for r in rows])

@@ -17,7 +17,7 @@ PROFILES = sorted(LAB_PROFILES.glob("*.yaml"))
 
 def test_the_package_ships_one_calibrated_cpu_profile():
     assert [n for n in cluster_names() if n.startswith("cpu")] == ["cpu-local"]
-    assert len([p for p in PROFILES if p.name.startswith("cpu-")]) == 11
+    assert len([p for p in PROFILES if p.name.startswith("cpu-")]) == 12
 
 
 @pytest.mark.parametrize("path", PROFILES, ids=[p.stem for p in PROFILES])
