@@ -367,18 +367,34 @@ def union_lengths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.bincount(col, weights=lengths, minlength=k)
 
 
-def rows_by_groups(points: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Rows for ``points`` in their order, grouped by :func:`group_key`; and how many were
-    answered by the vectorised path."""
+def link_groups(points: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The indices of ``points`` by :func:`group_key`, groups in first-seen order (an
+    ungroupable point alone)."""
     groups: dict[Any, list[int]] = {}
     for i, p in enumerate(points):
         key = group_key(p)
         groups.setdefault(("single", i) if key is None else key, []).append(i)
-    out: list[dict[str, Any] | None] = [None] * len(points)
+    return list(groups.values())
+
+
+def rows_of_groups(groups: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
+    """:func:`run_group` of each group: their rows one after the other, and how many were
+    answered by the vectorised path (the unit of work of a sweep's worker process)."""
+    out: list[dict[str, Any]] = []
     vectorised = 0
-    for idx in groups.values():
-        rows, vec = run_group([points[i] for i in idx])
-        vectorised += len(idx) if vec else 0
-        for i, r in zip(idx, rows):
-            out[i] = r
+    for g in groups:
+        rows, vec = run_group(g)
+        vectorised += len(g) if vec else 0
+        out.extend(rows)
+    return out, vectorised
+
+
+def rows_by_groups(points: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows for ``points`` in their order, grouped by :func:`group_key`; and how many were
+    answered by the vectorised path."""
+    idx = link_groups(points)
+    rows, vectorised = rows_of_groups([[points[i] for i in g] for g in idx])
+    out: list[dict[str, Any] | None] = [None] * len(points)
+    for i, r in zip((i for g in idx for i in g), rows):
+        out[i] = r
     return out, vectorised  # type: ignore[return-value]
