@@ -133,10 +133,11 @@ def group_chunks(
     of about ``chunk_size`` points. A group is never split: its points share one template
     prediction and one memory estimate. Groups of one ``family`` (groups that may share memory
     estimates, such as a DDP plan's at every rank count) go to one chunk, families whole, a
-    family split only where it is over twice the size. Default size: about eight chunks per
-    worker."""
+    family split only where it is over twice the size. Default size: about sixteen chunks per
+    process (this one included, :func:`_run_shared`): the last chunks, which one process
+    answers while the other has run out, stay short."""
     total = sum(map(len, groups))
-    size = chunk_size or max(1, math.ceil(total / (jobs * 8)))
+    size = chunk_size or max(1, math.ceil(total / (jobs * 16)))
     families: dict[Any, list[list[int]]] = {}
     for g in groups:
         families.setdefault(family(g), []).append(g)
