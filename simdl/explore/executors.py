@@ -93,9 +93,10 @@ def _run_processes(
 
 def _run_shared(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> tuple[list[list[dict]], int]:
     """Chunks of link groups on ``jobs - 1`` worker processes and this one: the workers take
-    chunks from the front (two each in hand, so none waits for this process to hand it the
-    next), this process from the back, until they meet. This process' half of the rows is
-    never pickled, and one worker fewer is started."""
+    chunks from the front, this process from the back, until they meet. A worker has two in
+    hand (one queued behind the one it answers, so it never waits for the next), topped up
+    between two of this process' groups. This process' rows are never pickled, and one
+    worker fewer is started."""
     from collections import deque
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -104,6 +105,7 @@ def _run_shared(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> t
     todo = deque(range(len(chunks)))
     out: list[list[dict] | None] = [None] * len(chunks)
     counted = [0]
+    running: dict = {}
 
     def take(i: int, answer: tuple[list[dict], int]) -> None:
         out[i], n = answer
@@ -111,18 +113,22 @@ def _run_shared(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> t
         tick(sum(map(len, chunks[i])))
 
     with ProcessPoolExecutor(max_workers=max(1, jobs - 1), mp_context=_mp_context()) as pool:
-        running: dict = {}
-        while todo or running:
+
+        def feed() -> None:
             for f in [f for f in running if f.done()]:
                 take(running.pop(f), f.result())
-            while todo and len(running) < 2 * (jobs - 1):
+            while todo and len(running) < 2 * max(1, jobs - 1):
                 i = todo.popleft()
                 running[pool.submit(rows_of_groups, chunks[i])] = i
-            if todo:
-                i = todo.pop()
-                take(i, rows_of_groups(chunks[i]))
-            elif running:
-                wait(running, return_when=FIRST_COMPLETED)
+
+        feed()
+        while todo:
+            i = todo.pop()
+            take(i, rows_of_groups(chunks[i], between=feed))
+            feed()
+        while running:
+            wait(running, return_when=FIRST_COMPLETED)
+            feed()
     return out, counted[0]  # type: ignore[return-value]
 
 

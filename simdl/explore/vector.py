@@ -32,8 +32,8 @@ Cost per group: one prediction, whose memory estimate (a caching-allocator repla
 per distinct workload, plan and device) dominates; plus, per task, a few numpy calls over
 the group's points; plus, per point, its cluster looked up and its row's dictionary built
 (tens of microseconds). On benchmarks/bench_scale.py's network what-if grid (288 groups of
-72 points, on a shared 2-core host) the memory estimates take two thirds of the CPU time:
-about 5,000 points per CPU second in all, about 14,000 for the rest (the bench prints both).
+72 points) the memory estimates take half the CPU time: about 8,500 points per CPU second in
+all, 18,000 for the rest (the bench prints both).
 """
 
 from __future__ import annotations
@@ -368,8 +368,7 @@ def union_lengths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
 
 
 def link_groups(points: Sequence[Mapping[str, Any]]) -> list[list[int]]:
-    """The indices of ``points`` by :func:`group_key`, groups in first-seen order (an
-    ungroupable point alone)."""
+    """The indices of ``points`` by :func:`group_key`, in first-seen order (one ungroupable: alone)."""
     groups: dict[Any, list[int]] = {}
     for i, p in enumerate(points):
         key = group_key(p)
@@ -377,15 +376,16 @@ def link_groups(points: Sequence[Mapping[str, Any]]) -> list[list[int]]:
     return list(groups.values())
 
 
-def rows_of_groups(groups: Sequence[Sequence[Mapping[str, Any]]]) -> tuple[list[dict[str, Any]], int]:
-    """:func:`run_group` of each group: their rows one after the other, and how many were
-    answered by the vectorised path (the unit of work of a sweep's worker process)."""
+def rows_of_groups(groups: Sequence[Sequence[Mapping[str, Any]]], between=None) -> tuple[list[dict[str, Any]], int]:
+    """:func:`run_group` of each group, ``between()`` after each: rows, how many vectorised."""
     out: list[dict[str, Any]] = []
     vectorised = 0
     for g in groups:
         rows, vec = run_group(g)
         vectorised += len(g) if vec else 0
         out.extend(rows)
+        if between is not None:
+            between()
     return out, vectorised
 
 
