@@ -222,6 +222,22 @@ def _points(
 last_run: dict[str, int] = {"points": 0, "vectorised": 0}
 
 
+def _warm_up(points: list[dict[str, Any]], rows: list, tick) -> list[int]:
+    """The first point of each workload answered here (its table loaded once, for all
+    workers) into ``rows``; the indices of the rest."""
+    seen: set = set()
+    rest: list[int] = []
+    for i, p in enumerate(points):
+        key = (p.get("model"), p.get("dataset"), p.get("input_shape"), p.get("num_classes"))
+        if key in seen:
+            rest.append(i)
+            continue
+        seen.add(key)
+        rows[i] = run_one(p)
+        tick(1)
+    return rest
+
+
 def run_points(
     points: list[dict[str, Any]],
     *,
@@ -245,17 +261,7 @@ def run_points(
     tick = bar.update if bar is not None else (lambda n: None)
     try:
         rows: list[dict | None] = [None] * len(points)
-        # Warm up here: the first point of each workload loads its table once, for all workers.
-        seen: set = set()
-        rest: list[int] = []
-        for i, p in enumerate(points):
-            key = (p.get("model"), p.get("dataset"), p.get("input_shape"), p.get("num_classes"))
-            if key in seen:
-                rest.append(i)
-                continue
-            seen.add(key)
-            rows[i] = run_one(p)
-            tick(1)
+        rest = _warm_up(points, rows, tick)
         serial = executor == "serial" or (
             executor == "process" and (jobs == 1 or (not sim and len(rest) < SERIAL_BELOW))
         )
