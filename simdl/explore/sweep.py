@@ -20,9 +20,11 @@ seconds of work and process start-up must not dominate:
 * grids below :data:`SERIAL_BELOW` points run in this process;
 * analytic points that differ only in link overrides (NIC rate and count, latencies, the
   intra-node rate) are answered together, one prediction per group and numpy over its
-  points (:mod:`simdl.explore.vector`; ``vector=False`` predicts every point alone); in
-  the pool every chunk holds whole groups, and the groups that may share a memory estimate
-  (:func:`simdl.explore.executors._family`) together, so a worker answers them as one process does.
+  points (:mod:`simdl.explore.vector`; ``vector=False`` predicts every point alone). With
+  ``executor="process"`` every chunk then holds whole groups, and the groups that may share
+  a memory estimate (:func:`simdl.explore.executors._family`) together, so that a process
+  answers them as a serial sweep does (the same rows); this process answers chunks too,
+  beside ``jobs - 1`` workers (:func:`simdl.explore.executors._run_shared`).
 
 ``executor="dask"`` or ``"ray"`` sends the same chunks to a Dask or Ray cluster (the
 ``simdl[dask]`` / ``simdl[ray]`` extras, imported only then). A progress bar (tqdm, if
