@@ -94,9 +94,9 @@ def _run_processes(
 def _run_shared(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> tuple[list[list[dict]], int]:
     """Chunks of link groups on ``jobs - 1`` worker processes and this one: the workers take
     chunks from the front, this process from the back, until they meet. A worker has two in
-    hand (one queued behind the one it answers, so it never waits for the next), topped up
-    between two of this process' groups. This process' rows are never pickled, and one
-    worker fewer is started."""
+    hand (one queued behind the one it answers, so it never waits for the next) until the
+    last chunks, topped up between two of this process' groups. This process' rows are never
+    pickled, and one worker fewer is started."""
     from collections import deque
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
@@ -117,7 +117,10 @@ def _run_shared(chunks: list[list], jobs: int, tick: Callable[[int], None]) -> t
         def feed() -> None:
             for f in [f for f in running if f.done()]:
                 take(running.pop(f), f.result())
-            while todo and len(running) < 2 * max(1, jobs - 1):
+            workers = max(1, jobs - 1)
+            # A chunk queued behind a busy worker only while more are left than the workers
+            # hold: the last ones go to whichever process is free first.
+            while todo and (len(running) < workers or (len(running) < 2 * workers and len(todo) > workers)):
                 i = todo.popleft()
                 running[pool.submit(rows_of_groups, chunks[i])] = i
 
