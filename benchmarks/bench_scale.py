@@ -19,6 +19,8 @@
    what-if grid of 20,736 points (:func:`link_grid`), each with the link groups of
    simdl.explore.vector on and off. Under each: how many memory estimates the sweep computed
    (one per distinct workload, plan and device) and their CPU seconds, and the rate of the rest.
+   With link groups on, each grid also in ``--jobs`` processes (default 2, ``executor="process"``):
+   wall rate, and CPU seconds of this process and of the workers.
 
 A PNG of simulate wall time against ranks goes to ``-o`` (default
 ``runs/bench/bench_scale.png``; ``runs/`` is git-ignored). ``--quick`` runs a bounded
@@ -160,13 +162,24 @@ def _axes(grid: dict) -> str:
     return " x ".join(f"{len(v)} {k}" for k, v in grid.items() if isinstance(v, list))
 
 
-def sweep_rate(name: str, grid: dict, vector: bool = True) -> dict:
-    """One ``simdl.sweep`` (executor=serial) of ``grid`` in a fresh process: wall and CPU rate."""
-    cmd = [sys.executable, os.path.abspath(__file__), "--sweep-point", json.dumps(dict(grid=grid, vector=vector))]
+def sweep_rate(name: str, grid: dict, vector: bool = True, jobs: int = 1) -> dict:
+    """One ``simdl.sweep`` of ``grid`` in a fresh process (executor=serial, or ``jobs``
+    processes: executor=process): wall and CPU rate."""
+    spec = json.dumps(dict(grid=grid, vector=vector, jobs=jobs))
+    cmd = [sys.executable, os.path.abspath(__file__), "--sweep-point", spec]
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (root, os.environ.get("PYTHONPATH")))))
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env)
     p = json.loads(out.stdout.strip().splitlines()[-1])
+    if jobs > 1:
+        # The busiest process bounds the wall time on an unshared host with ``jobs`` cores.
+        print(
+            f"{name}, {jobs} processes (executor=process, jobs={jobs}; {p['errors']} rows with an error; "
+            f"{p['vectorised']:,} by link groups): wall {p['wall_s']:.2f} s = {p['configs'] / p['wall_s']:,.0f} "
+            f"configs/s, CPU {p['cpu_s']:.2f} s in all, this process {p['own_cpu_s']:.2f} s, "
+            f"the workers {p['cpu_s'] - p['own_cpu_s']:.2f} s"
+        )
+        return p
     print(
         f"{name}: {p['configs']:,} analytic configurations ({_axes(grid)}; {p['errors']} rows with an error; "
         f"{p['vectorised']:,} by link groups, vector={'on' if vector else 'off'}): wall {p['wall_s']:.2f} s = "
@@ -190,7 +203,7 @@ def run_sweep(spec: dict) -> dict:
 
     sweep_mod = importlib.import_module("simdl.explore.sweep")
     engine = importlib.import_module("simdl.analytic.engine")
-    grid, vector = spec["grid"], spec["vector"]
+    grid, vector, jobs = spec["grid"], spec["vector"], spec.get("jobs", 1)
     for m in grid["model"]:
         simdl.predict(model=m, strategy="ddp", gpus=1, cluster=grid["cluster"])
     # The memory estimates the sweep computes (the engine's memo misses), counted and timed.
@@ -205,14 +218,19 @@ def run_sweep(spec: dict) -> dict:
             spent[1] += time.process_time() - c
 
     engine._memo.fn = timed
-    w0, c0 = time.perf_counter(), time.process_time()
-    rows = simdl.sweep(executor="serial", progress=False, as_frame=False, vector=vector, **grid)
-    wall, cpu = time.perf_counter() - w0, time.process_time() - c0
+    executor = "serial" if jobs == 1 else "process"
+    t0, w0 = os.times(), time.perf_counter()
+    rows = simdl.sweep(executor=executor, jobs=jobs, progress=False, as_frame=False, vector=vector, **grid)
+    wall, t1 = time.perf_counter() - w0, os.times()
     engine._memo.fn = estimate
+    own = t1.user + t1.system - t0.user - t0.system
+    # The workers' CPU: os.times counts children once they are waited for (the pool joins them).
+    workers = t1.children_user + t1.children_system - t0.children_user - t0.children_system
     return dict(
         configs=len(rows),
         wall_s=wall,
-        cpu_s=cpu,
+        cpu_s=own + workers,
+        own_cpu_s=own,
         errors=sum(1 for r in rows if r.get("error")),
         vectorised=sweep_mod.last_run["vectorised"],
         memory_estimates=spent[0],
@@ -220,13 +238,21 @@ def run_sweep(spec: dict) -> dict:
     )
 
 
-def sweep_table(quick: bool) -> None:
+def sweep_table(quick: bool, jobs: int = 1) -> None:
     print("\n2. sweep in one process (executor=serial), each in a fresh process (tables loaded first)")
+    if jobs > 1:
+        print(
+            f"   and in {jobs} processes (executor=process: this one and {jobs - 1} forked worker{'s' if jobs > 2 else ''})"
+        )
     sweep_rate("mixed grid", sweep_grid(quick))
+    if jobs > 1:
+        sweep_rate("mixed grid", sweep_grid(quick), jobs=jobs)
     if quick:
         return
     sweep_rate("mixed grid", sweep_grid(quick), vector=False)
     sweep_rate("network what-if grid", link_grid())
+    if jobs > 1:
+        sweep_rate("network what-if grid", link_grid(), jobs=jobs)
     sweep_rate("network what-if grid", link_grid(), vector=False)
 
 
@@ -264,6 +290,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-seconds", type=float, default=120.0, help="skip points predicted to take longer")
     ap.add_argument("--no-sweep", action="store_true", help="leave out the sweep rate")
     ap.add_argument("--sweep-only", action="store_true", help="only the sweep rates")
+    ap.add_argument(
+        "--jobs", type=int, default=2, help="the sweep also in this many processes (default 2; 1: one process only)"
+    )
     ap.add_argument("-o", "--output", default=DEFAULT_PNG, help=f"PNG path (default {DEFAULT_PNG})")
     ap.add_argument("--point", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--hetero", action="store_true", help=argparse.SUPPRESS)
@@ -282,11 +311,11 @@ def main(argv: list[str] | None = None) -> None:
         "are this process's own)"
     )
     if a.sweep_only:
-        sweep_table(a.quick)
+        sweep_table(a.quick, a.jobs)
         return
     table = sim_table(ranks, a.max_seconds)
     if not a.no_sweep:
-        sweep_table(a.quick)
+        sweep_table(a.quick, a.jobs)
     plot(table, a.output)
 
 

@@ -171,4 +171,6 @@ def _time(collective: str, nbytes: float, n: int, bw: np.ndarray, alpha: np.ndar
     arithmetic applies element-wise, in the same order); zeros where it is 0."""
     # collective_time is written for floats; its arithmetic is the same on arrays.
     t = collective_time(collective, nbytes, n, bw, alpha, algorithm)  # type: ignore[arg-type]
+    if isinstance(t, np.ndarray) and t.dtype == float and t.shape == bw.shape:
+        return t  # already one float per cluster
     return np.broadcast_to(np.asarray(t, dtype=float), bw.shape)

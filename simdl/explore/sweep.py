@@ -20,7 +20,11 @@ seconds of work and process start-up must not dominate:
 * grids below :data:`SERIAL_BELOW` points run in this process;
 * analytic points that differ only in link overrides (NIC rate and count, latencies, the
   intra-node rate) are answered together, one prediction per group and numpy over its
-  points (:mod:`simdl.explore.vector`; ``vector=False`` predicts every point alone).
+  points (:mod:`simdl.explore.vector`; ``vector=False`` predicts every point alone). With
+  ``executor="process"`` every chunk then holds whole groups, and the groups that may share
+  a memory estimate (:func:`simdl.explore.executors._family`) together, so that a process
+  answers them as a serial sweep does (the same rows); this process answers chunks too,
+  beside ``jobs - 1`` workers (:func:`simdl.explore.executors._run_shared`).
 
 ``executor="dask"`` or ``"ray"`` sends the same chunks to a Dask or Ray cluster (the
 ``simdl[dask]`` / ``simdl[ray]`` extras, imported only then). A progress bar (tqdm, if
@@ -29,14 +33,23 @@ installed) is drawn when stderr is a terminal.
 
 from __future__ import annotations
 
-import math
 import os
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import SimdlError, unknown
 from ..result import Result as _Result
 from ..result import Staleness as _Staleness
-from .executors import _progress, _require_extra, _run_dask, _run_processes, _run_ray
+from .executors import (
+    _affinity,
+    _chunks,
+    _family,
+    _progress,
+    _require_extra,
+    _run_dask,
+    _run_processes,
+    _run_ray,
+    group_chunks,
+)
 from .grid import Grid, default_strategy, sim_keys_without_sim, split_label, to_call
 from .whatif import derive_cluster
 
@@ -206,28 +219,25 @@ def _points(
     return points, {}
 
 
-_PLAN_FREE = ("batch_size", "epochs", "train_samples", "grad_accumulation", "loader_workers")
-
 #: What the last :func:`run_points` call did: ``points``, and ``vectorised``: how many of them
 #: were answered by link groups (simdl.explore.vector; the rest one by one). Read by ``simdl sweep``.
 last_run: dict[str, int] = {"points": 0, "vectorised": 0}
 
 
-def _affinity(p: Mapping[str, Any]) -> tuple:
-    from .vector import LINK_KEYS
-
-    # Points that differ only in links next to each other (one group), then only in batch-like keys.
-    return (
-        tuple(str(v) for k, v in p.items() if k not in _PLAN_FREE and k not in LINK_KEYS),
-        tuple(str(v) for k, v in p.items() if k in _PLAN_FREE),
-    )
-
-
-def _chunks(points: list, jobs: int, sim: bool, chunk_size: int | None) -> list[list]:
-    if chunk_size is None:
-        # ~8 chunks per worker balance the load; the cap keeps progress moving on huge grids.
-        chunk_size = max(1, min(2 if sim else 1000, math.ceil(len(points) / (jobs * 8))))
-    return [points[i : i + chunk_size] for i in range(0, len(points), chunk_size)]
+def _warm_up(points: list[dict[str, Any]], rows: list, tick) -> list[int]:
+    """The first point of each workload answered here (its table loaded once, for all
+    workers) into ``rows``; the indices of the rest."""
+    seen: set = set()
+    rest: list[int] = []
+    for i, p in enumerate(points):
+        key = (p.get("model"), p.get("dataset"), p.get("input_shape"), p.get("num_classes"))
+        if key in seen:
+            rest.append(i)
+            continue
+        seen.add(key)
+        rows[i] = run_one(p)
+        tick(1)
+    return rest
 
 
 def run_points(
@@ -253,22 +263,14 @@ def run_points(
     tick = bar.update if bar is not None else (lambda n: None)
     try:
         rows: list[dict | None] = [None] * len(points)
-        # Warm up here: the first point of each workload loads its table once, for all workers.
-        seen: set = set()
-        rest: list[int] = []
-        for i, p in enumerate(points):
-            key = (p.get("model"), p.get("dataset"), p.get("input_shape"), p.get("num_classes"))
-            if key in seen:
-                rest.append(i)
-                continue
-            seen.add(key)
-            rows[i] = run_one(p)
-            tick(1)
+        rest = _warm_up(points, rows, tick)
         serial = executor == "serial" or (
             executor == "process" and (jobs == 1 or (not sim and len(rest) < SERIAL_BELOW))
         )
         grouped = serial and vector and not sim
-        if not grouped:
+        # Link groups in the workers too: whole groups per chunk, in the grid's order.
+        pooled = not serial and executor == "process" and vector and not sim
+        if not grouped and not pooled:
             # Points that differ only in batch-like keys share a strategy plan (built once per
             # process): keep them in one chunk by ordering the work by everything else, then
             # restore the order. In one process the link groups gather their points themselves.
@@ -286,6 +288,15 @@ def run_points(
             for i in rest:
                 rows[i] = run_one(points[i])
                 tick(1)
+        elif pooled:
+            from .vector import link_groups
+
+            groups = group_chunks(link_groups(remaining), jobs, chunk_size, lambda g: _family(remaining[g[0]]))
+            work = [[[remaining[j] for j in g] for g in c] for c in groups]
+            done, last_run["vectorised"] = _run_processes(work, jobs, tick, True, groups=True)
+            order = (rest[j] for c in groups for g in c for j in g)
+            for i, r in zip(order, (r for chunk in done for r in chunk)):
+                rows[i] = r
         elif remaining:
             chunks = _chunks(remaining, jobs, sim, chunk_size)
             if executor == "process":

@@ -32,8 +32,8 @@ Cost per group: one prediction, whose memory estimate (a caching-allocator repla
 per distinct workload, plan and device) dominates; plus, per task, a few numpy calls over
 the group's points; plus, per point, its cluster looked up and its row's dictionary built
 (tens of microseconds). On benchmarks/bench_scale.py's network what-if grid (288 groups of
-72 points, on a shared 2-core host) the memory estimates take two thirds of the CPU time:
-about 5,000 points per CPU second in all, about 14,000 for the rest (the bench prints both).
+72 points) the memory estimates take half the CPU time: about 8,500 points per CPU second in
+all, 18,000 for the rest (the bench prints both).
 """
 
 from __future__ import annotations
@@ -367,18 +367,34 @@ def union_lengths(start: np.ndarray, end: np.ndarray) -> np.ndarray:
     return np.bincount(col, weights=lengths, minlength=k)
 
 
-def rows_by_groups(points: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
-    """Rows for ``points`` in their order, grouped by :func:`group_key`; and how many were
-    answered by the vectorised path."""
+def link_groups(points: Sequence[Mapping[str, Any]]) -> list[list[int]]:
+    """The indices of ``points`` by :func:`group_key`, in first-seen order (one ungroupable: alone)."""
     groups: dict[Any, list[int]] = {}
     for i, p in enumerate(points):
         key = group_key(p)
         groups.setdefault(("single", i) if key is None else key, []).append(i)
-    out: list[dict[str, Any] | None] = [None] * len(points)
+    return list(groups.values())
+
+
+def rows_of_groups(groups: Sequence[Sequence[Mapping[str, Any]]], between=None) -> tuple[list[dict[str, Any]], int]:
+    """:func:`run_group` of each group, ``between()`` after each: rows, how many vectorised."""
+    out: list[dict[str, Any]] = []
     vectorised = 0
-    for idx in groups.values():
-        rows, vec = run_group([points[i] for i in idx])
-        vectorised += len(idx) if vec else 0
-        for i, r in zip(idx, rows):
-            out[i] = r
+    for g in groups:
+        rows, vec = run_group(g)
+        vectorised += len(g) if vec else 0
+        out.extend(rows)
+        if between is not None:
+            between()
+    return out, vectorised
+
+
+def rows_by_groups(points: Sequence[Mapping[str, Any]]) -> tuple[list[dict[str, Any]], int]:
+    """Rows for ``points`` in their order, grouped by :func:`group_key`; and how many were
+    answered by the vectorised path."""
+    idx = link_groups(points)
+    rows, vectorised = rows_of_groups([[points[i] for i in g] for g in idx])
+    out: list[dict[str, Any] | None] = [None] * len(points)
+    for i, r in zip((i for g in idx for i in g), rows):
+        out[i] = r
     return out, vectorised  # type: ignore[return-value]

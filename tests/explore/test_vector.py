@@ -157,6 +157,33 @@ def test_process_workers_answer_link_groups_as_the_serial_sweep_does(monkeypatch
         assert list(a) == list(b) and all(_close(a[k], b[k]) for k in b), b
 
 
+def test_two_workers_give_the_serial_sweeps_rows_exactly():
+    """Whole link groups per worker chunk: every row is the one the serial (grouped) sweep
+    gives, to the last bit; a group is never split across chunks."""
+    from simdl.explore import executors
+
+    axes = dict(
+        model=["resnet18", "vgg11"],
+        strategy=["ddp", "fsdp-full", "zero2"],
+        gpus=[8, 64],
+        cluster="dgx-a100",
+        batch_size=[16, 64],
+        precision=["fp32", "bf16"],
+        nic_Gb_per_s=[25, 100, 400],
+        nics_per_node=[1, 4],
+        inter_latency_us=[2, 10],
+    )
+    serial = simdl.sweep(executor="serial", progress=False, as_frame=False, **axes)
+    pooled = simdl.sweep(executor="process", jobs=2, progress=False, as_frame=False, **axes)
+    assert len(pooled) == len(serial) == 576 and sweep_mod.last_run["vectorised"] > 500
+    assert pooled == serial and [list(r) for r in pooled] == [list(r) for r in serial]
+    points = list(Grid(axes))
+    groups = vector.link_groups(points)
+    chunks = executors.group_chunks(groups, 2, 50, lambda g: executors._family(points[g[0]]))
+    assert sorted(map(tuple, groups)) == sorted(tuple(g) for c in chunks for g in c)
+    assert len(chunks) > 4 and all(sum(map(len, c)) >= 50 for c in chunks[:-1])
+
+
 def _variants(cluster: str, gpus: int, **axes):
     from simdl.explore.linkcost import point_clusters
 
